@@ -1,0 +1,351 @@
+"""speedscope JSON (https://www.speedscope.app/file-format-schema.json): read and write.
+
+Each speedscope profile becomes one thread. Time units become seconds in the ``wall``
+metric (``metric="cpu"`` when the producer measured CPU time); unit ``none`` and ``bytes``
+land in ``samples``. What speedscope cannot hold (several metrics, sample counts of
+aggregated stacks, frame kinds, meta) travels in an ``x-profmagic`` block that other
+readers ignore, so a written profile reads back equal.
+"""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+
+from ..errors import ProfileFormatError
+from ..profile import Profile, Raw, make_frames
+
+NAME = "speedscope"
+SCHEMA = "https://www.speedscope.app/file-format-schema.json"
+UNITS = {"none": None, "bytes": None, "nanoseconds": 1e-9, "microseconds": 1e-6,
+         "milliseconds": 1e-3, "seconds": 1.0}
+EXT = "x-profmagic"
+
+
+def sniff(head: bytes) -> bool:
+    h = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    return h.startswith(b"{") and (b"speedscope" in head or (b'"profiles"' in head and b'"shared"' in head))
+
+
+def guess_kind(name: str, file: str) -> str:
+    f = file or ""
+    if f.endswith((".py", ".pyx", ".pyw")) or f.startswith("<ipython-input") or name == "<module>":
+        return "python"
+    if name.endswith("_[k]") or f in ("[kernel.kallsyms]", "[kernel]") or f.endswith("vmlinux"):
+        return "kernel"
+    if ".so" in f or f.endswith((".c", ".cc", ".cpp", ".h", ".hpp")) or f.startswith("/usr/lib"):
+        return "native"
+    return "other"
+
+
+def _err(source, where, msg):
+    return ProfileFormatError(msg, source=source, where=where)
+
+
+def _frames(doc, source):
+    shared = doc.get("shared")
+    if not isinstance(shared, dict) or not isinstance(shared.get("frames"), list):
+        raise _err(source, "shared.frames", "expected a list of frames under shared.frames")
+    raw = shared["frames"]
+    ext = doc.get(EXT) if isinstance(doc.get(EXT), dict) else {}
+    kinds = ext.get("kinds") if isinstance(ext.get("kinds"), list) and len(ext.get("kinds")) == len(raw) else None
+    names, files, lines, ks = [], [], [], []
+    for i, fr in enumerate(raw):
+        if not isinstance(fr, dict) or not isinstance(fr.get("name"), str):
+            raise _err(source, f"shared.frames[{i}]", "expected an object with a string 'name'")
+        file = fr.get("file") or ""
+        line = fr.get("line")
+        if line is not None and not isinstance(line, int):
+            raise _err(source, f"shared.frames[{i}].line", f"expected an integer or null, got {line!r}")
+        names.append(fr["name"])
+        files.append(file if isinstance(file, str) else str(file))
+        lines.append(line)
+        ks.append(kinds[i] if kinds else guess_kind(fr["name"], files[-1]))
+    return make_frames(names, files, lines, ks)
+
+
+def _sampled(prof, pi, nframes, source):
+    samples = prof.get("samples")
+    weights = prof.get("weights")
+    if not isinstance(samples, list) or not isinstance(weights, list):
+        raise _err(source, f"profiles[{pi}]", "a sampled profile needs 'samples' and 'weights' lists")
+    if len(samples) != len(weights):
+        raise _err(source, f"profiles[{pi}]",
+                   f"'samples' has {len(samples)} entries but 'weights' has {len(weights)}; expected equal lengths")
+    try:
+        w = np.asarray(weights, dtype=np.float64)
+    except (TypeError, ValueError):
+        bad = next(i for i, x in enumerate(weights) if not isinstance(x, (int, float)) or isinstance(x, bool))
+        raise _err(source, f"profiles[{pi}].weights[{bad}]", f"expected a number, got {weights[bad]!r}") from None
+    if len(w) and (w < 0).any():
+        i = int(np.argmax(w < 0))
+        raise _err(source, f"profiles[{pi}].weights[{i}]", f"negative weight {weights[i]!r}; expected ≥ 0")
+    if len(w) and not np.isfinite(w).all():
+        i = int(np.argmax(~np.isfinite(w)))
+        raise _err(source, f"profiles[{pi}].weights[{i}]", f"expected a finite number, got {weights[i]!r}")
+    intern: dict[tuple, int] = {}
+    ids = np.empty(len(samples), dtype=np.int64)
+    for i, s in enumerate(samples):
+        try:
+            key = tuple(s)
+        except TypeError:
+            raise _err(source, f"profiles[{pi}].samples[{i}]", "expected a list of frame indices") from None
+        sid = intern.get(key)
+        if sid is None:
+            for f in key:
+                if not isinstance(f, int) or isinstance(f, bool) or not 0 <= f < nframes:
+                    raise _err(source, f"profiles[{pi}].samples[{i}]",
+                               f"frame index {f!r} is not in shared.frames (0..{nframes - 1})")
+            sid = intern[key] = len(intern)
+        ids[i] = sid
+    stacks = list(intern)
+    start = float(prof.get("startValue") or 0)
+    times = start + np.concatenate(([0.0], np.cumsum(w)[:-1])) if len(w) else np.zeros(0)
+    return stacks, ids, w, times
+
+
+def _evented(prof, pi, nframes, source):
+    events = prof.get("events")
+    if not isinstance(events, list):
+        raise _err(source, f"profiles[{pi}]", "an evented profile needs an 'events' list")
+    open_: list[int] = []
+    intern: dict[tuple, int] = {}
+    ids, ws, ts = [], [], []
+    last = None
+    for ei, ev in enumerate(events):
+        where = f"profiles[{pi}].events[{ei}]"
+        if not isinstance(ev, dict) or ev.get("type") not in ("O", "C"):
+            raise _err(source, where, "expected an event with type 'O' or 'C'")
+        at, fr = ev.get("at"), ev.get("frame")
+        if not isinstance(at, (int, float)) or isinstance(at, bool) or not math.isfinite(at):
+            raise _err(source, where, f"expected a number in 'at', got {at!r}")
+        if not isinstance(fr, int) or isinstance(fr, bool) or not 0 <= fr < nframes:
+            raise _err(source, where, f"frame index {fr!r} is not in shared.frames (0..{nframes - 1})")
+        if last is not None:
+            if at < last:
+                raise _err(source, where, f"event at {at} comes before the previous one at {last}; "
+                                          "expected events in time order")
+            if open_ and at > last:
+                key = tuple(open_)
+                sid = intern.setdefault(key, len(intern))
+                ids.append(sid)
+                ws.append(at - last)
+                ts.append(last)
+        last = at
+        if ev["type"] == "O":
+            open_.append(fr)
+        else:
+            if not open_ or open_[-1] != fr:
+                top = open_[-1] if open_ else None
+                raise _err(source, where, f"unbalanced events: closes frame {fr} but "
+                                          + (f"frame {top} is open" if top is not None else "no frame is open"))
+            open_.pop()
+    if open_:
+        raise _err(source, f"profiles[{pi}]",
+                   f"unbalanced events: {len(open_)} frame(s) still open at the end (innermost {open_[-1]})")
+    return list(intern), np.asarray(ids, dtype=np.int64), np.asarray(ws, dtype=np.float64), np.asarray(ts, dtype=np.float64)
+
+
+def read(data: bytes, source: str = "<input>", metric: str = "wall") -> Profile:
+    try:
+        doc = json.loads(data)
+    except json.JSONDecodeError as e:
+        raise ProfileFormatError(f"invalid JSON: {e.msg}", source=source, line=e.lineno, offset=e.pos) from None
+    except UnicodeDecodeError as e:
+        raise ProfileFormatError(f"not UTF-8 text: {e.reason}", source=source, offset=e.start) from None
+    return from_dict(doc, source=source, metric=metric, raw=Raw(data, NAME))
+
+
+def from_dict(doc, source: str = "<input>", metric: str = "wall", raw: Raw | None = None) -> Profile:
+    if not isinstance(doc, dict) or not isinstance(doc.get("profiles"), list):
+        raise _err(source, "$", "expected a speedscope object with a 'profiles' list")
+    frames = _frames(doc, source)
+    nframes = len(frames)
+    ext = doc.get(EXT) if isinstance(doc.get(EXT), dict) else {}
+    units = set()
+    threads: list[str] = []
+    rows_thread, rows_stack, rows_w, rows_n = [], [], [], []
+    extra_cols: dict[str, list] = {}
+    s_parts = []
+    base = 0
+    for pi, prof in enumerate(doc["profiles"]):
+        if not isinstance(prof, dict):
+            raise _err(source, f"profiles[{pi}]", "expected an object")
+        unit = prof.get("unit", "none")
+        if unit not in UNITS:
+            raise _err(source, f"profiles[{pi}].unit", f"unknown unit {unit!r}; expected one of {', '.join(UNITS)}")
+        units.add(unit)
+        kind = prof.get("type")
+        if kind == "sampled":
+            stacks, ids, w, times = _sampled(prof, pi, nframes, source)
+        elif kind == "evented":
+            stacks, ids, w, times = _evented(prof, pi, nframes, source)
+        else:
+            raise _err(source, f"profiles[{pi}].type", f"expected 'sampled' or 'evented', got {kind!r}")
+        name = str(prof.get("name") or f"profile {pi}")
+        if name in threads:
+            k = 2
+            while f"{name} ({k})" in threads:
+                k += 1
+            name = f"{name} ({k})"
+        threads.append(name)
+        scale = UNITS[unit]
+        pext = prof.get(EXT) if isinstance(prof.get(EXT), dict) else {}
+        counts = np.asarray(pext["samples"], dtype=np.float64) if "samples" in pext else None
+        if counts is not None and len(counts) != len(w):
+            counts = None
+        if counts is None:
+            counts = w if scale is None else np.ones(len(w))
+        nst = len(stacks)
+        rows_thread += [name] * nst
+        rows_stack += stacks
+        rows_n.append(np.bincount(ids, weights=counts, minlength=nst))
+        per_metric = {}
+        if scale is not None:
+            per_metric[metric] = w * scale
+        for m in ("wall", "cpu"):
+            if m in pext and len(pext[m]) == len(w):
+                per_metric[m] = np.asarray([np.nan if v is None else v for v in pext[m]], dtype=np.float64)
+        for m, vals in per_metric.items():
+            col = extra_cols.setdefault(m, [np.full(len(r), np.nan) for r in rows_n[:-1]])
+            # NaN stays NaN in the sum only if every sample of the stack is NaN.
+            agg = np.bincount(ids, weights=np.nan_to_num(vals), minlength=nst)
+            known = np.bincount(ids, weights=~np.isnan(vals), minlength=nst) > 0
+            col.append(np.where(known, agg, np.nan))
+        for m, col in extra_cols.items():
+            if len(col) < len(rows_n):
+                col.append(np.full(nst, np.nan))
+        ordered = prof.get("type") == "evented" or unit not in ("none", "bytes") or "time" in pext
+        if len(ids) and ordered:
+            t = np.asarray(pext["time"], dtype=np.float64) if "time" in pext and len(pext["time"]) == len(ids) \
+                else (times * scale if scale is not None else times)
+            part = {"time": t, "thread": np.full(len(ids), name, dtype=object), "stack": ids + base}
+            for m, vals in per_metric.items():
+                part[m] = vals
+            s_parts.append(pd.DataFrame(part))
+        base += nst
+    n = np.concatenate(rows_n) if rows_n else np.zeros(0)
+    stacks_df = pd.DataFrame({"thread": pd.Series(rows_thread, dtype=object),
+                              "stack": pd.Series(rows_stack, dtype=object)})
+    stacks_df["samples"] = n.astype(np.int64) if np.all(n == np.round(n)) else n
+    for m, col in extra_cols.items():
+        stacks_df[m] = np.concatenate(col) if col else np.zeros(0)
+    samples_df = pd.concat(s_parts, ignore_index=True) if s_parts else None
+    time_units = units - {"none", "bytes"}
+    meta = {"format": NAME, "source": source, "exporter": doc.get("exporter"), "name": doc.get("name"),
+            "units": sorted(units), "threads": threads}
+    carried = dict(ext.get("meta") or {})
+    if carried.get("format") not in (None, NAME):
+        carried["converted_from"] = carried["format"]
+    meta.update(carried)
+    meta.update(format=NAME, source=source, threads=threads)
+    if "bytes" in units:
+        meta["unit"] = "bytes"
+    primary = ext.get("metric") or (metric if time_units else "samples")
+    if primary not in stacks_df and primary != "samples":
+        primary = "samples"
+    for m in ext.get("unknown_metrics") or ():
+        if m not in stacks_df:
+            stacks_df[m] = np.nan
+    return Profile(frames, stacks_df, samples_df, meta, raw, primary)
+
+
+def _jsonable(v):
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (np.floating, float)):
+        return None if not math.isfinite(float(v)) else float(v)
+    if v is None or isinstance(v, (str, int, bool)):
+        return v
+    return str(v)
+
+
+def _clean(a: np.ndarray) -> list:
+    return [None if x != x else float(x) for x in a.tolist()]
+
+
+def to_dict(profile: Profile) -> dict:
+    from .. import __version__
+    fr = profile.frames
+    # Frame ids become positions in shared.frames.
+    order = fr.index.to_numpy()
+    pos = np.full(int(order.max()) + 1 if len(order) else 0, -1, dtype=np.int64)
+    pos[order] = np.arange(len(order))
+    frames = []
+    for name, file, line in zip(fr["name"], fr["file"], fr["line"]):
+        f = {"name": str(name)}
+        if file:
+            f["file"] = str(file)
+        if line is not pd.NA and line is not None:
+            f["line"] = int(line)
+        frames.append(f)
+    primary = profile.metric if profile.metric != "off_cpu" else "wall"
+    time_metric = primary in ("wall", "cpu")
+    stacks = profile.stacks
+    known = [m for m in ("wall", "cpu") if m in stacks]
+    unknown = [m for m in known if not stacks[m].notna().any()]
+    stack_pos = [[int(pos[f]) for f in s] for s in stacks["stack"]]
+    profiles = []
+    ordered = profile.samples is not None and len(profile.samples) > 0
+    for thread in profile.threads:
+        ext: dict = {}
+        if ordered:
+            sm = profile.samples[profile.samples["thread"] == thread]
+            ids = sm["stack"].to_numpy()
+            w = sm[primary].to_numpy(dtype=np.float64) if time_metric and primary in sm else np.ones(len(ids))
+            ext["time"] = sm["time"].astype(float).tolist()
+            for m in known:
+                if m in sm and m != primary:
+                    ext[m] = _clean(sm[m].to_numpy(dtype=np.float64))
+            if "samples" in sm:
+                ext["samples"] = sm["samples"].astype(float).tolist()
+        else:
+            ids = np.flatnonzero((stacks["thread"] == thread).to_numpy())
+            w = stacks[primary].to_numpy(dtype=np.float64)[ids]
+            n = stacks["samples"].to_numpy()[ids]
+            if time_metric or not np.array_equal(n, w):
+                ext["samples"] = n.astype(float).tolist()
+            for m in known:
+                if m != primary:
+                    ext[m] = _clean(stacks[m].to_numpy(dtype=np.float64)[ids])
+        w = np.nan_to_num(w)
+        total = float(w.sum())
+        start = float(ext["time"][0]) if ext.get("time") else 0.0
+        p = {
+            "type": "sampled",
+            "name": str(thread),
+            "unit": "seconds" if time_metric else "none",
+            "startValue": start,
+            "endValue": start + total,
+            "samples": [stack_pos[i] for i in ids],
+            "weights": [float(x) if time_metric else (int(x) if float(x).is_integer() else float(x))
+                        for x in w.tolist()],
+        }
+        if ext:
+            p[EXT] = ext
+        profiles.append(p)
+    meta = _jsonable({k: v for k, v in profile.meta.items() if k not in ("threads",)})
+    return {
+        "$schema": SCHEMA,
+        "exporter": f"profmagic@{__version__}",
+        "name": str(profile.meta.get("name") or profile.meta.get("backend") or "profile"),
+        "activeProfileIndex": 0,
+        "shared": {"frames": frames},
+        "profiles": profiles,
+        EXT: {"kinds": [str(k) for k in fr["kind"]], "metric": profile.metric, "meta": meta,
+              "unknown_metrics": unknown},
+    }
+
+
+def write(profile: Profile) -> bytes:
+    doc = to_dict(profile)
+    try:
+        return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates (undecodable input bytes): escape them
+        return json.dumps(doc, separators=(",", ":")).encode("ascii")

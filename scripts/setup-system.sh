@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs the system tools the tests and notebooks use, from Debian's apt, when root and missing.
+# Prints what it did; never fails the build just because a tool is absent without root.
+set -u
+need=()
+command -v eu-stack >/dev/null 2>&1 || need+=(elfutils)
+command -v perf >/dev/null 2>&1 || need+=(linux-perf)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v stap >/dev/null 2>&1 || need+=(systemtap)
+command -v gcc >/dev/null 2>&1 || need+=(gcc)
+command -v g++ >/dev/null 2>&1 || need+=(g++)
+command -v perl >/dev/null 2>&1 || need+=(perl)
+if [ ${#need[@]} -eq 0 ]; then
+  echo "system tools: all present"
+  exit 0
+fi
+if [ "$(id -u)" != 0 ]; then
+  echo "system tools missing (${need[*]}); not root, so not installing. Tests that need them will say so." >&2
+  exit 0
+fi
+echo "installing from apt: ${need[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${need[@]}" >/tmp/profmagic-apt.log 2>&1 || {
+  echo "apt-get install failed; see /tmp/profmagic-apt.log" >&2; tail -20 /tmp/profmagic-apt.log >&2; exit 1; }
