@@ -110,7 +110,8 @@ def lines(profile: Profile, metric: str | None = None, thread_roots: bool | None
     weights = profile.weights(metric).to_numpy()
     names = {fid: _clean(str(n)) for fid, n in profile.frames["name"].items()}
     if thread_roots is None:
-        thread_roots = len(profile.threads) > 1
+        # Readers whose stacks already start with a process/thread frame (perf script) set this False.
+        thread_roots = profile.meta.get("folded_thread_roots", len(profile.threads) > 1)
     out: dict[str, float] = {}
     for thread, stack, w in zip(profile.stacks["thread"], profile.stacks["stack"], weights):
         if w != w or w == 0:  # NaN or nothing
