@@ -1,0 +1,233 @@
+"""The built-in sampler: a thread in this process samples ``sys._current_frames()``.
+
+Every sample carries ``wall`` (seconds since the previous pass) and ``cpu`` (the thread's CPU
+clock delta over that time), so one run gives both metrics. It needs no ptrace, so it works on
+Binder, Colab and in Docker. The GIL switch interval caps the rate it can reach: a CPU-bound
+thread keeps the GIL for up to ``sys.getswitchinterval()`` seconds, so the achieved rate is
+measured and reported, never the requested one.
+
+Thread CPU clocks: ``time.pthread_getcpuclockid(ident)`` reads the thread's pthread descriptor,
+which dangles once the thread has exited. For threads whose native id is known we build the
+same clock id the kernel understands from the tid (glibc's ``make_thread_cpuclock``:
+``(~tid << 3) | CPUCLOCK_SCHED | CPUCLOCK_PERTHREAD``); the kernel answers EINVAL for a dead
+thread instead of reading freed memory. Both give the same reading for a live thread (tested).
+"""
+from __future__ import annotations
+
+import math
+import re
+import sys
+import threading
+import time
+
+from ..errors import ProfilerError
+from .base import Capture, Options
+
+NAME = "sampler"
+_THREAD_LABEL = re.compile(r'^Thread (\d+) "')
+
+
+def available() -> tuple[bool, str]:
+    if not hasattr(sys, "_current_frames"):
+        return False, "this Python has no sys._current_frames(); use --backend pyinstrument or cprofile"
+    if not hasattr(time, "pthread_getcpuclockid"):
+        return False, ("this platform has no per-thread CPU clocks (time.pthread_getcpuclockid); "
+                       "use --backend pyinstrument or cprofile")
+    return True, "built-in sampler: samples every Python thread from inside the process; needs no ptrace"
+
+
+def thread_label(native_id: int | None, name: str) -> str:
+    """py-spy's speedscope thread name, so the same transforms apply."""
+    return f'Thread {native_id if native_id is not None else "?"} "{name}"'
+
+
+def tid_cpu_clock(native_id: int) -> int:
+    """The kernel's per-thread CPU clock id for a Linux tid (what glibc builds from pd->tid)."""
+    return (~native_id << 3) | 6
+
+
+class _Thread:
+    __slots__ = ("label", "clock", "cpu")
+
+    def __init__(self, label: str, clock: int | None):
+        self.label = label
+        self.clock = clock
+        self.cpu = 0.0  # the last CPU clock reading
+
+    def read_cpu(self) -> float:
+        if self.clock is None:
+            return math.nan
+        try:
+            return time.clock_gettime(self.clock)
+        except OSError:  # the thread ended between the frame snapshot and this read
+            return math.nan
+
+
+class Recorder:
+    def __init__(self, options: Options):
+        if not options.rate or options.rate <= 0:
+            raise ProfilerError(f"--rate must be a positive number of Hz, got {options.rate!r}")
+        if options.mode not in ("wall", "cpu", "both"):
+            raise ProfilerError(f"--mode must be wall, cpu or both, got {options.mode!r}")
+        self.options = options
+        self.interval = 1.0 / float(options.rate)
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._builder = None
+        self._codes: dict[int, tuple] = {}       # id(code) -> (code kept alive, frame id)
+        self._threads: dict[tuple, _Thread] = {}  # (ident, native id) -> state
+        self._seen: list[str] = []
+        self.ticks = 0
+        self._t0 = self._t1 = 0.0
+
+    # -- sampling thread -------------------------------------------------------
+    def _live(self) -> dict[int, threading.Thread]:
+        return {t.ident: t for t in threading.enumerate() if t.ident is not None}
+
+    def _state(self, ident: int, live: dict) -> _Thread:
+        t = live.get(ident)
+        nid = getattr(t, "native_id", None) if t is not None else None
+        key = (ident, nid)
+        st = self._threads.get(key)
+        if st is None:
+            if nid is not None:
+                clock = tid_cpu_clock(nid)
+            else:  # a thread threading does not know: only its pthread id is at hand
+                try:
+                    clock = time.pthread_getcpuclockid(ident)
+                except OSError:
+                    clock = None
+            st = self._threads[key] = _Thread(thread_label(nid, t.name if t is not None else "?"), clock)
+            self._builder.thread(st.label)
+        return st
+
+    def _baseline(self, me: int) -> None:
+        live = self._live()
+        for ident in sys._current_frames():
+            if ident != me:
+                st = self._state(ident, live)
+                c = st.read_cpu()
+                st.cpu = 0.0 if math.isnan(c) else c
+
+    def _tick(self, me: int, now: float, wall: float) -> None:
+        frames = sys._current_frames()
+        live = self._live()
+        b = self._builder
+        codes = self._codes
+        t = now - self._t0
+        for ident, f in frames.items():
+            if ident == me:
+                continue
+            st = self._state(ident, live)
+            c = st.read_cpu()
+            cpu = c - st.cpu  # a new thread starts from 0: all its CPU is since the last pass
+            if not math.isnan(c):
+                st.cpu = c
+            stack = []
+            while f is not None:
+                code = f.f_code
+                hit = codes.get(id(code))
+                if hit is None:
+                    name = getattr(code, "co_qualname", code.co_name)
+                    hit = codes[id(code)] = (code, b.frame(name, code.co_filename, code.co_firstlineno, "python"))
+                stack.append(hit[1])
+                f = f.f_back
+            stack.reverse()
+            b.add(b.stack(st.label, stack), samples=1, time=t, wall=wall, cpu=cpu)
+        self.ticks += 1
+
+    def _run(self) -> None:
+        me = threading.get_ident()
+        try:
+            last = self._t0 = time.perf_counter()
+            self._baseline(me)
+            self._ready.set()
+            due = last + self.interval
+            # Deadlines are absolute, so a late wake-up (waiting for the GIL) does not slow the rate.
+            while not self._stop.wait(max(0.0, due - time.perf_counter())):
+                now = time.perf_counter()
+                self._tick(me, now, now - last)
+                last = now
+                due += self.interval
+                if due < now:  # too late for the missed ones: skip them rather than burst
+                    due = now + self.interval
+            self._t1 = time.perf_counter()
+        except BaseException as e:  # handed to the recording thread by stop()
+            self._error = e
+            self._ready.set()
+
+    # -- interface ---------------------------------------------------------------
+    def start(self) -> None:
+        from ..profile import StackBuilder
+        if self._thread is not None:
+            raise ProfilerError("this sampler recorder was already started; make a new one")
+        self._builder = StackBuilder()
+        self._thread = threading.Thread(target=self._run, name="profmagic-sampler", daemon=True)
+        self._thread.start()
+        self._ready.wait()
+        if self._error is not None:
+            self.close()
+            raise ProfilerError(f"the built-in sampler failed to start: {self._error!r}")
+
+    def _join(self) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+
+    def stop(self) -> Capture:
+        from ..formats import speedscope
+        if self._thread is None:
+            raise ProfilerError("the sampler was never started")
+        self._join()
+        if self._error is not None:
+            raise ProfilerError(f"the built-in sampler failed while recording: {self._error!r}")
+        duration = max(self._t1 - self._t0, 0.0)
+        achieved = self.ticks / duration if duration > 0 else 0.0
+        cell = next((st.label for (ident, nid), st in self._threads.items()
+                     if nid == self.options.thread_native_id), None)
+        meta = {
+            "backend": NAME,
+            "metrics": ["wall", "cpu"],
+            "mode": self.options.mode,
+            "rate": achieved,
+            "rate_requested": float(self.options.rate),
+            "ticks": self.ticks,
+            "duration": duration,
+            "switch_interval": sys.getswitchinterval(),
+            "cell_thread": cell,
+            "python": sys.version.split()[0],
+            "pid": self.options.pid,
+            "note": ("wall = time since the previous sampling pass; cpu = the thread's CPU clock over "
+                     "it; CPU used by a thread after the last pass before it ended is not seen"),
+        }
+        # Written with wall as the primary metric; read() restores the mode's metric.
+        profile = self._builder.build(metric="wall", meta=meta)
+        meta["samples"] = profile.sample_count
+        data = speedscope.write(profile)
+        self._builder = None
+        self._codes.clear()
+        return Capture(data, speedscope.NAME, meta)
+
+    def close(self) -> None:
+        self._join()
+        self._builder = None
+        self._codes.clear()
+        self._threads.clear()
+
+
+def read(capture: Capture, options: Options):
+    import pandas as pd
+
+    from ..formats import speedscope
+    p = speedscope.read(capture.data, source="<sampler>")
+    meta = dict(p.meta)
+    meta.update(capture.meta)
+    ids = []
+    for t in p.stacks["thread"]:
+        m = _THREAD_LABEL.match(str(t))
+        ids.append(int(m.group(1)) if m else None)
+    stacks = p.stacks.assign(native_id=pd.Series(ids, dtype="Int64"))
+    metric = meta["metric"] = "cpu" if options.mode == "cpu" else "wall"
+    return p.replace(stacks=stacks, meta=meta, metric=metric)
