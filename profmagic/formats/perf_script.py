@@ -1,0 +1,379 @@
+"""``perf script`` text -> Profile, folded exactly as FlameGraph's ``stackcollapse-perf.pl`` does.
+
+Rules (FlameGraph at 41fee1f; see shared/corpus/flamegraph/PARSING-RULES.md):
+
+* A record is an event header (``comm [pid/]tid [cpu] time: [period] event:``; the timestamp and
+  cpu may be missing) followed by frame lines (``addr symbol (module)``, leaf first, indented or
+  at column 0). A blank line ends it. ``#`` lines are skipped anywhere.
+* Only records of one event are kept: ``event_filter``, or else the first event seen.
+* The weight of a record is its period (missing or 0 means 1), as FlameGraph sums it.
+* Each stack starts with FlameGraph's root frame: ``comm``, ``comm-PID`` (``pid=True``) or
+  ``comm-PID/TID`` (``tid=True``), with spaces turned into ``_``; ``meta["folded_thread_roots"]``
+  is False so ``to_folded()`` adds no thread names of its own. The ``thread`` column is always
+  per thread (``comm-PID/TID``; PID is ``?`` when perf printed one number).
+* Frame names are tidied as stackcollapse-perf does; ``kernel``/``jit``/``all`` add its ``_[k]``/
+  ``_[j]`` annotations, ``addrs`` writes unknown frames as ``[module <addr>]``. Not supported:
+  ``--inline``, ``--context`` (they run addr2line) and ``--srcline``.
+
+Choices where we differ from, or go beyond, FlameGraph:
+
+* **Unterminated last record**: a record that no blank line closes at end of input is dropped by
+  FlameGraph and kept by speedscope. We keep it (``keep_unterminated=True``);
+  ``keep_unterminated=False`` reproduces FlameGraph's drop (the corpus tests use it).
+* **Java tidy**: we follow FlameGraph HEAD, which strips the leading ``L`` of ``Lpkg/Class;...``
+  frames whenever the root name starts with ``java`` (so also ``java-PID``). FlameGraph's own
+  expected ``--pid``/``--tid`` files for 4 Java inputs predate that change and keep the ``L``.
+* **Odd lines**: FlameGraph warns on unrecognised lines and goes on. We are lenient too (perf
+  output can carry extra lines) but count them in ``meta["skipped_lines"]`` and keep the first few
+  in ``meta["warnings"]``; ``strict=True`` raises ProfileFormatError at the first one, and at a
+  frame line that has no event header before it. Input without any sample is always an error.
+* **Metric**: ``samples`` holds the sum of periods (FlameGraph's count). When the event is
+  ``cpu-clock``/``task-clock`` and every kept record printed its period (nanoseconds), ``cpu``
+  (seconds) is filled too and is the primary metric; then ``to_folded(metric="samples")`` gives
+  FlameGraph's output.
+* **Python**: perf-trampoline frames (``py::func:/path/file.py``, Python 3.12+) become ``python``
+  frames named ``func`` with their file (``python_names=False`` keeps perf's raw name).
+* CRLF line ends are read as LF (FlameGraph would see no blank line at all).
+* ``Profile.samples`` has one row per kept record: ``time`` (s, NaN where perf printed none),
+  ``stack``, ``thread``, ``comm``, ``pid``, ``tid``, ``period``, ``samples`` (and ``cpu``), ordered by
+  time; it is None when no record has a timestamp.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from ..errors import ProfileFormatError
+from ..profile import Profile, Raw, StackBuilder
+from .folded import decode
+
+NAME = "perf_script"
+
+# The regexes of stackcollapse-perf.pl; possessive quantifiers replace its nested ones
+# ((\d+)* after \d+), which give the same matches without exponential backtracking.
+_HEADER = re.compile(r"(\S.+?)\s+(\d++)/*+(\d*+)\s+", re.A)
+_EVENT = re.compile(r":\s*(\d*+)\s+(\S+):\s*$", re.A)
+_FRAME = re.compile(r"\s*(\w+)\s*(.+) \((.*)\)", re.A)
+_TIME = re.compile(r"(?:\[\d+\]\s+)?(\d+\.\d+):", re.A)
+_OFFSET = re.compile(r"\+0x[\da-f]+$", re.A)
+_GO_METHOD = re.compile(r"\.\(.*\)\.")
+_PAREN = re.compile(r"\((?!anonymous namespace\)).*")
+_JIT_MAP = re.compile(r"/tmp/perf-\d+\.map", re.A)
+_KERNEL_MOD = re.compile(r"^\[|vmlinux$")
+# Sniffing: a frame line proper (hex address, symbol, module in parentheses).
+_SNIFF_FRAME = re.compile(r"\s*[0-9a-fA-F]+\s+\S.* \(.*\)\s*$", re.A)
+_CPU_EVENTS = ("cpu-clock", "task-clock")
+_MAX_WARNINGS = 5
+
+
+def sniff(head: bytes) -> bool:
+    try:
+        text = decode(head)
+    except UnicodeDecodeError:
+        return False
+    lines = text.split("\n")[:200]
+    if len(lines) > 1 and not text.endswith("\n"):
+        lines = lines[:-1]  # the head may cut the last line
+    after_header = False
+    seen_header = False
+    for line in lines:
+        line = line.rstrip("\r")
+        if line.startswith("#"):
+            continue
+        if not line.strip():
+            after_header = False
+            continue
+        if _SNIFF_FRAME.match(line) and not line[:1].isspace() and not after_header:
+            return False  # column-0 frames are only valid right after a header
+        if after_header and _SNIFF_FRAME.match(line):
+            return True
+        if _HEADER.match(line) and ":" in line:
+            seen_header = after_header = True
+            continue
+        if not seen_header:
+            return False
+        after_header = False
+    return False
+
+
+def _tidy(func: str) -> str:
+    """stackcollapse-perf's generic tidy: ';' -> ':', drop argument lists (not Go methods), quotes."""
+    if ";" in func:
+        func = func.replace(";", ":")
+    if "(" in func and not _GO_METHOD.search(func):
+        func = _PAREN.sub("", func, count=1)
+    if '"' in func or "'" in func:
+        func = func.replace('"', "").replace("'", "")
+    return func
+
+
+class _Opts:
+    __slots__ = ("kernel", "jit", "addrs", "python_names")
+
+    def __init__(self, kernel, jit, addrs, python_names):
+        self.kernel, self.jit, self.addrs, self.python_names = kernel, jit, addrs, python_names
+
+
+def _frame_parts(pc: str, rawfunc: str, mod: str, java: bool, o: _Opts) -> list[tuple[str, str, str]]:
+    """(name, file, kind) for each frame one perf frame line gives, in stackcollapse's order."""
+    rawfunc = _OFFSET.sub("", rawfunc, count=1)
+    if rawfunc.startswith("("):
+        return []  # stackcollapse skips these (process names)
+    parts = rawfunc.split("->")
+    while parts and parts[-1] == "":  # Perl's split drops trailing empty fields
+        parts.pop()
+    kernel_mod = bool(_KERNEL_MOD.search(mod)) and "unknown" not in mod
+    jit_mod = bool(_JIT_MAP.search(mod))
+    out = []
+    for i, func in enumerate(parts):
+        if func == "[unknown]":
+            base = mod.rsplit("/", 1)[-1] if mod != "[unknown]" else "unknown"
+            func = f"[{base} <{pc}>]" if o.addrs else f"[{base}]"
+        func = _tidy(func)
+        if java and "/" in func and func.startswith("L"):
+            func = func[1:]
+        kind = "kernel" if kernel_mod else ("other" if jit_mod or mod == "[unknown]" else "native")
+        file = mod
+        if o.python_names and jit_mod and func.startswith("py::"):
+            qual, _, pyfile = func[4:].partition(":")
+            out.append((qual, pyfile, "python"))
+            continue
+        if i:
+            if "_[i]" not in func:
+                func += "_[i]"
+        elif o.kernel and kernel_mod:
+            func += "_[k]"
+        elif o.jit and jit_mod and "_[j]" not in func:
+            func += "_[j]"
+        out.append((func, file, kind))
+    return out
+
+
+def read(data: bytes, source: str = "<input>", pid: bool = False, tid: bool = False,
+         kernel: bool = False, jit: bool = False, all: bool = False, addrs: bool = False,
+         event_filter: str | None = None, keep_unterminated: bool = True, strict: bool = False,
+         python_names: bool = True) -> Profile:
+    """Read ``perf script`` text. Options mirror stackcollapse-perf.pl (``all`` = kernel + jit);
+    see the module docstring for ``keep_unterminated``, ``strict`` and ``python_names``."""
+    if all:
+        kernel = jit = True
+    o = _Opts(kernel, jit, addrs, python_names)
+    text = decode(data)
+    if "\r\n" in text[:65536]:
+        text = text.replace("\r\n", "\n")
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the final newline does not make an empty line
+
+    b = StackBuilder()
+    frame_id = b.frame
+    root_ids: dict[str, int] = {}
+    # line text -> frame ids (reversed, see below) for non-Java and Java roots; None = not a frame
+    line_cache: dict[str, list] = {}
+    sid_of: dict[tuple, int] = {}
+    s_time: list[float] = []
+    s_sid: list[int] = []
+    s_comm: list[str] = []
+    s_pid: list[int | None] = []
+    s_tid: list[int] = []
+    s_period: list[int] = []
+
+    header_match = _HEADER.match
+    event_search = _EVENT.search
+    frame_match = _FRAME.match
+    nan = float("nan")
+
+    event = event_filter or ""
+    events_seen: dict[str, int] = {}
+    explicit_period = True
+    any_time = False
+    skipped = 0
+    warnings: list[str] = []
+    first_header_line = None
+    orphan_frames = 0
+
+    # State of the open record. ``stack`` holds frame ids leaf first with each line's own
+    # frames reversed, so reversing the whole list at the end gives stackcollapse's order.
+    pname = None
+    is_java = False
+    rec_open = False
+    stack: list[int] = []
+    cur = None  # (thread, comm, pid, tid, period, time)
+
+    def close_record():
+        key = (cur[0], pname, tuple(stack))
+        sid = sid_of.get(key)
+        if sid is None:
+            rid = root_ids.get(pname)
+            if rid is None:
+                rid = root_ids[pname] = frame_id(pname, None, None, "other")
+            frames = [rid]
+            frames.extend(reversed(stack))
+            sid = sid_of[key] = b.stack(cur[0], frames)
+        s_sid.append(sid)
+        s_comm.append(cur[1])
+        s_pid.append(cur[2])
+        s_tid.append(cur[3])
+        s_period.append(cur[4])
+        s_time.append(cur[5])
+
+    def odd_line(lineno: int, line: str, why: str):
+        nonlocal skipped
+        if strict:
+            raise ProfileFormatError(f"{why}, got {line[:200]!r}", source=source, line=lineno)
+        skipped += 1
+        if len(warnings) < _MAX_WARNINGS:
+            warnings.append(f"line {lineno}: {why}, got {line[:120]!r}")
+
+    lineno = 0
+    for lineno, line in enumerate(lines, 1):
+        if not line:
+            if pname is not None:
+                close_record()
+                pname = None
+            stack = []
+            rec_open = False
+            continue
+        if line[0] == "#":
+            continue
+        hit = line_cache.get(line)
+        if hit is not None:
+            if pname is not None:
+                if is_java:
+                    if hit[1] is None:
+                        hit[1] = _frame_fids(hit[2], True, o, frame_id)
+                    stack.extend(hit[1])
+                else:
+                    stack.extend(hit[0])
+            elif not rec_open:
+                orphan_frames += 1
+                odd_line(lineno, line, "expected an event header before this frame line")
+            continue
+        m = header_match(line)
+        if m is not None:
+            rec_open = True
+            comm, n1, n2 = m.group(1, 2, 3)
+            if n2 and n2 != "0":
+                p, t = n1, n2
+            else:
+                p, t = None, n1
+            period_text = ""
+            e = event_search(line)
+            if e is not None:
+                period_text, ev = e.group(1, 2)
+                events_seen[ev] = events_seen.get(ev, 0) + 1
+                if not event:
+                    event = ev
+                elif ev != event:
+                    continue  # another event: skipped with its frames
+            if first_header_line is None:
+                first_header_line = lineno
+            if not period_text or period_text == "0":
+                period = 1
+                explicit_period = False
+            else:
+                period = int(period_text)
+            tm = _TIME.match(line, m.end())
+            if tm is not None:
+                time = float(tm.group(1))
+                any_time = True
+            else:
+                time = nan
+            ptxt = "?" if p is None else p
+            if tid:
+                pname = f"{comm}-{ptxt}/{t}"
+            elif pid:
+                pname = f"{comm}-{ptxt}"
+            else:
+                pname = comm
+            if " " in pname:
+                pname = pname.replace(" ", "_")
+            is_java = pname.startswith("java")
+            cur = (f"{comm}-{ptxt}/{t}", comm, None if p is None else int(p), int(t), period, time)
+            continue
+        f = frame_match(line)
+        if f is not None:
+            entry = [None, None, f.group(1, 2, 3)]
+            entry[0] = _frame_fids(entry[2], False, o, frame_id)
+            line_cache[line] = entry
+            if pname is not None:
+                if is_java:
+                    entry[1] = _frame_fids(entry[2], True, o, frame_id)
+                    stack.extend(entry[1])
+                else:
+                    stack.extend(entry[0])
+            elif not rec_open:
+                orphan_frames += 1
+                odd_line(lineno, line, "expected an event header before this frame line")
+            continue
+        odd_line(lineno, line, "expected an event header ('comm pid [cpu] time: period event:'), "
+                 "a frame line ('addr symbol (module)'), a blank line or a '#' comment")
+
+    unterminated = pname is not None
+    if unterminated and keep_unterminated:
+        close_record()
+
+    if not s_sid:
+        if first_header_line is None:
+            raise ProfileFormatError(
+                "no perf script samples: expected event header lines such as "
+                "'comm pid [cpu] time: period event:' followed by frame lines", source=source,
+                line=lineno or None)
+        raise ProfileFormatError(
+            f"no complete perf script sample (first event header at line {first_header_line}); "
+            "expected records ended by a blank line", source=source, line=first_header_line)
+
+    sids = np.asarray(s_sid, dtype=np.int64)
+    periods = np.asarray(s_period, dtype=np.int64)
+    nrows = len(b._stack_frames)
+    per_stack = np.bincount(sids, weights=periods, minlength=nrows)
+    use_cpu = event in _CPU_EVENTS and explicit_period
+    for sid in range(nrows):
+        w = int(per_stack[sid])
+        if use_cpu:
+            b.add(sid, samples=w, cpu=w * 1e-9)
+        else:
+            b.add(sid, samples=w)
+
+    meta = {
+        "format": NAME, "backend": "perf", "source": source, "event": event,
+        "events_seen": events_seen, "records": len(s_sid),
+        "samples_are": "sum of event periods (as stackcollapse-perf.pl)",
+        "folded_thread_roots": False, "skipped_lines": skipped,
+        "unterminated_record": ("kept" if keep_unterminated else "dropped") if unterminated else None,
+        "options": {k: v for k, v in dict(pid=pid, tid=tid, kernel=kernel, jit=jit, addrs=addrs).items() if v},
+    }
+    if warnings:
+        meta["warnings"] = warnings
+    if orphan_frames:
+        meta["orphan_frame_lines"] = orphan_frames
+    prof = b.build(metric="cpu" if use_cpu else "samples", meta=meta, raw=Raw(data, NAME))
+    if any_time:
+        stacks = prof.stacks
+        df = pd.DataFrame({
+            "time": np.asarray(s_time, dtype=np.float64),
+            "stack": sids,
+            "thread": stacks["thread"].to_numpy()[sids],
+            "comm": pd.Series(s_comm, dtype=object),
+            "pid": pd.array(s_pid, dtype="Int64"),
+            "tid": np.asarray(s_tid, dtype=np.int64),
+            "period": periods,
+            "samples": periods,
+        })
+        if use_cpu:
+            df["cpu"] = periods * 1e-9
+        if not df["time"].is_monotonic_increasing:
+            df = df.sort_values("time", kind="stable", na_position="last").reset_index(drop=True)
+        prof.samples = df
+        t = df["time"].dropna()
+        if len(t) > 1:
+            prof.meta["duration"] = float(t.iloc[-1] - t.iloc[0])
+    return prof
+
+
+def _frame_fids(groups, java: bool, o: _Opts, frame_id) -> list[int]:
+    pc, rawfunc, mod = groups
+    parts = _frame_parts(pc, rawfunc, mod, java, o)
+    return [frame_id(name, file, None, kind) for name, file, kind in reversed(parts)]
