@@ -152,7 +152,9 @@ def read(data: bytes, source: str = "<input>", metric: str = "wall") -> Profile:
     try:
         doc = json.loads(data)
     except json.JSONDecodeError as e:
-        raise ProfileFormatError(f"invalid JSON: {e.msg}", source=source, line=e.lineno, offset=e.pos) from None
+        # e.pos counts characters; the error names a byte offset.
+        offset = len(e.doc[:e.pos].encode("utf-8", "surrogatepass")) if isinstance(e.doc, str) else e.pos
+        raise ProfileFormatError(f"invalid JSON: {e.msg}", source=source, line=e.lineno, offset=offset) from None
     except UnicodeDecodeError as e:
         raise ProfileFormatError(f"not UTF-8 text: {e.reason}", source=source, offset=e.start) from None
     return from_dict(doc, source=source, metric=metric, raw=Raw(data, NAME))
@@ -164,6 +166,11 @@ def from_dict(doc, source: str = "<input>", metric: str = "wall", raw: Raw | Non
     frames = _frames(doc, source)
     nframes = len(frames)
     ext = doc.get(EXT) if isinstance(doc.get(EXT), dict) else {}
+    # The metric the weights are in: what our writer recorded, else the caller's choice.
+    if ext.get("metric") in ("wall", "cpu"):
+        metric = ext["metric"]
+    elif ext.get("metric") == "off_cpu":
+        metric = "wall"
     units = set()
     threads: list[str] = []
     rows_thread, rows_stack, rows_w, rows_n = [], [], [], []
@@ -244,7 +251,9 @@ def from_dict(doc, source: str = "<input>", metric: str = "wall", raw: Raw | Non
     if "bytes" in units:
         meta["unit"] = "bytes"
     primary = ext.get("metric") or (metric if time_units else "samples")
-    if primary not in stacks_df and primary != "samples":
+    if primary == "off_cpu" and not {"wall", "cpu"} <= set(stacks_df):
+        primary = "samples"
+    elif primary not in stacks_df and primary not in ("samples", "off_cpu"):
         primary = "samples"
     for m in ext.get("unknown_metrics") or ():
         if m not in stacks_df:
