@@ -1,0 +1,191 @@
+"""py-spy attached to a running Python process (the kernel), out of process.
+
+py-spy 0.4: ``record --pid`` prints "Sampling process ..." on stdout once it has attached, stops
+and writes its file on SIGINT (SIGTERM writes none), and names each speedscope profile
+``Thread <native tid> "<name>"``. Without ``--idle`` it drops samples of threads it sees as idle,
+so its weights approximate CPU time; with ``--idle`` they are wall time.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+
+from ..errors import ProfilerError
+from .base import Capture, Options, TempDir, reap
+
+NAME = "py-spy"
+PR_SET_PTRACER = 0x59616D61
+READY = b"Sampling process"
+START_TIMEOUT = 20.0
+
+
+def binary() -> str | None:
+    """py-spy next to the running interpreter first (the venv), then on PATH."""
+    here = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    if os.access(here, os.X_OK):
+        return here
+    return shutil.which("py-spy")
+
+
+def ptrace_scope() -> int | None:
+    try:
+        with open("/proc/sys/kernel/yama/ptrace_scope") as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def available() -> tuple[bool, str]:
+    if not sys.platform.startswith("linux"):
+        return False, "profmagic drives py-spy on Linux only; use --backend sampler"
+    exe = binary()
+    if exe is None:
+        return False, "py-spy is not installed (pip install py-spy); or use --backend sampler"
+    scope = ptrace_scope()
+    if scope is not None and scope >= 2 and os.geteuid() != 0:
+        return False, (f"Yama ptrace_scope is {scope}: py-spy may not attach to this kernel. Fix: "
+                       "`echo 1 | sudo tee /proc/sys/kernel/yama/ptrace_scope`; or use --backend sampler")
+    return True, f"py-spy at {exe}"
+
+
+def version() -> str | None:
+    exe = binary()
+    if not exe:
+        return None
+    try:
+        out = subprocess.run([exe, "--version"], capture_output=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.decode(errors="replace").strip().removeprefix("py-spy ").strip() or None
+
+
+def allow_tracer(pid: int) -> bool:
+    """Let ``pid`` ptrace this process under Yama ptrace_scope 1 (a child may not trace its parent)."""
+    if ptrace_scope() != 1:
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_PTRACER, ctypes.c_ulong(pid), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def attach_help(stderr: str) -> str:
+    scope = ptrace_scope()
+    cause = stderr.strip().splitlines()[-1] if stderr.strip() else "py-spy exited before sampling"
+    return (f"py-spy could not attach to process {os.getpid()}: {cause}\n"
+            f"Cause: reading another process's memory needs ptrace permission "
+            f"(Yama ptrace_scope={scope if scope is not None else 'n/a'}; in Docker, the SYS_PTRACE capability).\n"
+            "Fix: run the container with `--cap-add SYS_PTRACE`, or set "
+            "`echo 0 | sudo tee /proc/sys/kernel/yama/ptrace_scope`.\n"
+            "Way out: `%%profile --backend sampler` needs no ptrace.")
+
+
+class Recorder:
+    def __init__(self, options: Options):
+        self.options = options
+        self.tmp: TempDir | None = None
+        self.proc: subprocess.Popen | None = None
+        self.output: str | None = None
+        self.status = b""
+
+    def command(self) -> list[str]:
+        o = self.options
+        cmd = [binary() or "py-spy", "record", "--pid", str(o.pid), "-f", "speedscope",
+               "-r", str(max(1, int(round(o.rate)))), "-o", self.output, "--full-filenames"]
+        if o.gil:
+            cmd.append("--gil")
+        elif o.idle:
+            cmd.append("--idle")
+        if o.native:
+            cmd.append("--native")      # only in blocking mode
+        else:
+            cmd.append("--nonblocking")
+        if o.subprocesses:
+            cmd.append("--subprocesses")
+        return cmd
+
+    def start(self) -> None:
+        if binary() is None:
+            raise ProfilerError("py-spy is not installed: `pip install py-spy`; or use --backend sampler")
+        self.tmp = TempDir()
+        self.output = self.tmp.file("py-spy.speedscope.json")
+        # Own session: the user's interrupt (SIGINT to the kernel's process group) must not kill it.
+        self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, start_new_session=True)
+        allow_tracer(self.proc.pid)
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        """Block until py-spy says it samples (it has attached), or fail with its own words."""
+        got: list[bytes] = []
+
+        def read():
+            got.append(self.proc.stdout.readline())
+
+        t = threading.Thread(target=read, daemon=True)
+        t.start()
+        t.join(START_TIMEOUT)
+        line = got[0] if got else b""
+        self.status = line
+        if READY in line:
+            return
+        if not got:
+            raise ProfilerError(f"py-spy did not start sampling within {START_TIMEOUT:.0f} s; "
+                                "use --backend sampler")
+        reap(self.proc, signal.SIGKILL)
+        err = self.proc.stderr.read().decode(errors="replace") if self.proc.stderr and \
+            not self.proc.stderr.closed else ""
+        raise ProfilerError(attach_help(err or line.decode(errors="replace")))
+
+    def stop(self) -> Capture:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            raise ProfilerError("py-spy was not started")
+        proc.send_signal(signal.SIGINT)
+        try:
+            out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            reap(proc, signal.SIGKILL)
+            raise ProfilerError("py-spy did not stop within 30 s of SIGINT") from None
+        finally:
+            reap(proc)
+        if not self.output or not os.path.exists(self.output):
+            msg = (err or out).decode(errors="replace").strip()
+            raise ProfilerError(f"py-spy wrote no profile (exit {proc.returncode}): {msg}")
+        with open(self.output, "rb") as f:
+            data = f.read()
+        return Capture(data, "speedscope", {"status": (self.status + out).decode(errors="replace"),
+                                            "exit": proc.returncode})
+
+    def close(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            reap(proc)
+        if self.tmp is not None:
+            self.tmp.close()
+            self.tmp = None
+
+
+def read(capture: Capture, options: Options):
+    from ..formats import speedscope
+    wall = options.idle and not options.gil
+    metric = "wall" if wall else "cpu"
+    p = speedscope.read(capture.data, source="py-spy", metric=metric)
+    meta = dict(p.meta)
+    meta.update(backend=NAME, metric=metric, rate=float(options.rate), requested_rate=float(options.rate),
+                versions={"py-spy": version()}, pid=options.pid,
+                py_spy_flags={"idle": options.idle, "gil": options.gil, "native": options.native,
+                              "subprocesses": options.subprocesses})
+    if options.gil:
+        meta["metric_note"] = ("--gil: only samples holding the GIL; weights approximate the GIL-holding "
+                               "time (1/rate each)")
+    elif not wall:
+        meta["metric_note"] = ("py-spy without --idle drops samples of threads it sees as idle, so its "
+                               "weights approximate CPU time (1/rate each)")
+    return p.replace(meta=meta, metric=metric)

@@ -1,0 +1,193 @@
+"""``%%profile`` / ``%profile``: argument parsing and orchestration only (no parsing of files, no plots)."""
+from __future__ import annotations
+
+import ast
+import asyncio
+import contextvars
+import inspect
+import sys
+import threading
+
+from IPython.core.magic import Magics, line_cell_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from . import recording, transforms
+from .errors import ProfilerError
+from .profile import Profile
+
+MODES = ("wall", "cpu", "both")
+# Options that take a value: the line magic's statement starts after the last option.
+_VALUED = {"-b", "--backend", "--rate", "--mode", "-o", "--output"}
+
+
+def split_line(line: str) -> tuple[str, str]:
+    """``"-b sampler --idle f(x, 'a b')"`` -> (``"-b sampler --idle"``, ``"f(x, 'a b')"``)."""
+    rest = line.lstrip()
+    opts = []
+    while rest.startswith("-"):
+        tok, _, after = rest.partition(" ")
+        opts.append(tok)
+        rest = after.lstrip()
+        if tok in _VALUED and rest:
+            val, _, after = rest.partition(" ")
+            opts.append(val)
+            rest = after.lstrip()
+    return " ".join(opts), rest
+
+
+class QuietProfile(Profile):
+    """A Profile returned under ``-q``: shown as its one-line repr instead of the report."""
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        return {"text/plain": repr(self)}
+
+
+@magics_class
+class ProfileMagics(Magics):
+
+    @magic_arguments()
+    @argument("-b", "--backend", default="auto",
+              help="auto, " + ", ".join(recording.BACKENDS[1:]) + " (default auto: py-spy when it can attach, "
+                   "else the built-in sampler)")
+    @argument("--idle", action="store_true", help="include waiting (off-CPU) samples: wall time")
+    @argument("--native", action="store_true", help="C/C++ frames too (py-spy: blocking mode)")
+    @argument("--gil", action="store_true", help="only samples holding the GIL (overrides --idle)")
+    @argument("--rate", type=float, default=100.0, metavar="HZ", help="samples per second (default 100)")
+    @argument("--all-threads", action="store_true", help="keep the kernel's own threads too")
+    @argument("--subprocesses", action="store_true", help="profile child processes too")
+    @argument("--mode", default=None, help="wall, cpu or both (py-spy: wall means --idle)")
+    @argument("-o", "--output", default=None, metavar="FILE", help="write the speedscope JSON here")
+    @argument("-q", "--quiet", action="store_true", help="no display; the Profile is still returned")
+    @line_cell_magic
+    def profile(self, line: str = "", cell: str | None = None):
+        """Profile a cell (``%%profile``) or a statement (``%profile f()``); returns the Profile."""
+        if cell is None:
+            opts, code = split_line(line)
+        else:
+            opts, code = line, cell
+        try:
+            args = parse_argstring(self.profile, opts)
+        except Exception as e:  # UsageError: show it as the user's mistake
+            print(f"profmagic: {e}", file=sys.stderr)
+            return None
+        if args.backend not in recording.BACKENDS:
+            print(f"profmagic: unknown backend {args.backend!r}; choose one of: "
+                  + ", ".join(recording.BACKENDS), file=sys.stderr)
+            return None
+        if args.mode is not None and args.mode not in MODES:
+            print(f"profmagic: unknown --mode {args.mode!r}; choose one of: {', '.join(MODES)}", file=sys.stderr)
+            return None
+        if not code.strip():
+            print("profmagic: nothing to profile: give a statement (%profile f()) or a cell (%%profile)",
+                  file=sys.stderr)
+            return None
+        if args.gil and args.idle:
+            print("profmagic: --gil overrides --idle: only samples holding the GIL are kept", file=sys.stderr)
+        return self.run(code, args)
+
+    def run(self, code: str, args):
+        ip = self.shell
+        number = max(1, ip.execution_count - 1)  # IPython counts the running cell before it runs
+        transformed = ip.transform_cell(code)
+        filename = ip.compile.cache(transformed, number, raw_code=code)
+        flags = ip.compile.flags | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+        try:
+            compiled = compile(transformed, filename, "exec", flags=flags, dont_inherit=True)
+        except SyntaxError:
+            ip.showsyntaxerror(filename)
+            return None
+        is_async = bool(compiled.co_flags & inspect.CO_COROUTINE)
+        options = recording.make_options(
+            rate=args.rate, idle=bool(args.idle or args.mode in ("wall", "both")), native=args.native,
+            gil=args.gil, mode=args.mode or "wall", subprocesses=args.subprocesses,
+            all_threads=args.all_threads, cell_filename=filename)
+        names = transforms.cell_names(getattr(ip.compile, "_filename_map", {}))
+        handle = None
+
+        def announce(text):
+            nonlocal handle
+            if args.quiet:
+                return
+            from IPython.display import display
+            handle = display({"text/plain": text}, raw=True, display_id=True)
+
+        session_kw = dict(cell=code, file_names=names, announce=None if is_async else announce)
+        ns = ip.user_ns
+        try:
+            if is_async:
+                announce(f"recording with {args.backend} (top-level await: the cell runs in its own "
+                         "event loop on a helper thread)…")
+                profile, error = _run_async(args.backend, options, compiled, ns, session_kw)
+            else:
+                profile, error = recording.run(args.backend, options, lambda: exec(compiled, ns), **session_kw)
+        except ProfilerError as e:
+            if handle is not None:
+                handle.update({"text/plain": ""}, raw=True)
+            print(f"profmagic: {e}", file=sys.stderr)
+            return None
+        if handle is not None:
+            handle.update({"text/plain": ""}, raw=True)
+        if profile is not None and args.output:
+            try:
+                profile.save(args.output)
+            except (OSError, ValueError) as e:
+                print(f"profmagic: could not write {args.output}: {e}", file=sys.stderr)
+        if profile is not None and profile.sample_count == 0:
+            print(profile.meta.get("message", "profmagic: no samples"), file=sys.stderr)
+            profile = None
+        if error is not None:
+            if profile is not None and not args.quiet:
+                from IPython.display import display
+                display(profile)
+            raise error
+        if profile is not None and args.quiet:
+            profile = QuietProfile(profile.frames, profile.stacks, profile.samples, profile.meta,
+                                   profile.raw, profile.metric)
+        return profile
+
+
+def _run_async(backend, options, compiled, ns, session_kw):
+    """Top-level await: the kernel's own loop is running in this thread, so the cell gets a fresh
+    event loop on a helper thread; that thread is the cell's thread in the profile."""
+    out: dict = {}
+    box: dict = {}
+
+    async def main():
+        box["task"] = asyncio.current_task()
+        box["loop"] = asyncio.get_running_loop()
+        await eval(compiled, ns)
+
+    def work():
+        try:
+            out["result"] = recording.run(backend, options, lambda: asyncio.run(main()), **session_kw)
+        except BaseException as e:  # recorder errors: handed to the kernel thread
+            out["error"] = e
+
+    ctx = contextvars.copy_context()
+    t = threading.Thread(target=ctx.run, args=(work,), name="profmagic-await")
+    t.start()
+    interrupted = None
+    while t.is_alive():
+        try:
+            t.join(0.05)
+        except KeyboardInterrupt as e:
+            interrupted = e
+            if "loop" in box:
+                box["loop"].call_soon_threadsafe(box["task"].cancel)
+    if "error" in out:
+        raise out["error"]
+    profile, error = out["result"]
+    if interrupted is not None:
+        error = interrupted
+    return profile, error
+
+
+def load_ipython_extension(ipython) -> None:
+    ipython.register_magics(ProfileMagics)
+
+
+def unload_ipython_extension(ipython) -> None:
+    mm = ipython.magics_manager
+    for kind in ("line", "cell"):
+        if mm.magics[kind].get("profile", None) is not None:
+            mm.magics[kind].pop("profile", None)

@@ -1,0 +1,224 @@
+"""Record one piece of code with one backend: resolve, start, run, stop, read, transform, clean up.
+
+Used by the ``%%profile`` magic and by the ``profmagic.profile()`` context manager::
+
+    with profmagic.profile("py-spy", idle=True) as rec:
+        work()
+    rec.profile
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from dataclasses import fields
+from typing import Callable
+
+from . import backends, transforms
+from .backends.base import Options, thread_label
+from .errors import ProfilerError
+from .profile import Profile
+
+BACKENDS = ("auto",) + tuple(backends.names())
+# Samplers whose weights are 1/requested rate per sample: their seconds are calibrated to the cell.
+CALIBRATED = {"py-spy"}
+
+
+def resolve(name: str, options: Options) -> tuple[object, str]:
+    """The backend module for ``name`` and a sentence saying what was chosen and why."""
+    if name not in BACKENDS:
+        raise ProfilerError(f"unknown backend {name!r}; choose one of: {', '.join(BACKENDS)}")
+    if name != "auto":
+        mod = backends.get(name)
+        ok, reason = mod.available()
+        if not ok:
+            raise ProfilerError(f"backend {name} cannot record here: {reason}")
+        return mod, f"{name}: {reason}"
+    mod = backends.get("py-spy")
+    ok, reason = mod.available()
+    if ok:
+        return mod, f"auto chose py-spy ({reason})"
+    fallback = backends.get("sampler")
+    return fallback, f"auto chose the built-in sampler: py-spy is not usable here ({reason})"
+
+
+def make_options(**kw) -> Options:
+    known = {f.name for f in fields(Options)}
+    extra = {k: v for k, v in kw.items() if k not in known}
+    opts = Options(**{k: v for k, v in kw.items() if k in known})
+    opts.extra.update(extra)
+    return opts
+
+
+def _versions() -> dict:
+    from . import __version__
+    import platform
+    v = {"profmagic": __version__, "python": platform.python_version()}
+    for mod in ("IPython", "ipykernel"):
+        m = sys.modules.get(mod)
+        if m is not None:
+            v[mod] = getattr(m, "__version__", None)
+    return v
+
+
+class Session:
+    """One recording. ``start()``; run the code; ``finish(error)`` -> Profile (or None with no samples).
+
+    The recorder is always closed in ``finish`` (or ``abort``), whatever happened.
+    """
+
+    def __init__(self, backend: str = "auto", options: Options | None = None, *, cell: str | None = None,
+                 cell_filename: str | None = None, file_names: dict | None = None,
+                 announce: Callable[[str], None] | None = None):
+        self.requested = backend
+        self.options = options or Options()
+        if cell_filename:
+            self.options.cell_filename = cell_filename
+        self.cell = cell
+        self.file_names = file_names or {}
+        self.announce = announce
+        self.module = None
+        self.why = ""
+        self.recorder = None
+        self.profile: Profile | None = None
+        self.message: str | None = None
+        self.error: BaseException | None = None
+
+    @property
+    def name(self) -> str:
+        return getattr(self.module, "NAME", self.requested)
+
+    def start(self) -> None:
+        self.module, self.why = resolve(self.requested, self.options)
+        if self.options.gil and self.options.idle:
+            self.warn("--gil overrides --idle: only samples holding the GIL are kept")
+        o = self.options
+        o.pid = os.getpid()
+        o.thread_native_id = threading.get_native_id()
+        o.thread_ident = threading.get_ident()
+        self.thread_name = threading.current_thread().name
+        self.before = {t.native_id for t in threading.enumerate() if t.native_id is not None}
+        if self.announce:
+            self.announce(f"recording with {self.name} at {o.rate:g} Hz (pid {o.pid})…")
+        self.recorder = self.module.Recorder(o)
+        try:
+            self.recorder.start()
+        except BaseException:
+            self.close()
+            raise
+        self.t_wall = time.perf_counter()
+        self.t_cpu = time.thread_time()
+
+    def warn(self, text: str) -> None:
+        print(f"profmagic: {text}", file=sys.stderr)
+
+    def close(self) -> None:
+        rec, self.recorder = self.recorder, None
+        if rec is not None:
+            rec.close()
+
+    def finish(self, error: BaseException | None = None) -> Profile | None:
+        """Stop, read and transform. Call from the thread that ran the code, right after it."""
+        cell_wall = time.perf_counter() - self.t_wall
+        cell_cpu = time.thread_time() - self.t_cpu
+        self.error = error
+        try:
+            capture = self.recorder.stop()
+            profile = self.module.read(capture, self.options)
+        finally:
+            self.close()
+        self.profile = self._transform(profile, cell_wall, cell_cpu)
+        return self.profile
+
+    def _transform(self, p: Profile, cell_wall: float, cell_cpu: float) -> Profile | None:
+        o = self.options
+        requested_rate = float(o.rate)
+        mine = [t for t in p.threads if transforms.thread_native_id(t) == o.thread_native_id]
+        cell_thread = mine[0] if mine else thread_label(o.thread_native_id, self.thread_name)
+        if not o.all_threads:
+            p = transforms.drop_kernel_threads(p, o.thread_native_id, self.before)
+        if o.cell_filename:
+            p = transforms.trim_to_cell(p, o.cell_filename, threads=[cell_thread])
+        if self.name in CALIBRATED and mine:
+            # py-spy --idle samples the cell thread at every tick: calibrate to its wall time.
+            # Without --idle it samples it only while running: calibrate to its CPU time.
+            against = cell_wall if p.metric == "wall" else cell_cpu
+            p = transforms.calibrate(p, cell_thread, against)
+        if self.file_names:
+            p = transforms.rename_files(p, self.file_names)
+        meta = dict(p.meta)
+        rate = meta.get("rate") or requested_rate
+        meta.update(backend=self.name, backend_choice=self.why, requested_rate=meta.get("requested_rate")
+                    or requested_rate, rate=rate, cell_wall=cell_wall, cell_cpu=cell_cpu,
+                    duration=cell_wall, pid=o.pid, cell_thread=cell_thread,
+                    cell_thread_samples=int(p.stacks.loc[p.stacks["thread"] == cell_thread, "samples"].sum())
+                    if len(p.stacks) else 0,
+                    sample_count=p.sample_count,
+                    versions={**_versions(), **(meta.get("versions") or {})})
+        if self.cell is not None:
+            meta["cell"] = self.cell
+        if self.error is not None:
+            meta["partial"] = f"the code raised {type(self.error).__name__}; this profile covers it up to there"
+        p = p.replace(meta=meta)
+        if p.sample_count == 0:
+            self.message = (f"profmagic: no samples: the code ran {cell_wall * 1e3:.1f} ms wall "
+                            f"({cell_cpu * 1e3:.1f} ms CPU) and {self.name} samples at {rate:g} Hz "
+                            f"(every {1e3 / rate:.1f} ms). Run it longer (e.g. in a loop) or raise --rate.")
+            if p.metric == "cpu" and cell_wall > 2 / rate:
+                self.message += " This backend counted only CPU time here; add --idle for wall time."
+            p.meta["message"] = self.message
+        return p
+
+
+def record(backend: str, options: Options, run_callable: Callable[[], object], **session_kw) -> Profile:
+    """Profile ``run_callable()``. If it raises, the partial profile is kept on the Session and the
+    original exception propagates; use ``run()`` to get both."""
+    profile, error = run(backend, options, run_callable, **session_kw)
+    if error is not None:
+        raise error
+    return profile
+
+
+def run(backend: str, options: Options, run_callable: Callable[[], object],
+        **session_kw) -> tuple[Profile | None, BaseException | None]:
+    """(profile, the exception the code raised or None). KeyboardInterrupt included."""
+    s = Session(backend, options, **session_kw)
+    s.start()
+    error = None
+    try:
+        try:
+            run_callable()
+        except BaseException as e:  # noqa: B902 - the partial profile is shown, then it is re-raised
+            error = e
+        profile = s.finish(error)
+    finally:
+        s.close()
+    return profile, error
+
+
+class profile:
+    """Context manager: ``with profmagic.profile("py-spy", idle=True) as rec: work()``; then
+    ``rec.profile``. Exceptions from the block propagate after the profile is built."""
+
+    def __init__(self, backend: str = "auto", **options):
+        announce = options.pop("announce", lambda text: print(text, file=sys.stderr))
+        self.session = Session(backend, make_options(**options), announce=announce)
+        self.profile: Profile | None = None
+
+    def __enter__(self):
+        self.session.start()
+        return self
+
+    def __exit__(self, et, ev, tb):
+        try:
+            self.profile = self.session.finish(ev)
+        finally:
+            self.session.close()
+        if self.session.message:
+            print(self.session.message, file=sys.stderr)
+        return False
+
+    @property
+    def message(self):
+        return self.session.message

@@ -1,0 +1,219 @@
+"""Pure functions Profile -> Profile: trim to the cell, choose threads, calibrate, focus, prune, rename.
+
+None of them mutates its input; each returns a new Profile whose meta records what was done.
+"""
+from __future__ import annotations
+
+from typing import Callable, Iterable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from .backends.base import thread_native_id
+from .profile import TIME_METRICS, Profile
+
+
+def _time_columns(profile: Profile) -> list[str]:
+    return [m for m in TIME_METRICS if m in profile.stacks]
+
+
+def _with_stacks(profile: Profile, stacks: pd.DataFrame, meta_update: dict | None = None,
+                 keep_rows: np.ndarray | None = None, row_map: np.ndarray | None = None) -> Profile:
+    """A profile over new stack rows. ``keep_rows`` (bool per old row) or ``row_map`` (new row per old
+    row, -1 = dropped) carries the time-ordered samples along."""
+    samples = profile.samples
+    if samples is not None:
+        if row_map is None:
+            old_keep = keep_rows if keep_rows is not None else np.ones(len(profile.stacks), dtype=bool)
+            row_map = np.full(len(old_keep), -1, dtype=np.int64)
+            row_map[old_keep] = np.arange(int(old_keep.sum()))
+        new_ids = row_map[samples["stack"].to_numpy()]
+        samples = samples[new_ids >= 0].copy()
+        samples["stack"] = new_ids[new_ids >= 0]
+        samples["thread"] = stacks["thread"].to_numpy()[samples["stack"].to_numpy()] if len(samples) else \
+            samples["thread"]
+        samples = samples.reset_index(drop=True)
+    meta = dict(profile.meta)
+    present = set(stacks["thread"])
+    meta["threads"] = [t for t in profile.threads if t in present]
+    meta.update(meta_update or {})
+    return profile.replace(stacks=stacks.reset_index(drop=True), samples=samples, meta=meta)
+
+
+def _regroup(profile: Profile, thread: np.ndarray, stack: list, keep: np.ndarray, note: dict) -> Profile:
+    """Rows with new (thread, stack) keys, merged where two old rows now coincide."""
+    old = profile.stacks
+    key_to_new: dict = {}
+    row_map = np.full(len(old), -1, dtype=np.int64)
+    for i in np.flatnonzero(keep):
+        k = (thread[i], stack[i])
+        row_map[i] = key_to_new.setdefault(k, len(key_to_new))
+    n = len(key_to_new)
+    keys = list(key_to_new)
+    cols = {"thread": pd.Series([k[0] for k in keys], dtype=object),
+            "stack": pd.Series([k[1] for k in keys], dtype=object)}
+    sel = row_map >= 0
+    for c in old.columns:
+        if c in ("thread", "stack"):
+            continue
+        vals = old[c].to_numpy()
+        if vals.dtype.kind in "fiu":
+            v = vals[sel].astype(np.float64)
+            known = ~np.isnan(v)
+            agg = np.bincount(row_map[sel], weights=np.nan_to_num(v), minlength=n)
+            has = np.bincount(row_map[sel], weights=known, minlength=n) > 0
+            out = np.where(has, agg, np.nan)
+            if vals.dtype.kind in "iu":
+                out = out.astype(np.int64)
+            cols[c] = out
+        else:  # extra object columns: the first value wins
+            first = {}
+            for i in np.flatnonzero(sel):
+                first.setdefault(row_map[i], vals[i])
+            cols[c] = pd.Series([first.get(j) for j in range(n)], dtype=object)
+    return _with_stacks(profile, pd.DataFrame(cols), note, row_map=row_map)
+
+
+# -- the cell --------------------------------------------------------------------------------
+def trim_to_cell(profile: Profile, cell_filename: str, threads: Iterable[str] | None = None) -> Profile:
+    """Cut every stack above its first frame from ``cell_filename`` (IPython's and the kernel's own
+    frames). In ``threads`` (default: all), stacks with no cell frame are dropped: they were
+    sampled outside the cell (the magic itself). Stacks of other threads are kept whole."""
+    fr = profile.frames
+    in_cell = set(fr.index[(fr["file"] == cell_filename).to_numpy()].tolist())
+    strict = set(profile.threads if threads is None else threads)
+    old = profile.stacks
+    new_stacks, keep = [], np.ones(len(old), dtype=bool)
+    for i, (t, s) in enumerate(zip(old["thread"], old["stack"])):
+        cut = next((j for j, f in enumerate(s) if f in in_cell), None)
+        if cut is None:
+            new_stacks.append(s)
+            keep[i] = t not in strict
+        else:
+            new_stacks.append(tuple(s[cut:]))
+    dropped = int(old["samples"].to_numpy()[~keep].sum()) if len(old) else 0
+    return _regroup(profile, old["thread"].to_numpy(), new_stacks, keep,
+                    {"trimmed_to": cell_filename, "samples_outside_cell": dropped})
+
+
+def keep_threads(profile: Profile, keep: Iterable[str] | Callable[[str], bool]) -> Profile:
+    """Only the threads named in ``keep`` (or for which ``keep(label)`` is true)."""
+    pred = keep if callable(keep) else set(keep).__contains__
+    mask = np.fromiter((bool(pred(t)) for t in profile.stacks["thread"]), dtype=bool, count=len(profile.stacks))
+    dropped = sorted(set(profile.stacks["thread"][~mask]))
+    meta = {"dropped_threads": list(profile.meta.get("dropped_threads", [])) + dropped}
+    return _with_stacks(profile, profile.stacks[mask], meta, keep_rows=mask)
+
+
+def cell_threads(profile: Profile, cell_native_id: int, before: Iterable[int]) -> list[str]:
+    """Thread labels that belong to the cell: the thread that ran it and every thread whose native id
+    was not alive before it started (so threads the cell started, even those already finished).
+    A label without a native id cannot be told apart and is kept."""
+    before = set(before) - {cell_native_id}
+    out = []
+    for t in profile.threads:
+        tid = thread_native_id(t)
+        if tid is None or tid == cell_native_id or tid not in before:
+            out.append(t)
+    return out
+
+
+def drop_kernel_threads(profile: Profile, cell_native_id: int, before: Iterable[int]) -> Profile:
+    return keep_threads(profile, cell_threads(profile, cell_native_id, before))
+
+
+def drop_idle_threads(profile: Profile, metric: str | None = None) -> Profile:
+    """Drop threads whose every sample carries no weight in ``metric`` (default: cpu when known)."""
+    if metric is None:
+        metric = "cpu" if "cpu" in profile.metrics else profile.metric
+    w = profile.weights(metric).fillna(0)
+    busy = set(profile.stacks["thread"][(w > 0).to_numpy()])
+    return keep_threads(profile, busy)
+
+
+# -- seconds that add up ---------------------------------------------------------------------
+def calibrate(profile: Profile, thread: str, seconds: float, metric: str | None = None) -> Profile:
+    """Reweight every sample by 1/effective rate, where the effective rate is ``thread``'s sample
+    count divided by the measured ``seconds`` it ran. Raw counts stay in ``samples``.
+
+    For samplers whose weights are 1/requested rate (py-spy): afterwards ``thread`` sums to ``seconds``.
+    """
+    metric = metric or profile.metric
+    st = profile.stacks
+    n = int(st.loc[st["thread"] == thread, "samples"].sum()) if len(st) else 0
+    if n == 0 or not seconds or seconds <= 0 or metric not in TIME_METRICS:
+        return profile.replace(meta={**profile.meta, "calibrated": False})
+    eff = n / seconds
+    per = 1.0 / eff
+    st = st.copy()
+    st[metric] = st["samples"].to_numpy(dtype=np.float64) * per
+    samples = profile.samples
+    if samples is not None and len(samples):
+        samples = samples.copy()
+        old_total = float(profile.weights(metric).sum())
+        k = (float(st[metric].sum()) / old_total) if old_total else 1.0
+        if metric in samples:
+            samples[metric] = per
+        samples["time"] = samples["time"].to_numpy(dtype=np.float64) * k
+    meta = dict(profile.meta)
+    meta.update(calibrated=True, calibrated_against=thread, calibration_seconds=float(seconds),
+                rate=eff, calibrated_rate=eff)
+    meta.setdefault("requested_rate", profile.meta.get("rate"))
+    return profile.replace(stacks=st, samples=samples, meta=meta)
+
+
+# -- narrowing --------------------------------------------------------------------------------
+def focus(profile: Profile, function: str) -> Profile:
+    """Only the stacks through ``function`` (a frame name), each cut to start at its first call."""
+    fr = profile.frames
+    ids = set(fr.index[(fr["name"] == function).to_numpy()].tolist())
+    if not ids:
+        raise KeyError(f"no frame named {function!r} in this profile")
+    old = profile.stacks
+    new_stacks, keep = [], np.zeros(len(old), dtype=bool)
+    for i, s in enumerate(old["stack"]):
+        cut = next((j for j, f in enumerate(s) if f in ids), None)
+        new_stacks.append(tuple(s[cut:]) if cut is not None else s)
+        keep[i] = cut is not None
+    return _regroup(profile, old["thread"].to_numpy(), new_stacks, keep, {"focus": function})
+
+
+def prune(profile: Profile, min_share: float = 0.005, metric: str | None = None) -> Profile:
+    """Cut frames whose subtree (per thread, by path) carries less than ``min_share`` of the total;
+    their weight goes to their parent, so totals are unchanged."""
+    metric = metric or profile.metric
+    w = profile.weights(metric).fillna(0).to_numpy(dtype=np.float64)
+    total = w.sum()
+    if total <= 0:
+        return profile
+    path_w: dict = {}
+    for t, s, x in zip(profile.stacks["thread"], profile.stacks["stack"], w):
+        for j in range(1, len(s) + 1):
+            k = (t, s[:j])
+            path_w[k] = path_w.get(k, 0.0) + x
+    new_stacks = []
+    for t, s in zip(profile.stacks["thread"], profile.stacks["stack"]):
+        j = len(s)
+        while j > 1 and path_w[(t, s[:j])] < min_share * total:
+            j -= 1
+        new_stacks.append(tuple(s[:j]))
+    keep = np.ones(len(profile.stacks), dtype=bool)
+    return _regroup(profile, profile.stacks["thread"].to_numpy(), new_stacks, keep, {"pruned_below": min_share})
+
+
+# -- display names -----------------------------------------------------------------------------
+def rename_files(profile: Profile, names: Mapping[str, str]) -> Profile:
+    """Replace file names (e.g. the kernel's cell temp files by ``In[N]``); frames keep their ids."""
+    if not names:
+        return profile
+    fr = profile.frames.copy()
+    fr["file"] = [names.get(f, f) for f in fr["file"]]
+    meta = dict(profile.meta)
+    meta["renamed_files"] = {**meta.get("renamed_files", {}), **dict(names)}
+    return profile.replace(frames=fr, meta=meta)
+
+
+def cell_names(filename_map: Mapping[str, int]) -> dict[str, str]:
+    """IPython's compile cache filename -> execution count, as display names ``In[N]``."""
+    return {f: f"In[{n}]" for f, n in filename_map.items()}
+
