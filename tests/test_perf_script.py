@@ -1,0 +1,301 @@
+"""perf script reader: FlameGraph's own expected outputs, our documented choices, a real perf run."""
+import glob
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from profmagic.errors import ProfileFormatError
+from profmagic.formats import perf_script, folded
+
+pytestmark = pytest.mark.timeout(120)
+
+OPTS = ("pid", "tid", "kernel", "jit", "all", "addrs")
+# Expected files recorded before FlameGraph e54f142 (Java tidy for "java-PID" roots): MANIFEST.md.
+STALE = {(s, o) for s in ("perf-java-faults-01", "perf-java-stacks-01", "perf-java-stacks-02",
+                          "perf-vertx-stacks-01") for o in ("pid", "tid")}
+
+
+def _dir(corpus):
+    return os.path.join(corpus, "flamegraph", "test")
+
+
+def _stems(corpus):
+    return sorted(os.path.basename(p)[:-4] for p in glob.glob(os.path.join(_dir(corpus), "*.txt")))
+
+
+def _input(corpus, stem):
+    with open(os.path.join(_dir(corpus), stem + ".txt"), "rb") as f:
+        return f.read()
+
+
+def _expected(corpus, stem, opt):
+    with open(os.path.join(_dir(corpus), "results", f"{stem}-collapsed-{opt}.txt"), encoding="utf-8") as f:
+        return f.read()
+
+
+def _compat(data, **opts):
+    """FlameGraph's folded text: drop an unterminated last record, write the period sums."""
+    return perf_script.read(data, keep_unterminated=False, **opts).to_folded(metric="samples")
+
+
+def _refold(text, frame_fn):
+    """Apply frame_fn to every frame of a folded text, merge equal stacks, sort by bytes as Perl does."""
+    agg = {}
+    for line in text.splitlines():
+        stack, count = line.rsplit(" ", 1)
+        key = ";".join(frame_fn(f) for f in stack.split(";"))
+        agg[key] = agg.get(key, 0) + int(count)
+    return "".join(f"{k} {agg[k]}\n" for k in sorted(agg, key=lambda k: k.encode()))
+
+
+def test_corpus_has_13_inputs(corpus):
+    assert len(_stems(corpus)) == 13
+
+
+@pytest.mark.parametrize("opt", OPTS)
+def test_matches_flamegraph_expected_files(corpus, opt):
+    checked = 0
+    for stem in _stems(corpus):
+        if (stem, opt) in STALE:
+            continue
+        assert _compat(_input(corpus, stem), **{opt: True}) == _expected(corpus, stem, opt), (stem, opt)
+        checked += 1
+    assert checked == (13 if opt not in ("pid", "tid") else 9)
+
+
+@pytest.mark.parametrize("stem,opt", sorted(STALE))
+def test_stale_java_files_differ_only_by_java_tidy(corpus, stem, opt):
+    # We follow FlameGraph HEAD (pname =~ /^java/): "java-PID" roots get the Java tidy too, which
+    # drops the leading L of frames that contain '/'. The stale files were made without it.
+    stale = _expected(corpus, stem, opt)
+    ours = _compat(_input(corpus, stem), **{opt: True})
+    assert ours != stale
+    java_tidy = lambda f: f[1:] if f.startswith("L") and "/" in f else f
+    assert ours == _refold(stale, java_tidy)
+    assert "Ljava/" in stale and "Ljava/" not in ours
+
+
+def test_default_is_kernel_file_without_annotations(corpus):
+    # --kernel only appends "_[k]" to kernel frames, so the default output is that file with the
+    # annotation removed (stacks merged and re-sorted, as stackcollapse would).
+    for stem in _stems(corpus):
+        want = _refold(_expected(corpus, stem, "kernel"), lambda f: f[:-4] if f.endswith("_[k]") else f)
+        assert _compat(_input(corpus, stem)) == want, stem
+
+
+def test_totals_match_manifest(corpus):
+    # Total weights listed in MANIFEST.md (sum of periods; unterminated records dropped).
+    totals = {"perf-dd-stacks-01": 101010100, "perf-java-faults-01": 200, "perf-rust-Yamakaky-dcpu": 6850637,
+              "perf-cycles-instructions-01": 333, "perf-vertx-stacks-01": 285}
+    for stem, total in totals.items():
+        p = perf_script.read(_input(corpus, stem), keep_unterminated=False)
+        assert p.total("samples") == total, stem
+
+
+def test_unterminated_last_record_is_kept_by_default(corpus):
+    # dd-stacks does not end with a blank line: FlameGraph drops its last record, we keep it.
+    data = _input(corpus, "perf-dd-stacks-01")
+    assert not data.endswith(b"\n\n")
+    kept = perf_script.read(data)
+    dropped = perf_script.read(data, keep_unterminated=False)
+    assert kept.meta["unterminated_record"] == "kept"
+    assert dropped.meta["unterminated_record"] == "dropped"
+    assert kept.meta["records"] == dropped.meta["records"] + 1 == 11
+    assert kept.total("samples") - dropped.total("samples") == 10101010
+    # Keeping it is the same as FlameGraph reading the file closed by a blank line.
+    assert kept.to_folded(metric="samples") == _compat(data + b"\n")
+    # A file that ends with a blank line is read the same either way.
+    closed = _input(corpus, "perf-funcab-cmd-01")
+    assert perf_script.read(closed).to_folded() == _compat(closed)
+
+
+def test_samples_keep_time_pid_tid_comm_and_period(corpus):
+    p = perf_script.read(_input(corpus, "perf-iperf-stacks-pidtid-01"), keep_unterminated=False)
+    s = p.samples
+    assert len(s) == p.meta["records"] == 200
+    assert s["time"].is_monotonic_increasing and s["time"].notna().all()
+    assert {"time", "stack", "thread", "comm", "pid", "tid", "period"} <= set(s.columns)
+    # The per-thread split agrees with FlameGraph's --tid roots.
+    tid_roots = {}
+    for line in _expected(corpus, "perf-iperf-stacks-pidtid-01", "tid").splitlines():
+        stack, n = line.rsplit(" ", 1)
+        root = stack.split(";")[0]
+        tid_roots[root] = tid_roots.get(root, 0) + int(n)
+    ours = s.groupby("thread")["period"].sum()
+    assert {t.replace(" ", "_"): int(n) for t, n in ours.items()} == tid_roots
+    assert set(p.stacks["thread"]) == set(ours.index)
+    row = s.iloc[0]
+    assert row["thread"] == f"{row['comm']}-{row['pid']}/{row['tid']}"
+    assert p.duration > 0
+
+
+def test_single_number_header_is_tid_with_unknown_pid(corpus):
+    p = perf_script.read(_input(corpus, "perf-funcab-cmd-01"))
+    assert p.samples["pid"].isna().all()
+    assert set(p.stacks["thread"]) == {f"func_ab-?/{t}" for t in p.samples["tid"].unique()}
+
+
+def test_no_timestamps_means_no_time_order(corpus):
+    p = perf_script.read(_input(corpus, "perf-funcab-pid-01"))
+    assert p.samples is None
+    assert p.total("samples") == 228
+
+
+def test_cpu_clock_with_periods_gives_cpu_seconds(corpus):
+    p = perf_script.read(_input(corpus, "perf-dd-stacks-01"), keep_unterminated=False)
+    assert p.meta["event"] == "cpu-clock" and p.metric == "cpu"
+    assert p.total("cpu") == pytest.approx(101010100 * 1e-9)
+    assert p.samples["cpu"].sum() == pytest.approx(p.total("cpu"))
+    # Without periods (funcab: "func_ab 15294 cpu-clock:") the CPU time is unknown.
+    q = perf_script.read(_input(corpus, "perf-funcab-pid-01"))
+    assert q.metric == "samples" and "cpu" not in q.metrics
+
+
+def test_event_filter(corpus):
+    data = _input(corpus, "perf-cycles-instructions-01")
+    first = perf_script.read(data)
+    assert first.meta["event"] == "instructions" and first.meta["events_seen"] == {"cycles": 111, "instructions": 333}
+    cycles = perf_script.read(data, event_filter="cycles")
+    assert cycles.meta["records"] == 111 and cycles.total("samples") == 111
+
+
+def test_frame_kinds(corpus):
+    p = perf_script.read(_input(corpus, "perf-iperf-stacks-pidtid-01"))
+    f = p.frames
+    assert (f[f["file"] == "[kernel.kallsyms]"]["kind"] == "kernel").all()
+    assert (f["kind"] == "kernel").sum() > 10
+    assert "tcp_sendmsg" in set(f[f["kind"] == "kernel"]["name"])
+    js = perf_script.read(_input(corpus, "perf-js-stacks-01")).frames
+    jit = js[js["file"].str.match(r"/tmp/perf-\d+\.map")]
+    assert len(jit) and (jit["kind"] == "other").all()
+    assert (js[js["file"].str.contains("node")]["kind"] == "native").all()
+    # Roots are FlameGraph's comm frames; to_folded adds no thread names of its own.
+    assert p.meta["folded_thread_roots"] is False
+
+
+PY_TEXT = (b"python3.12 4242/4243 [001] 100.000001:    1001001 cpu-clock: \n"
+           b"\t    7f6a1810d0a0 py::busy:/home/u/work.py (/tmp/perf-4242.map)\n"
+           b"\t    7f6a1810d000 py::<module>:/home/u/work.py (/tmp/perf-4242.map)\n"
+           b"\t          1f1d25 _PyEval_EvalFrameDefault+0x485 (/usr/lib/libpython3.12.so.1.0)\n\n")
+
+
+def test_python_trampoline_frames():
+    # Names as Python 3.12's perf trampoline writes them to /tmp/perf-PID.map.
+    p = perf_script.read(PY_TEXT)
+    py = p.frames[p.frames["kind"] == "python"]
+    assert set(py["name"]) == {"<module>", "busy"}
+    assert set(py["file"]) == {"/home/u/work.py"}
+    assert p.to_folded(metric="samples") == "python3.12;_PyEval_EvalFrameDefault;<module>;busy 1001001\n"
+    raw = perf_script.read(PY_TEXT, python_names=False)
+    assert "py::busy:/home/u/work.py" in raw.to_folded(metric="samples")
+
+
+def test_stackcollapse_tidy_rules():
+    text = (b"my prog 7/8 1.5: 3 ev:\n"
+            b"  1 a->b->c (/lib/x.so)\n"
+            b"  2 ns::f(int) const+0x1f (/lib/x.so)\n"
+            b"  3 (anonymous namespace)::g(int) (/lib/x.so)\n"
+            b"  3 x::(anonymous namespace)::g(int) (/lib/x.so)\n"
+            b"  4 net/http.(*Client).Do (/bin/go)\n"
+            b"  5 [unknown] (/usr/lib/libz.so.1)\n"
+            b"  6 (skipped) (/bin/x)\n"
+            b"  7 semi;colon\"q' ([kernel.kallsyms])\n\n")
+    p = perf_script.read(text, tid=True, kernel=True)
+    # Expected strings checked against perl stackcollapse-perf.pl (HEAD) on this input.
+    assert p.to_folded(metric="samples") == (
+        "my_prog-7/8;semi:colonq_[k];[libz.so.1];net/http.(*Client).Do;x::(anonymous namespace)::g;"
+        "ns::f;a;b_[i];c_[i] 3\n")
+    assert perf_script.read(text, addrs=True).to_folded().startswith("my_prog;semi:colonq;[libz.so.1 <5>];")
+
+
+def test_record_without_frames_and_zero_period():
+    p = perf_script.read(b"ab 12 1.0: 0 ev:\n\n")
+    assert p.to_folded() == "ab 1\n"
+
+
+def test_lenient_skips_odd_lines_but_counts_them():
+    text = PY_TEXT.replace(b"\n\n", b"\nthis is not perf output\n\n")
+    p = perf_script.read(text)
+    assert p.meta["skipped_lines"] == 1 and "line 5" in p.meta["warnings"][0]
+    with pytest.raises(ProfileFormatError, match=r"line 5: expected an event header"):
+        perf_script.read(text, strict=True)
+
+
+def test_frame_before_header_is_reported():
+    text = b"\t  400570 func_b (/root/func_ab)\n\n" + PY_TEXT
+    with pytest.raises(ProfileFormatError, match=r"line 1: expected an event header before this frame line"):
+        perf_script.read(text, strict=True, source="x.txt")
+    assert perf_script.read(text).meta["orphan_frame_lines"] == 1
+
+
+@pytest.mark.parametrize("text", [b"", b"# only a comment\n", b"garbage\nmore garbage\n",
+                                  b"\t  400570 func_b (/root/func_ab)\n"])
+def test_no_samples_is_an_error(text):
+    with pytest.raises(ProfileFormatError, match="no perf script samples"):
+        perf_script.read(text, source="empty.txt")
+
+
+def test_unterminated_only_record_dropped_is_an_error():
+    with pytest.raises(ProfileFormatError, match="no complete perf script sample.*line 1"):
+        perf_script.read(PY_TEXT.rstrip(b"\n"), keep_unterminated=False)
+
+
+def test_no_exponential_backtracking():
+    # Perl's nested (\d+)* would make Python's re take exponential time on long digit runs.
+    evil = b"ab " + b"1" * 3000 + b"x\n" + b"ab 12 " + b"3" * 3000 + b"y:\n"
+    p = perf_script.read(evil + PY_TEXT)
+    assert p.meta["skipped_lines"] >= 1 and p.meta["records"] == 1
+
+
+def test_sniff(corpus):
+    for stem in _stems(corpus):
+        assert perf_script.sniff(_input(corpus, stem)[:65536]), stem
+    assert perf_script.sniff(PY_TEXT)
+    assert not perf_script.sniff(b"main;busy_loop 12\nmain;idle 3\n")
+    assert not perf_script.sniff(b"PID 123 - python3\nTID 123:\n#0  0x00007f3c0a1b2c3d __nanosleep\n"
+                                 b"#1  0x000055d1e2f3a4b5 main\n")
+    stap = os.path.join(corpus, "flamegraph", "extra", "stap-header-example.input.txt")
+    with open(stap, "rb") as f:
+        assert not perf_script.sniff(f.read())
+    assert folded.sniff(b"main;busy_loop 12\n")
+
+
+BUSY_C = r"""
+#include <time.h>
+volatile unsigned long sink;
+void busy_loop(void) { for (unsigned long i = 0; i < 300000000UL; i++) sink += i; }
+int main(void) { busy_loop(); struct timespec ts = {0, 100000000}; nanosleep(&ts, 0); return 0; }
+"""
+
+
+@pytest.mark.skipif(shutil.which("perf") is None or shutil.which("gcc") is None, reason="needs perf and gcc")
+def test_real_perf_script(tmp_path):
+    src = tmp_path / "busy.c"
+    src.write_text(BUSY_C)
+    exe = tmp_path / "busy"
+    subprocess.run(["gcc", "-O0", "-fno-omit-frame-pointer", "-o", str(exe), str(src)], check=True)
+    data_file = tmp_path / "perf.data"
+    subprocess.run(["perf", "record", "-q", "-e", "cpu-clock", "-F", "999", "-g", "-o", str(data_file),
+                    "--", str(exe)], check=True, capture_output=True, timeout=60)
+    out = subprocess.run(["perf", "script", "-i", str(data_file)], check=True, capture_output=True,
+                         timeout=60).stdout
+    assert perf_script.sniff(out[:65536])
+    p = perf_script.read(out, source="perf script")
+    assert p.meta["event"] == "cpu-clock" and p.metric == "cpu"
+    fn = p.functions("samples").set_index("name")
+    total = p.total("samples")
+    assert fn.loc["busy_loop", "total"] / total > 0.8
+    assert fn.loc["main", "total"] / total > 0.8
+    assert "nanosleep" not in " ".join(fn.index)  # off-CPU sleep is not sampled by cpu-clock
+    assert (p.samples["comm"] == "busy").mean() > 0.8
+    assert p.samples["time"].is_monotonic_increasing
+    # cpu seconds = period (ns) * 1e-9; the busy loop runs for a noticeable time
+    assert p.total("cpu") == pytest.approx(total * 1e-9)
+    assert p.total("cpu") > 0.1
+    frames = p.frames.set_index("name")
+    assert frames.loc["busy_loop", "kind"] == "native" and frames.loc["busy_loop", "file"] == str(exe)
+    # FlameGraph's folded form: root comm frame, then main ... busy_loop.
+    assert re.search(r"^busy;.*main;busy_loop \d+$", p.to_folded(metric="samples"), re.M)
