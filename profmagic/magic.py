@@ -132,6 +132,8 @@ class ProfileMagics(Magics):
                 profile.save(args.output)
             except (OSError, ValueError) as e:
                 print(f"profmagic: could not write {args.output}: {e}", file=sys.stderr)
+        if profile is not None:
+            ns["_profile"] = profile  # the latest profile, also when the cell raised
         if profile is not None and profile.sample_count == 0:
             print(profile.meta.get("message", "profmagic: no samples"), file=sys.stderr)
             profile = None
