@@ -1,0 +1,293 @@
+"""The display of every Profile: a live widget (tabs Icicle | Sandwich | Time order | Table | Raw,
+thread and metric pickers, downloads) and a static fallback (SVG icicle + summary table) for
+outputs seen without a kernel (nbconvert, GitHub, nbviewer).
+
+Figures go into ipywidgets.Output as plotly's own mime type, drawn by the plotly renderer the
+front end already has: a plotly FigureWidget would send its 5 MB JavaScript bundle per figure.
+"""
+from __future__ import annotations
+
+import base64
+import html
+import json
+
+import numpy as np
+import pandas as pd
+
+from .profile import METRIC_LABELS, Profile
+
+PLOTLY_MIME = "application/vnd.plotly.v1+json"
+MAX_DATA_URI = 20 * 1024 * 1024  # larger captures are pointed to on disk
+RAW_EXT = {"speedscope": ".speedscope.json", "folded": ".folded", "pstats": ".pstats", "perf_script": ".perf.txt",
+           "perf": ".perf.data", "pyinstrument": ".pyisession", "eu_stack": ".eu-stack.txt", "stap": ".stap.txt"}
+TOP_FUNCTIONS = 25
+
+
+def _e(s) -> str:
+    return html.escape(str(s), quote=True)
+
+
+# -- pieces shared by the widget and the static HTML ------------------------------------------
+def notes(profile: Profile) -> list[str]:
+    """What the reader must know to trust the numbers: approximations and unknown metrics."""
+    out = []
+    if profile.meta.get("approximate"):
+        out.append(f"Approximate: {profile.meta['approximate']}")
+    backend = profile.meta.get("backend") or profile.meta.get("format") or "this source"
+    for m in ("wall", "cpu"):
+        if m in profile.stacks and not profile.stacks[m].notna().any():
+            out.append(f"{METRIC_LABELS[m]}: not measured ({backend} cannot know it)")
+    return out
+
+
+def header_html(profile: Profile) -> str:
+    lines = [f"<b>{_e(profile.describe())}</b>"]
+    lines += [f"<span style='color:#b45309'>⚠ {_e(n)}</span>" for n in notes(profile)]
+    return "<div class='profmagic-header' style='font-family:sans-serif;font-size:13px'>" + "<br>".join(lines) + "</div>"
+
+
+def functions_html(profile: Profile, metric: str, top: int = TOP_FUNCTIONS, thread: str | None = None) -> str:
+    from .views import sandwich
+    df = sandwich.table(profile, metric, thread).head(top)
+    unit = METRIC_LABELS.get(metric, metric)
+    show = pd.DataFrame({
+        "function": df["name"].astype(str),
+        f"total ({unit})": [f"{v:.4g}" for v in df["total"]],
+        "total %": [f"{v:.1f}" for v in df["total_pct"]],
+        f"self ({unit})": [f"{v:.4g}" for v in df["self"]],
+        "self %": [f"{v:.1f}" for v in df["self_pct"]],
+        "file": df["file"].astype(str),
+    })
+    return show.to_html(index=False, escape=True, border=0, classes="profmagic-functions")
+
+
+def static_html(profile: Profile) -> str:
+    """Self-contained HTML, no script and no network: header, SVG icicle and the function table."""
+    from .views import icicle
+    metric = profile.metric
+    try:
+        pic = icicle.svg(profile, metric)
+    except Exception as e:  # the table and header still help; say what failed
+        pic = f"<p>(icicle unavailable: {_e(e)})</p>"
+    return ("<div class='profmagic-report' style='max-width:100%;overflow-x:auto'>"
+            + header_html(profile)
+            + f"<div style='font:12px sans-serif;margin:4px 0'>Icicle ({_e(METRIC_LABELS.get(metric, metric))}, "
+              "all threads; hover a box for its numbers)</div>" + pic
+            + f"<div style='font:12px sans-serif;margin:6px 0 2px'>Top {TOP_FUNCTIONS} functions by total</div>"
+            + functions_html(profile, metric) + "</div>")
+
+
+def _data_uri(data: bytes, mime: str) -> str:
+    return f"data:{mime};base64," + base64.b64encode(data).decode("ascii")
+
+
+def _stem(profile: Profile) -> str:
+    keep = "".join(c if c.isalnum() or c in "-_" else "_" for c in str(profile.meta.get("backend")
+                   or profile.meta.get("format") or "profile"))
+    return f"profmagic-{keep[:40]}"
+
+
+def downloads_html(profile: Profile) -> str:
+    """<a download> links with data URIs (no server); a large raw capture is pointed to on disk."""
+    items = []
+    raw = profile.raw
+    if raw is None:
+        items.append("Raw capture: none kept (this profile was built in memory).")
+    else:
+        name = raw.filename or _stem(profile) + RAW_EXT.get(raw.format, "." + str(raw.format))
+        size = raw.size
+        if raw.data is not None and size <= MAX_DATA_URI:
+            items.append(f"<a class='profmagic-raw' download='{_e(name)}' "
+                         f"href='{_data_uri(raw.data, 'application/octet-stream')}'>"
+                         f"⬇ raw capture ({_e(raw.format)}, {size:,} bytes)</a>")
+        elif raw.path:
+            items.append(f"Raw capture ({_e(raw.format)}, {size:,} bytes) is on disk: "
+                         f"<code>{_e(raw.path)}</code>")
+        else:
+            items.append(f"Raw capture ({_e(raw.format)}, {size:,} bytes) is too large for a link; "
+                         "save it with <code>open(path, 'wb').write(p.raw.read())</code>.")
+    doc = json.dumps(profile.to_speedscope(), ensure_ascii=True, separators=(",", ":")).encode("ascii")
+    if len(doc) <= MAX_DATA_URI:
+        items.append(f"<a class='profmagic-speedscope' download='{_stem(profile)}.speedscope.json' "
+                     f"href='{_data_uri(doc, 'application/json')}'>⬇ speedscope JSON ({len(doc):,} bytes)</a>"
+                     " — opens in <a href='https://www.speedscope.app' target='_blank' rel='noopener'>speedscope</a>")
+    else:
+        items.append(f"speedscope JSON is {len(doc):,} bytes, too large for a link: "
+                     "<code>p.save('profile.speedscope.json')</code>")
+    return "<div style='font:13px sans-serif;line-height:1.8'>" + "<br>".join(items) + "</div>"
+
+
+def table_html(profile: Profile, metric: str, thread: str | None) -> str:
+    """The pandas frames behind the views: functions, per-thread totals, heaviest stacks."""
+    from .views import tree as T
+    parts = ["<div style='font:12px sans-serif'>", "<b>Functions</b> (<code>p.functions()</code>)",
+             functions_html(profile, metric, top=100, thread=thread)]
+    st = profile.stacks
+    per = st.groupby("thread", sort=False)[[c for c in ("samples", "wall", "cpu") if c in st]].sum(min_count=1)
+    parts += ["<b>Threads</b>", per.to_html(escape=True, border=0, na_rep="n/a (not measured)")]
+    w, _ = T.metric_weights(profile, metric)
+    rows = T.thread_rows(profile, thread)
+    top = rows[np.argsort(-w[rows], kind="stable")][:30]
+    names = profile.frames["name"]
+    heavy = pd.DataFrame({"thread": st["thread"].to_numpy()[top],
+                          metric: w[top],
+                          "stack (root;…;leaf)": [";".join(str(names.get(f, f)) for f in st.at[i, "stack"])[-400:]
+                                                  for i in top]})
+    parts += ["<b>Heaviest stacks</b> (<code>p.stacks</code>)", heavy.to_html(index=False, escape=True, border=0)]
+    if profile.samples is not None:
+        parts.append(f"<code>p.samples</code>: {len(profile.samples):,} samples in time order")
+    return "".join(parts) + "</div>"
+
+
+def _plotly_output(fig) -> dict:
+    return {"output_type": "display_data", "metadata": {},
+            "data": {PLOTLY_MIME: json.loads(fig.to_json()), "text/plain": "<plotly figure>"}}
+
+
+def _html_output(text: str) -> dict:
+    return {"output_type": "display_data", "metadata": {}, "data": {"text/html": text, "text/plain": ""}}
+
+
+# -- the live widget --------------------------------------------------------------------------------
+class Report:
+    """The interactive report. ``Report(p).widget`` is an ipywidgets.VBox."""
+
+    TABS = ("Icicle", "Sandwich", "Time order", "Table", "Raw")
+
+    def __init__(self, profile: Profile):
+        import ipywidgets as W
+        self.p = profile
+        self.W = W
+        metrics = profile.metrics
+        self.metric = W.Dropdown(options=[(METRIC_LABELS.get(m, m), m) for m in metrics],
+                                 value=profile.metric if profile.metric in metrics else metrics[0],
+                                 description="metric", layout=W.Layout(width="260px"))
+        threads = profile.threads
+        self.thread = W.Dropdown(options=[("all threads (merged)", -1)] + [(str(t), i) for i, t in enumerate(threads)],
+                                 value=-1, description="thread", layout=W.Layout(width="300px"))
+        self.colour = W.Dropdown(options=[("kind", "kind"), ("module", "module")], value="kind",
+                                 description="colour", layout=W.Layout(width="170px"))
+        self.min_pct = W.BoundedFloatText(value=0.0, min=0.0, max=50.0, step=0.1, description="fold < %",
+                                          tooltip="fold call-tree nodes under this share of the view into (other)",
+                                          layout=W.Layout(width="150px"))
+        self.panes = [W.VBox() for _ in self.TABS]
+        self.tabs = W.Tab(children=self.panes, titles=self.TABS)
+        self.built = [False] * len(self.TABS)
+        self.sw = None
+        header = W.HTML(header_html(profile))
+        controls = W.HBox([self.thread, self.metric, self.colour, self.min_pct])
+        self.widget = W.VBox([header, controls, self.tabs])
+        self.widget.add_class("profmagic-widget")
+        for c in (self.metric, self.thread, self.colour, self.min_pct):
+            c.observe(self._changed, names="value")
+        self.tabs.observe(lambda ch: self._show(ch["new"]), names="selected_index")
+        self._show(0)
+
+    # state
+    @property
+    def thread_name(self):
+        i = self.thread.value
+        return None if i == -1 else self.p.threads[i]
+
+    def _changed(self, _=None):
+        self.built = [False] * len(self.TABS)
+        self._show(self.tabs.selected_index or 0)
+
+    def _show(self, i):
+        if i is None or self.built[i]:
+            return
+        self.built[i] = True
+        try:
+            self.panes[i].children = getattr(self, "_tab_" + self.TABS[i].split()[0].lower())()
+        except Exception as e:  # show the error in the tab rather than a dead widget
+            self.panes[i].children = [self.W.HTML(f"<pre>{_e(type(e).__name__)}: {_e(e)}</pre>")]
+
+    def _out(self, output: dict):
+        o = self.W.Output()
+        o.outputs = (output,)
+        return o
+
+    # tabs
+    def _tab_icicle(self):
+        fig = self.p.icicle(metric=self.metric.value, thread=self.thread_name, colour=self.colour.value,
+                            min_share=self.min_pct.value / 100)
+        return [self._out(_plotly_output(fig))]
+
+    def _tab_sandwich(self):
+        from .views import sandwich
+        W = self.W
+        self.sw_filter = W.Text(placeholder="regex on name or file", description="filter",
+                                layout=W.Layout(width="320px"))
+        self.sw_sort = W.Dropdown(options=["total", "self", "name"], value="total", description="sort by",
+                                  layout=W.Layout(width="180px"))
+        self.sw_list = W.Select(options=[], rows=12, layout=W.Layout(width="100%"))
+        self.sw_list.add_class("profmagic-functions-list")
+        self.sw_msg = W.HTML()
+        self.sw_fig = W.Output()
+
+        def refresh(_=None):
+            try:
+                df = sandwich.table(self.p, self.metric.value, self.thread_name, self.sw_filter.value or None,
+                                    self.sw_sort.value)
+                self.sw_msg.value = f"{len(df):,} functions"
+            except Exception as e:  # a bad regex, typically
+                self.sw_msg.value = f"<span style='color:#b91c1c'>{_e(e)}</span>"
+                return
+            df = df.head(500)
+            # Select options render as text, never HTML.
+            self.sw_list.options = [(f"{t:6.1f}% total {s:6.1f}% self   {n}   {f}", int(i)) for i, n, f, t, s in
+                                    zip(df.index, df["name"], df["file"], df["total_pct"], df["self_pct"])]
+            self.sw_list.value = None
+
+        def pick(ch):
+            if ch["new"] is None:
+                return
+            fig = self.p.sandwich(int(ch["new"]), metric=self.metric.value, thread=self.thread_name,
+                                  colour=self.colour.value, min_share=self.min_pct.value / 100)
+            self.sw_fig.outputs = (_plotly_output(fig),)
+
+        self.sw_filter.observe(refresh, names="value")
+        self.sw_sort.observe(refresh, names="value")
+        self.sw_list.observe(pick, names="value")
+        refresh()
+        return [W.HBox([self.sw_filter, self.sw_sort, self.sw_msg]), self.sw_list, self.sw_fig]
+
+    def _tab_time(self):
+        from .views import timeline
+        ok, why = timeline.available(self.p)
+        if not ok:
+            return [self.W.HTML(f"<p style='font:13px sans-serif'>{_e(why)}.</p>")]
+        return [self._out(_plotly_output(self.p.timeline(thread=self.thread_name, metric=self.metric.value)))]
+
+    def _tab_table(self):
+        return [self._out(_html_output(table_html(self.p, self.metric.value, self.thread_name)))]
+
+    def _tab_raw(self):
+        return [self.W.HTML(downloads_html(self.p))]
+
+
+def _live_kernel() -> bool:
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    ip = get_ipython()
+    return ip is not None and getattr(ip, "kernel", None) is not None
+
+
+def widget(profile: Profile):
+    return Report(profile).widget
+
+
+def mimebundle(profile: Profile) -> dict:
+    """text/plain, a static text/html and, under a live kernel, the widget view."""
+    bundle = {"text/plain": repr(profile), "text/html": static_html(profile)}
+    if _live_kernel():
+        try:
+            w = widget(profile)
+            view = w._repr_mimebundle_()
+        except ImportError:  # ipywidgets missing: the static HTML still shows
+            return bundle
+        if view:
+            bundle.update({k: v for k, v in view.items() if k != "text/plain"})
+    return bundle
