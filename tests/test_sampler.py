@@ -1,0 +1,206 @@
+"""The built-in sampler, recorded in this process with real threads and real clocks.
+
+Also home of the busy()/nap() workload the in-process backend tests share.
+"""
+import math
+import tempfile
+import threading
+import time
+
+import pytest
+
+import profmagic
+from profmagic.backends import sampler
+from profmagic.backends.base import Options
+
+pytestmark = pytest.mark.timeout(120)
+
+BUSY_CPU = 0.3
+NAP = 0.6
+
+
+def busy(seconds=BUSY_CPU):
+    """Spin for ``seconds`` of this thread's CPU, in few calls (cProfile's overhead stays small)."""
+    end = time.thread_time() + seconds
+    x = 0
+    while time.thread_time() < end:
+        for i in range(20000):
+            x += i
+    return x
+
+
+def nap(seconds=NAP):
+    time.sleep(seconds)
+
+
+def work():
+    busy()
+    nap()
+
+
+def by_name(profile, metric, thread=None):
+    """{function name: total} in ``metric``, optionally for one thread."""
+    p = profile
+    if thread is not None:
+        p = p.replace(stacks=p.stacks[p.stacks["thread"] == thread])
+    f = p.functions(metric)
+    return dict(zip(f["name"], f["total"]))
+
+
+def thread_total(profile, metric, thread):
+    s = profile.stacks
+    return float(s.loc[s["thread"] == thread, metric].sum())
+
+
+@pytest.fixture
+def clean_tmp(monkeypatch, tmp_path):
+    """A private temp dir, checked empty afterwards: no backend may leave a file behind."""
+    d = tmp_path / "tmp"
+    d.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(d))
+    threads = set(threading.enumerate())
+    yield d
+    assert list(d.iterdir()) == []
+    assert set(threading.enumerate()) <= threads, "a recorder left a thread running"
+
+
+def record(module, fn, **opts):
+    rec = module.Recorder(Options(**opts))
+    try:
+        rec.start()
+        fn()
+        cap = rec.stop()
+    finally:
+        rec.close()
+    return module.read(cap, rec.options), cap
+
+
+def test_cpu_clock_from_tid_matches_pthread_clock():
+    """The fact the sampler rests on: the tid-built clock id reads the same clock as pthread's."""
+    done = threading.Event()
+    t = threading.Thread(target=lambda: (busy(0.05), done.wait(10)))
+    t.start()
+    try:
+        time.sleep(0.02)
+        a = time.clock_gettime(time.pthread_getcpuclockid(t.ident))
+        b = time.clock_gettime(sampler.tid_cpu_clock(t.native_id))
+        c = time.clock_gettime(time.pthread_getcpuclockid(t.ident))
+        assert a <= b <= c
+    finally:
+        done.set()
+        t.join()
+    with pytest.raises(OSError):  # a dead thread's clock is refused, not read from freed memory
+        time.clock_gettime(sampler.tid_cpu_clock(t.native_id))
+
+
+def test_wall_and_cpu_from_one_run(clean_tmp):
+    p, cap = record(sampler, work, rate=100, mode="both")
+    me = sampler.thread_label(threading.get_native_id(), threading.current_thread().name)
+    assert me in p.threads and p.meta["cell_thread"] == me
+    assert set(p.metrics) >= {"wall", "cpu", "off_cpu"}
+    wall, cpu = by_name(p, "wall", me), by_name(p, "cpu", me)
+    total = thread_total(p, "wall", me)
+    assert wall["nap"] / total == pytest.approx(2 / 3, abs=0.10)
+    assert wall["busy"] / total == pytest.approx(1 / 3, abs=0.10)
+    assert wall["nap"] == pytest.approx(NAP, rel=0.10)
+    assert cpu["busy"] == pytest.approx(BUSY_CPU, rel=0.10)
+    assert cpu.get("nap", 0.0) < 0.02
+    # Frames: qualified names, the function's first line, kind python.
+    fr = p.frames.set_index("name")
+    assert fr.loc["busy", "line"] == busy.__code__.co_firstlineno
+    assert fr.loc["busy", "file"] == __file__ and fr.loc["busy", "kind"] == "python"
+    assert "test_wall_and_cpu_from_one_run" in fr.index
+    # Per-sample weights in time order, and the native id column.
+    assert p.samples is not None and p.samples["time"].is_monotonic_increasing
+    assert (p.stacks.loc[p.stacks["thread"] == me, "native_id"] == threading.get_native_id()).all()
+    assert cap.format == "speedscope" and p.raw.format == "speedscope"
+
+
+def test_achieved_rate_is_reported_not_the_requested_one(clean_tmp):
+    p, _ = record(sampler, lambda: busy(0.2), rate=1000, mode="wall")
+    m = p.meta
+    assert m["rate_requested"] == 1000
+    assert m["rate"] == pytest.approx(m["ticks"] / m["duration"])
+    me = m["cell_thread"]
+    n = int(p.stacks.loc[p.stacks["thread"] == me, "samples"].sum())
+    assert n == m["ticks"]  # one sample of the cell's thread per pass
+    assert f"{m['rate']:.4g} Hz" in p.describe()
+
+
+def test_cpu_mode_makes_cpu_primary(clean_tmp):
+    p, _ = record(sampler, work, rate=100, mode="cpu")
+    assert p.metric == "cpu" and p.meta["metric"] == "cpu"
+    cpu = by_name(p, None, p.meta["cell_thread"])
+    assert cpu["busy"] == pytest.approx(BUSY_CPU, rel=0.10)
+    assert cpu.get("nap", 0.0) < 0.02
+
+
+def ender(ready):
+    ready.set()
+    time.sleep(0.15)
+
+
+def starter():
+    busy(0.1)
+
+
+def test_threads_that_start_and_end_while_recording(clean_tmp):
+    ready = threading.Event()
+    early = threading.Thread(target=ender, args=(ready,), name="ends-during")
+    early.start()
+    ready.wait()
+    late = {}
+
+    def body():
+        early.join()  # ended during the recording
+        t = threading.Thread(target=starter, name="starts-during")
+        t.start()
+        t.join()
+        late["t"] = t
+        nap(0.05)
+
+    p, _ = record(sampler, body, rate=200, mode="both")
+    lab_early = sampler.thread_label(early.native_id, "ends-during")
+    lab_late = sampler.thread_label(late["t"].native_id, "starts-during")
+    assert lab_early in p.threads and lab_late in p.threads
+    assert "ender" in by_name(p, "wall", lab_early)
+    cpu_late = by_name(p, "cpu", lab_late)
+    assert cpu_late["starter"] == pytest.approx(0.1, rel=0.25)
+    ids = p.stacks.loc[p.stacks["thread"] == lab_late, "native_id"]
+    assert (ids == late["t"].native_id).all()
+
+
+class Boom(Exception):
+    pass
+
+
+def test_close_after_an_exception_leaves_nothing(clean_tmp):
+    rec = sampler.Recorder(Options(rate=100))
+    with pytest.raises(Boom):
+        try:
+            rec.start()
+            busy(0.02)
+            raise Boom()
+        finally:
+            rec.close()
+    rec.close()  # idempotent
+    assert not any(t.name == "profmagic-sampler" for t in threading.enumerate())
+
+
+def test_raw_capture_reads_back_with_both_metrics(clean_tmp):
+    p, cap = record(sampler, work, rate=100, mode="both")
+    q = profmagic.load(cap.data)
+    assert q.meta["backend"] == "sampler"
+    for m in ("wall", "cpu"):
+        assert q.total(m) == pytest.approx(p.total(m), rel=1e-9)
+    assert q.sample_count == p.sample_count
+    assert not math.isnan(q.total("cpu"))
+
+
+def test_available_and_bad_options():
+    ok, reason = sampler.available()
+    assert ok and "ptrace" in reason
+    with pytest.raises(profmagic.ProfilerError, match="rate"):
+        sampler.Recorder(Options(rate=0))
+    with pytest.raises(profmagic.ProfilerError, match="mode"):
+        sampler.Recorder(Options(mode="gpu"))
