@@ -1,0 +1,267 @@
+"""eu-stack text (elfutils), plain and as sampled by profmagic's eu-stack recorder.
+
+Plain eu-stack prints one snapshot::
+
+    PID 1234 - process
+    TID 1234:
+    #0  0x00007f32714e3503 __GI___clock_nanosleep - /usr/lib/x86_64-linux-gnu/libc.so.6
+        ../sysdeps/unix/sysv/linux/clock_nanosleep.c:71:10
+    #1  0x00007f3271915ada pysleep
+
+``-m`` adds `` - MODULE`` after the name, ``-s`` adds an indented ``file:line[:col]`` line, ``-i``
+adds inlined callers as further frames at the same address, ``-q`` leaves names out. As
+stackcollapse-elfutils.pl does, each ``TID`` block is one sample (count 1), frames are listed
+leaf first, and a frame without a name is ``[unknown]``. With ``raw_names=True`` names are taken
+exactly as that script takes them (everything after the address); by default a `` - /module``
+suffix goes to the frame's file and runs of interpreter frames fold into ``[python]``.
+
+The recorder's sampled form is the same text with a header line, a ``# t=SECONDS`` line before each
+snapshot and facts after each ``TID n:``::
+
+    # profmagic eu-stack sampler pid=1234 interval=0.01 duration=2.0 snapshots=200 ...
+    # python-threads 1234=MainThread 1240=Thread-1
+    # t=0.010213
+    PID 1234 - process
+    TID 1240: state=R cpu_ns=9000000 comm=python3 wchan=0 syscall=running
+    #0  0x00005555555551a9 busy - /tmp/libcthread.so
+
+A sampled capture has wall time (each snapshot weighs the achieved interval) and CPU time (each
+thread's measured CPU delta over the run, shared by its on-CPU samples), per-sample ``state`` and
+``on_cpu`` columns, and a stack ``on_cpu`` column.
+"""
+from __future__ import annotations
+
+import re
+from urllib.parse import unquote
+
+import numpy as np
+
+from ..errors import ProfileFormatError
+from ..profile import Profile, Raw, StackBuilder
+from .folded import decode
+
+NAME = "eu-stack"
+HEADER = "# profmagic eu-stack sampler"
+
+_PID = re.compile(r"^PID (\d*)")
+_TID = re.compile(r"^TID (\d*):?(.*)$")
+_FRAME = re.compile(r"^#(\d*) *0x([0-9a-fA-F]*) ?(.*)$")
+_SRC = re.compile(r"^\s+(\S.*?):(\d+)(?::\d+)?\s*$")
+_MODULE = re.compile(r"^(.*?) - ((?:/|\[).*)$")
+_T = re.compile(r"^# t=([0-9.eE+-]+)\s*$")
+ON_CPU_STATES = ("R",)
+
+# The CPython interpreter's own frames: eval loop, call glue and vectorcall trampolines.
+INTERP = re.compile(
+    r"^(_?PyEval_\w*|_PyFunction_Vectorcall|_?PyObject_(Vectorcall\w*|Call\w*|FastCall\w*|MakeTpCall)"
+    r"|_PyVectorcall_Call|_PyObject_VectorcallTstate|cfunction_\w+|method_vectorcall\w*|slot_tp_\w+"
+    r"|vectorcall_\w+|function_code_fastcall|call_function|do_call_core|_PyEval_Vector|PyEval_EvalCode"
+    r"|_PyObject_Call_Prepend|object_vacall|call_unbound\w*|partial_\w*call\w*|method_call"
+    r"|builtin_exec\w*|run_eval_code_obj|run_mod|pyrun_\w+|_PyRun_\w+|PyRun_\w+|_PyEval_EvalFrame\w*)$")
+PY_EVAL = re.compile(r"^_?PyEval_EvalFrame")
+
+
+def sniff(head: bytes) -> bool:
+    text = decode(head)
+    if text.startswith(HEADER):
+        return True
+    for line in text.split("\n", 20)[:20]:
+        if line.strip():
+            return bool(re.match(r"^PID \d+ - process\s*$", line))
+    return False
+
+
+def _facts(rest: str) -> dict:
+    out = {}
+    for part in rest.split():
+        k, sep, v = part.partition("=")
+        if sep:
+            out[k] = v
+    return out
+
+
+def fold_python(frames: list[tuple[str, str | None, int | None, str]]):
+    """Runs of interpreter frames that contain the eval loop become one ``[python]`` frame.
+
+    ``frames`` are (name, file, line, kind), root first.
+    """
+    out, run = [], []
+
+    def flush():
+        if any(PY_EVAL.match(f[0]) for f in run):
+            out.append(("[python]", None, None, "python"))
+        else:
+            out.extend(run)
+        run.clear()
+
+    for f in frames:
+        if INTERP.match(f[0]):
+            run.append(f)
+        else:
+            flush()
+            out.append(f)
+    flush()
+    return out
+
+
+def read(data: bytes, source: str = "<input>", raw_names: bool = False, fold: bool | None = None,
+         pid: bool = False, tid: bool = False) -> Profile:
+    """Read eu-stack text. ``fold`` (default: not ``raw_names``) folds interpreter frames into
+    ``[python]``; ``pid``/``tid`` prepend ``PID=n``/``TID=n`` root frames as stackcollapse-elfutils does."""
+    text = decode(data)
+    if fold is None:
+        fold = not raw_names
+    lines = text.split("\n")
+    sampled = text.startswith(HEADER)
+    header = _facts(lines[0][len(HEADER):]) if sampled else {}
+    py_names: dict[str, str] = {}
+
+    # Pass 1: collect (time, pid, tid, facts, frames leaf first) per TID block.
+    blocks = []
+    cur = None
+    cur_pid = ""
+    t = None
+    for lineno, raw in enumerate(lines, 1):
+        line = raw.rstrip("\r")
+        if not line.strip():
+            continue
+        if line.startswith("#"):
+            fm = _FRAME.match(line)
+            if fm and cur is not None:
+                name = fm.group(3)
+                file = None
+                if not name.strip():
+                    name = "[unknown]"
+                elif not raw_names:
+                    mm = _MODULE.match(name)
+                    if mm:
+                        name, file = mm.group(1), mm.group(2)
+                cur["frames"].append([name, file, None, int(fm.group(2) or "0", 16)])
+                continue
+            if fm:
+                raise ProfileFormatError(f"frame {line[:120]!r} before any 'TID n:' line",
+                                         source=source, line=lineno)
+            tm = _T.match(line)
+            if tm:
+                t = float(tm.group(1))
+            elif line.startswith("# python-threads"):
+                for part in line.split()[2:]:
+                    k, _, v = part.partition("=")
+                    py_names[k] = unquote(v)
+            continue
+        pm = _PID.match(line)
+        if pm:
+            cur_pid = pm.group(1)
+            cur = None
+            continue
+        tm = _TID.match(line)
+        if tm:
+            cur = {"pid": cur_pid, "tid": tm.group(1), "facts": _facts(tm.group(2)), "time": t,
+                   "frames": [], "line": lineno}
+            blocks.append(cur)
+            continue
+        sm = _SRC.match(line)
+        if sm and cur is not None and cur["frames"]:
+            if not raw_names:
+                f = cur["frames"][-1]
+                if f[2] is None:  # with -i the first source line belongs to the innermost frame
+                    f[1], f[2] = sm.group(1), int(sm.group(2))
+            continue
+        if raw[:1].isspace():  # other indented detail lines are ignored, as stackcollapse does
+            continue
+        raise ProfileFormatError(
+            f"expected 'PID n - process', 'TID n:', '#N 0xADDR name' or an indented source line, "
+            f"got {line[:120]!r}", source=source, line=lineno)
+    if not blocks:
+        raise ProfileFormatError("no 'TID n:' blocks found; expected eu-stack output", source=source, offset=0)
+    if sampled and any(b["time"] is None for b in blocks):
+        b0 = next(b for b in blocks if b["time"] is None)
+        raise ProfileFormatError("sampled capture: 'TID' block without a preceding '# t=SECONDS' line",
+                                 source=source, line=b0["line"])
+
+    b = StackBuilder()
+    interval = float(header.get("interval") or 0) or None
+    # Wall weight per snapshot: the achieved interval (duration / snapshots) of the run.
+    snaps = len({bl["time"] for bl in blocks}) if sampled else 0
+    duration = float(header.get("duration") or 0) or None
+    wall_each = (duration / snaps) if (sampled and duration and snaps) else interval
+    # Python threads: named by the recorder, or seen running the eval loop.
+    py_tids = set(py_names)
+    for bl in blocks:
+        if any(PY_EVAL.match(f[0]) for f in bl["frames"]):
+            py_tids.add(bl["tid"])
+
+    def thread_name(bl):
+        tid = bl["tid"]
+        if tid in py_names:
+            return f"{py_names[tid]} ({tid})"
+        comm = bl["facts"].get("comm")
+        kind = "python" if tid in py_tids else "native"
+        if comm:
+            return f"{comm} ({tid}, {kind})" if sampled else f"{comm} ({tid})"
+        return f"TID {tid}" if not sampled else f"TID {tid} ({kind})"
+
+    # CPU: each thread's measured CPU delta is shared by its on-CPU samples.
+    cpu_total: dict[str, float] = {}
+    on_count: dict[str, int] = {}
+    all_count: dict[str, int] = {}
+    if sampled:
+        for bl in blocks:
+            f = bl["facts"]
+            try:
+                c = int(f.get("cpu_ns", "0")) / 1e9
+            except ValueError:
+                raise ProfileFormatError(f"cpu_ns={f.get('cpu_ns')!r} is not an integer",
+                                         source=source, line=bl["line"]) from None
+            bl["cpu_delta"] = c
+            bl["on_cpu"] = f.get("state", "?") in ON_CPU_STATES
+            cpu_total[bl["tid"]] = cpu_total.get(bl["tid"], 0.0) + c
+            on_count[bl["tid"]] = on_count.get(bl["tid"], 0) + bl["on_cpu"]
+            all_count[bl["tid"]] = all_count.get(bl["tid"], 0) + 1
+
+    states, on_flags, deltas = [], [], []
+    for bl in blocks:
+        frames = []
+        for name, file, line, _addr in reversed(bl["frames"]):
+            frames.append((name, file, line, "native"))
+        if fold:
+            frames = fold_python(frames)
+        fids = [b.frame(n, fl, ln, k) for n, fl, ln, k in frames]
+        if tid:
+            fids.insert(0, b.frame(f"TID={bl['tid']}", None, None, "other"))
+        if pid:
+            fids.insert(0, b.frame(f"PID={bl['pid']}", None, None, "other"))
+        thread = thread_name(bl)
+        if not sampled:
+            b.add(b.stack(thread, fids), samples=1)
+            continue
+        tid_ = bl["tid"]
+        if on_count[tid_]:
+            cpu = cpu_total[tid_] / on_count[tid_] if bl["on_cpu"] else 0.0
+        else:  # it ran only between samples: spread its CPU over all its samples
+            cpu = cpu_total[tid_] / all_count[tid_]
+        sid = b.stack(thread, fids, on_cpu=bl["on_cpu"])
+        b.add(sid, samples=1, time=bl["time"], wall=wall_each or 0.0, cpu=cpu)
+        states.append(bl["facts"].get("state", "?"))
+        on_flags.append(bl["on_cpu"])
+        deltas.append(bl["cpu_delta"])
+
+    meta = {"format": NAME, "backend": "eu-stack", "source": source,
+            "python_threads": sorted(thread_name(bl) for bl in {x["tid"]: x for x in blocks}.values()
+                                     if bl["tid"] in py_tids)}
+    if sampled:
+        meta.update({k: v for k, v in header.items() if k not in ("interval", "duration", "snapshots")})
+        meta["interval"] = interval
+        meta["duration"] = duration
+        meta["snapshots"] = snaps
+        meta["rate"] = snaps / duration if duration else None
+        meta["metrics"] = ["wall", "cpu"]
+        meta["cpu_attribution"] = ("each thread's measured CPU time (schedstat run_ns deltas) is shared "
+                                   "by its samples in state R")
+        p = b.build(metric="wall", meta=meta, raw=Raw(data, NAME))
+        p.samples["state"] = states
+        p.samples["on_cpu"] = np.asarray(on_flags, dtype=bool)
+        p.samples["cpu_delta"] = np.asarray(deltas, dtype=np.float64)
+        return p
+    meta["snapshots"] = sum(1 for ln in lines if _PID.match(ln)) or 1
+    return b.build(metric="samples", meta=meta, raw=Raw(data, NAME))

@@ -1,0 +1,219 @@
+"""eu-stack: the reader (plain eu-stack text, stackcollapse-elfutils semantics, our sampled form)
+and the recorder on a real pthread without Python state."""
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from native.cbuild import build_cthread, load_cthread
+from profmagic.backends import eustack
+from profmagic.backends.base import Options
+from profmagic.errors import ProfileFormatError
+from profmagic.formats import eu_stack, folded, sniff
+
+pytestmark = pytest.mark.timeout(120)
+
+# Small eu-stack outputs written by hand in eu-stack's layout (the corpus has none).
+PLAIN = textwrap.dedent("""\
+    PID 4242 - process
+    TID 4242:
+    #0  0x00007f32714e3503 __GI___clock_nanosleep
+    #1  0x00007f3271915ada fu(int)
+    #2  0x00005635c6310081 main
+    TID 4243:
+    #0  0x00007f32714e3503
+    #1  0x00007f3271915ada worker
+    #2  0x00007f3271915b00 start_thread
+    TID 4242:
+    #0  0x00007f32714e3503 __GI___clock_nanosleep
+    #1  0x00007f3271915ada fu(int)
+    #2  0x00005635c6310081 main
+    """)
+
+# stackcollapse-elfutils.pl's output for PLAIN (PARSING-RULES.md): root first, count 1 per TID
+# block, a frame without a name is [unknown], names kept unchanged, lines sorted by cmp.
+PLAIN_FOLDED = {
+    (): "main;fu(int);__GI___clock_nanosleep 2\nstart_thread;worker;[unknown] 1\n",
+    ("pid",): "PID=4242;main;fu(int);__GI___clock_nanosleep 2\nPID=4242;start_thread;worker;[unknown] 1\n",
+    ("tid",): "TID=4242;main;fu(int);__GI___clock_nanosleep 2\nTID=4243;start_thread;worker;[unknown] 1\n",
+    ("pid", "tid"): ("PID=4242;TID=4242;main;fu(int);__GI___clock_nanosleep 2\n"
+                     "PID=4242;TID=4243;start_thread;worker;[unknown] 1\n"),
+}
+
+VARIANTS = textwrap.dedent("""\
+    PID 77 - process
+    TID 77:
+    #0  0x00007fb21e0ed503 __GI___clock_nanosleep - /usr/lib/x86_64-linux-gnu/libc.so.6
+        ../sysdeps/unix/sysv/linux/clock_nanosleep.c:71:10
+    #1  0x00007fb21e515ada pysleep - /usr/lib/libpython3.11.so.1.0
+        ./Modules/timemodule.c:2159:15
+    #2  0x00007fb21e515ada time_sleep - /usr/lib/libpython3.11.so.1.0
+        ./Modules/timemodule.c:383:9
+    #3  0x00007fb21e3a6ee2 cfunction_vectorcall_O - /usr/lib/libpython3.11.so.1.0
+    #4  0x00007fb21e2fd9c3 _PyEval_EvalFrameDefault - /usr/lib/libpython3.11.so.1.0
+    #5  0x00007fb21e4508e4 PyEval_EvalCode - /usr/lib/libpython3.11.so.1.0
+    #6  0x000055c6ea86e081 main - /usr/bin/python3.11
+    """)
+
+
+@pytest.mark.parametrize("opts", list(PLAIN_FOLDED))
+def test_plain_matches_stackcollapse_elfutils(opts):
+    p = eu_stack.read(PLAIN.encode(), raw_names=True, **{o: True for o in opts})
+    assert folded.write_text(p, thread_roots=False) == PLAIN_FOLDED[opts]
+    assert p.metric == "samples" and p.sample_count == 3
+    assert sorted(p.threads) == ["TID 4242", "TID 4243"]
+
+
+def test_module_source_and_inline_variants():
+    p = eu_stack.read(VARIANTS.encode())
+    (stack,) = p.stacks["stack"]
+    names = [p.frames.at[f, "name"] for f in stack]
+    # Interpreter frames fold into [python]; modules go to the file; inlined frames stay frames.
+    assert names == ["main", "[python]", "time_sleep", "pysleep", "__GI___clock_nanosleep"]
+    leaf = p.frames.loc[stack[-1]]
+    assert (leaf["file"], leaf["line"]) == ("../sysdeps/unix/sysv/linux/clock_nanosleep.c", 71)
+    assert p.frames.loc[stack[0], "file"] == "/usr/bin/python3.11"
+    kept = eu_stack.read(VARIANTS.encode(), fold=False)
+    kept_names = [kept.frames.at[f, "name"] for f in kept.stacks["stack"][0]]
+    assert kept_names == ["main", "PyEval_EvalCode", "_PyEval_EvalFrameDefault", "cfunction_vectorcall_O",
+                          "time_sleep", "pysleep", "__GI___clock_nanosleep"]
+    # stackcollapse-elfutils keeps the " - module" suffix and ignores source lines.
+    raw = eu_stack.read(VARIANTS.encode(), raw_names=True)
+    assert folded.write_text(raw, thread_roots=False).split(";")[0] == "main - /usr/bin/python3.11"
+
+
+def test_sniff():
+    assert sniff(PLAIN.encode()) == "eu-stack"
+    assert sniff(b"# profmagic eu-stack sampler pid=1 interval=0.01\n") == "eu-stack"
+    assert not eu_stack.sniff(b"main;foo 3\n")
+
+
+@pytest.mark.parametrize("text,where", [
+    ("#0  0x1 main\n", "line 1"),
+    ("PID 1 - process\nTID 1:\n#0  0x1 main\nthis is not eu-stack\n", "line 4"),
+    ("\n\n", "byte offset 0"),
+    ("# profmagic eu-stack sampler pid=1 interval=0.01 duration=1\nPID 1 - process\nTID 1: state=R cpu_ns=x\n"
+     "#0  0x1 f\n", "line 3"),
+])
+def test_errors_name_the_place(text, where):
+    with pytest.raises(ProfileFormatError) as e:
+        eu_stack.read(text.encode(), source="bad.txt")
+    assert "bad.txt" in str(e.value) and where in str(e.value)
+
+
+def test_real_eu_stack_capture_of_a_live_process():
+    child = subprocess.Popen([sys.executable, "-c", "import time\ndef snooze():\n time.sleep(60)\nsnooze()"])
+    try:
+        time.sleep(0.5)
+        out = subprocess.run(["eu-stack", "-p", str(child.pid)], capture_output=True, check=True).stdout
+    finally:
+        child.kill()
+        child.wait()
+    p = eu_stack.read(out, source="live")
+    assert sniff(out) == "eu-stack"
+    assert p.threads == [f"TID {child.pid}"]
+    names = [p.frames.at[f, "name"] for f in p.stacks["stack"][0]]
+    assert "[python]" in names and "time_sleep" in names
+    assert "clock_nanosleep" in names[-1]  # eu-stack may add a symbol version: @GLIBC_2.2.5
+
+
+@pytest.fixture(scope="module")
+def cthread(tmp_path_factory):
+    return load_cthread(build_cthread(tmp_path_factory.mktemp("native")))
+
+
+def _leaf_names(p, rows):
+    return [p.frames.at[p.stacks.at[r, "stack"][-1], "name"] for r in rows]
+
+
+def _children():
+    me = str(os.getpid())
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    if f.read().rsplit(")", 1)[1].split()[1] == me:
+                        out.append(int(d))
+            except (OSError, IndexError):
+                pass
+    return out
+
+
+def test_recorder_native_thread_own_root_shares_and_labels(cthread):
+    before = set(_children())
+    assert cthread.cthread_start(80, 80, 0) == 0
+    rec = eustack.Recorder(Options(pid=os.getpid(), rate=50))
+    try:
+        rec.start()
+        tmp = rec.tmp.path
+        time.sleep(4)
+        cap = rec.stop()
+    finally:
+        rec.close()
+        cthread.cthread_stop()
+    busy_ms, sleep_ms = cthread.cthread_busy_total_ms(), cthread.cthread_sleep_total_ms()
+    assert not os.path.exists(tmp) and set(_children()) <= before
+    p = eustack.read(cap, Options())
+    assert p.meta["backend"] == "eu-stack" and 20 <= p.meta["rate"] <= 60
+    assert set(p.metrics) >= {"wall", "cpu", "off_cpu"}
+    # The C thread is its own root: its stacks start at the thread entry, with no Python frame.
+    rows = [i for i, st in enumerate(p.stacks["stack"])
+            if any(p.frames.at[f, "name"] == "cthread_main" for f in st)]
+    assert rows
+    threads = set(p.stacks.loc[rows, "thread"])
+    assert len(threads) == 1
+    (thread,) = threads
+    assert "native" in thread and thread not in p.meta["python_threads"]
+    for r in rows:
+        names = [p.frames.at[f, "name"] for f in p.stacks.at[r, "stack"]]
+        assert "[python]" not in names and names.index("cthread_main") <= 2  # __clone3;start_thread
+    w = p.stacks.loc[rows]
+    in_busy = w["stack"].map(lambda st: any(p.frames.at[f, "name"] == "cthread_busy" for f in st))
+    in_sleep = w["stack"].map(lambda st: any(p.frames.at[f, "name"] == "cthread_sleep" for f in st))
+    total = w["wall"].sum()
+    truth = busy_ms / (busy_ms + sleep_ms)
+    assert abs(w.loc[in_busy, "wall"].sum() / total - truth) < 0.10
+    assert abs(w.loc[in_sleep, "wall"].sum() / total - (1 - truth)) < 0.10
+    # On/off-CPU labels match what the thread was doing.
+    s = p.samples[p.samples["thread"] == thread]
+    busy_s = s["stack"].isin(w.index[in_busy])
+    sleep_s = s["stack"].isin(w.index[in_sleep])
+    assert s.loc[busy_s, "on_cpu"].mean() >= 0.8
+    assert (~s.loc[sleep_s, "on_cpu"]).mean() >= 0.8
+    assert set(s.loc[sleep_s & ~s["on_cpu"], "state"]) <= {"S", "D"}
+    # CPU time goes to the busy function; the sleep carries wall time only.
+    assert w.loc[in_busy, "cpu"].sum() > 0.7 * w["cpu"].sum()
+    # The main thread (sleeping here) is a Python thread with a [python] frame.
+    main = [t for t in p.threads if t.startswith("MainThread")]
+    assert main and main[0] in p.meta["python_threads"]
+
+
+def test_keep_interpreter_frames_option(cthread):
+    rec = eustack.Recorder(Options(pid=os.getpid(), rate=50))
+    try:
+        rec.start()
+        time.sleep(0.3)
+        cap = rec.stop()
+    finally:
+        rec.close()
+    kept = eustack.read(cap, Options(extra={"keep_interpreter_frames": True}))
+    names = set(kept.frames["name"])
+    assert "_PyEval_EvalFrameDefault" in names and "[python]" not in names
+    assert "[python]" in set(eustack.read(cap, Options()).frames["name"])
+
+
+def test_start_fails_loudly_for_a_missing_pid():
+    from profmagic.errors import ProfilerError
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    rec = eustack.Recorder(Options(pid=child.pid, rate=50))
+    try:
+        with pytest.raises(ProfilerError, match="eu-stack could not sample"):
+            rec.start()
+    finally:
+        rec.close()
+    assert rec.tmp.path is None
