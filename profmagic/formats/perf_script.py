@@ -151,6 +151,15 @@ def _frame_parts(pc: str, rawfunc: str, mod: str, java: bool, o: _Opts) -> list[
     return out
 
 
+def _text(data: bytes) -> str:
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff") or data[:3] == b"\xef\xbb\xbf":
+        return decode(data)
+    try:
+        return data.decode("utf-8")  # fast path; decode() keeps undecodable bytes
+    except UnicodeDecodeError:
+        return decode(data)
+
+
 def read(data: bytes, source: str = "<input>", pid: bool = False, tid: bool = False,
          kernel: bool = False, jit: bool = False, all: bool = False, addrs: bool = False,
          event_filter: str | None = None, keep_unterminated: bool = True, strict: bool = False,
@@ -160,18 +169,19 @@ def read(data: bytes, source: str = "<input>", pid: bool = False, tid: bool = Fa
     if all:
         kernel = jit = True
     o = _Opts(kernel, jit, addrs, python_names)
-    text = decode(data)
+    text = _text(data)
     if "\r\n" in text[:65536]:
         text = text.replace("\r\n", "\n")
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()  # the final newline does not make an empty line
 
     b = StackBuilder()
     frame_id = b.frame
     root_ids: dict[str, int] = {}
-    # line text -> frame ids (reversed, see below) for non-Java and Java roots; None = not a frame
+    # line text -> [fids (non-Java root), fids (Java root, filled lazily), regex groups]
     line_cache: dict[str, list] = {}
+    # frame block text (all lines of a record after its header) -> same, or False when the
+    # block holds anything but frame lines
+    block_cache: dict[str, list | bool] = {}
+    no_frames = [(), (), [], {}]  # the block entry of a header with no frame lines
     sid_of: dict[tuple, int] = {}
     s_time: list[float] = []
     s_sid: list[int] = []
@@ -183,36 +193,70 @@ def read(data: bytes, source: str = "<input>", pid: bool = False, tid: bool = Fa
     header_match = _HEADER.match
     event_search = _EVENT.search
     frame_match = _FRAME.match
+    time_match = _TIME.match
     nan = float("nan")
 
-    event = event_filter or ""
+    st = {"event": event_filter or "", "explicit_period": True, "any_time": False, "skipped": 0,
+          "first_header": None, "orphans": 0}
     events_seen: dict[str, int] = {}
-    explicit_period = True
-    any_time = False
-    skipped = 0
     warnings: list[str] = []
-    first_header_line = None
-    orphan_frames = 0
 
-    # State of the open record. ``stack`` holds frame ids leaf first with each line's own
-    # frames reversed, so reversing the whole list at the end gives stackcollapse's order.
-    pname = None
-    is_java = False
-    rec_open = False
-    stack: list[int] = []
-    cur = None  # (thread, comm, pid, tid, period, time)
+    def header(line: str, m, lineno: int):
+        """(pname, is_java, record fields) for an event header line; None when filtered out."""
+        comm, n1, n2 = m.group(1, 2, 3)
+        if n2 and n2 != "0":
+            p, t = n1, n2
+        else:
+            p, t = None, n1
+        period_text = ""
+        e = event_search(line)
+        if e is not None:
+            period_text, ev = e.group(1, 2)
+            events_seen[ev] = events_seen.get(ev, 0) + 1
+            if not st["event"]:
+                st["event"] = ev
+            elif ev != st["event"]:
+                return None  # another event: skipped with its frames
+        if st["first_header"] is None:
+            st["first_header"] = lineno
+        if not period_text or period_text == "0":
+            period = 1
+            st["explicit_period"] = False
+        else:
+            period = int(period_text)
+        tm = time_match(line, m.end())
+        if tm is not None:
+            time = float(tm.group(1))
+            st["any_time"] = True
+        else:
+            time = nan
+        ptxt = "?" if p is None else p
+        if tid:
+            pname = f"{comm}-{ptxt}/{t}"
+        elif pid:
+            pname = f"{comm}-{ptxt}"
+        else:
+            pname = comm
+        if " " in pname:
+            pname = pname.replace(" ", "_")
+        return pname, pname.startswith("java"), (
+            f"{comm}-{ptxt}/{t}", comm, None if p is None else int(p), int(t), period, time)
 
-    def close_record():
-        key = (cur[0], pname, tuple(stack))
+    def record_sid(pname: str, thread: str, leaf_first: tuple) -> int:
+        # leaf_first: frame ids leaf first, each line's own frames reversed (see _frame_fids)
+        key = (thread, pname, leaf_first)
         sid = sid_of.get(key)
         if sid is None:
             rid = root_ids.get(pname)
             if rid is None:
                 rid = root_ids[pname] = frame_id(pname, None, None, "other")
             frames = [rid]
-            frames.extend(reversed(stack))
-            sid = sid_of[key] = b.stack(cur[0], frames)
-        s_sid.append(sid)
+            frames.extend(reversed(leaf_first))
+            sid = sid_of[key] = b.stack(thread, frames)
+        return sid
+
+    def close_record(pname: str, cur: tuple, leaf_first: tuple):
+        s_sid.append(record_sid(pname, cur[0], leaf_first))
         s_comm.append(cur[1])
         s_pid.append(cur[2])
         s_tid.append(cur[3])
@@ -220,116 +264,165 @@ def read(data: bytes, source: str = "<input>", pid: bool = False, tid: bool = Fa
         s_time.append(cur[5])
 
     def odd_line(lineno: int, line: str, why: str):
-        nonlocal skipped
         if strict:
             raise ProfileFormatError(f"{why}, got {line[:200]!r}", source=source, line=lineno)
-        skipped += 1
+        st["skipped"] += 1
         if len(warnings) < _MAX_WARNINGS:
             warnings.append(f"line {lineno}: {why}, got {line[:120]!r}")
 
-    lineno = 0
-    for lineno, line in enumerate(lines, 1):
-        if not line:
-            if pname is not None:
-                close_record()
-                pname = None
-            stack = []
-            rec_open = False
-            continue
-        if line[0] == "#":
-            continue
-        hit = line_cache.get(line)
-        if hit is not None:
-            if pname is not None:
-                if is_java:
-                    if hit[1] is None:
-                        hit[1] = _frame_fids(hit[2], True, o, frame_id)
-                    stack.extend(hit[1])
-                else:
-                    stack.extend(hit[0])
-            elif not rec_open:
-                orphan_frames += 1
-                odd_line(lineno, line, "expected an event header before this frame line")
-            continue
-        m = header_match(line)
-        if m is not None:
-            rec_open = True
-            comm, n1, n2 = m.group(1, 2, 3)
-            if n2 and n2 != "0":
-                p, t = n1, n2
-            else:
-                p, t = None, n1
-            period_text = ""
-            e = event_search(line)
-            if e is not None:
-                period_text, ev = e.group(1, 2)
-                events_seen[ev] = events_seen.get(ev, 0) + 1
-                if not event:
-                    event = ev
-                elif ev != event:
-                    continue  # another event: skipped with its frames
-            if first_header_line is None:
-                first_header_line = lineno
-            if not period_text or period_text == "0":
-                period = 1
-                explicit_period = False
-            else:
-                period = int(period_text)
-            tm = _TIME.match(line, m.end())
-            if tm is not None:
-                time = float(tm.group(1))
-                any_time = True
-            else:
-                time = nan
-            ptxt = "?" if p is None else p
-            if tid:
-                pname = f"{comm}-{ptxt}/{t}"
-            elif pid:
-                pname = f"{comm}-{ptxt}"
-            else:
-                pname = comm
-            if " " in pname:
-                pname = pname.replace(" ", "_")
-            is_java = pname.startswith("java")
-            cur = (f"{comm}-{ptxt}/{t}", comm, None if p is None else int(p), int(t), period, time)
-            continue
-        f = frame_match(line)
-        if f is not None:
+    def frame_entry(line: str):
+        """The cache entry of a frame line, or None when the line is not one."""
+        entry = line_cache.get(line)
+        if entry is None:
+            if header_match(line) is not None:
+                return None
+            f = frame_match(line)
+            if f is None:
+                return None
             entry = [None, None, f.group(1, 2, 3)]
             entry[0] = _frame_fids(entry[2], False, o, frame_id)
             line_cache[line] = entry
-            if pname is not None:
-                if is_java:
-                    entry[1] = _frame_fids(entry[2], True, o, frame_id)
-                    stack.extend(entry[1])
+        return entry
+
+    def block_entry(block: str):
+        """[leaf-first fids (non-Java), (Java) or None, lines] when every line is a frame line."""
+        lines = block.split("\n")
+        entries = []
+        for line in lines:
+            if not line or line[0] == "#":
+                return False
+            e = frame_entry(line)
+            if e is None:
+                return False
+            entries.append(e)
+        fids = []
+        for e in entries:
+            fids.extend(e[0])
+        return [tuple(fids), None, entries, {}]
+
+    def java_fids(entry) -> tuple:
+        fids = []
+        for e in entry[2]:
+            if e[1] is None:
+                e[1] = _frame_fids(e[2], True, o, frame_id)
+            fids.extend(e[1])
+        entry[1] = tuple(fids)
+        return entry[1]
+
+    def slow_chunk(lines: list[str], lineno: int, closed: bool):
+        """Line by line, exactly as stackcollapse-perf's main loop; ``closed``: a blank line follows."""
+        pname = None
+        is_java = False
+        rec_open = False
+        stack: list[int] = []
+        cur = None
+        if closed:
+            lines = lines + [""]
+        for line in lines:
+            lineno += 1
+            if not line:
+                if pname is not None:
+                    close_record(pname, cur, tuple(stack))
+                    pname = None
+                stack = []
+                rec_open = False
+                continue
+            if line[0] == "#":
+                continue
+            m = header_match(line)
+            if m is not None:
+                rec_open = True
+                h = header(line, m, lineno)
+                if h is not None:
+                    pname, is_java, cur = h
+                continue
+            e = frame_entry(line)
+            if e is not None:
+                if pname is not None:
+                    if is_java:
+                        if e[1] is None:
+                            e[1] = _frame_fids(e[2], True, o, frame_id)
+                        stack.extend(e[1])
+                    else:
+                        stack.extend(e[0])
+                elif not rec_open:
+                    st["orphans"] += 1
+                    odd_line(lineno, line, "expected an event header before this frame line")
+                continue
+            odd_line(lineno, line, "expected an event header ('comm pid [cpu] time: period event:'), "
+                     "a frame line ('addr symbol (module)'), a blank line or a '#' comment")
+        if pname is None:
+            return False
+        if keep_unterminated:  # a record that no blank line closed at the end of the input
+            close_record(pname, cur, tuple(stack))
+        return True
+
+    # Every blank line ends a record, so the text between blank lines ("chunks") can be read
+    # independently. A chunk that is one header and a block of frame lines seen before takes
+    # the fast path: one regex for the header and one dict lookup for the whole stack.
+    chunks = text.split("\n\n")
+    last = len(chunks) - 1
+    counted = [0, 0]  # line numbers are counted only when needed: [chunks counted, lines in them]
+
+    def first_line_of(i: int) -> int:
+        n, lines_before = counted
+        while n < i:
+            lines_before += chunks[n].count("\n") + 2
+            n += 1
+        counted[:] = [n, lines_before]
+        return lines_before + 1
+
+    unterminated = False
+    for i, chunk in enumerate(chunks):
+        if i < last and chunk and chunk[0] != "#" and chunk[0] != "\n":
+            nl = chunk.find("\n")
+            head = chunk if nl < 0 else chunk[:nl]
+            m = header_match(head)
+            if m is not None:
+                if nl < 0:
+                    blk = no_frames
                 else:
-                    stack.extend(entry[0])
-            elif not rec_open:
-                orphan_frames += 1
-                odd_line(lineno, line, "expected an event header before this frame line")
-            continue
-        odd_line(lineno, line, "expected an event header ('comm pid [cpu] time: period event:'), "
-                 "a frame line ('addr symbol (module)'), a blank line or a '#' comment")
-
-    unterminated = pname is not None
-    if unterminated and keep_unterminated:
-        close_record()
-
+                    blk = block_cache.get(chunk[nl + 1:])
+                    if blk is None:
+                        blk = block_cache[chunk[nl + 1:]] = block_entry(chunk[nl + 1:])
+                if blk is not False:
+                    # (the line number only matters for the first header)
+                    h = header(head, m, i if st["first_header"] is not None else first_line_of(i))
+                    if h is None:
+                        continue
+                    pname, is_java, cur = h
+                    # the row of this (thread, root, block), cached on the block entry
+                    sid = blk[3].get((cur[0], pname))
+                    if sid is None:
+                        sid = blk[3][(cur[0], pname)] = record_sid(
+                            pname, cur[0], (blk[1] or java_fids(blk)) if is_java else blk[0])
+                    s_sid.append(sid)
+                    s_comm.append(cur[1])
+                    s_pid.append(cur[2])
+                    s_tid.append(cur[3])
+                    s_period.append(cur[4])
+                    s_time.append(cur[5])
+                    continue
+        lines = chunk.split("\n")
+        if i == last and text.endswith("\n"):
+            lines.pop()  # the final newline does not make an empty line
+        unterminated = slow_chunk(lines, first_line_of(i) - 1, i < last)
     if not s_sid:
-        if first_header_line is None:
+        if st["first_header"] is None:
             raise ProfileFormatError(
                 "no perf script samples: expected event header lines such as "
                 "'comm pid [cpu] time: period event:' followed by frame lines", source=source,
-                line=lineno or None)
+                line=first_line_of(last) if text else None)
         raise ProfileFormatError(
-            f"no complete perf script sample (first event header at line {first_header_line}); "
-            "expected records ended by a blank line", source=source, line=first_header_line)
+            f"no complete perf script sample (first event header at line {st['first_header']}); "
+            "expected records ended by a blank line", source=source, line=st["first_header"])
 
+    event = st["event"]
     sids = np.asarray(s_sid, dtype=np.int64)
     periods = np.asarray(s_period, dtype=np.int64)
     nrows = len(b._stack_frames)
     per_stack = np.bincount(sids, weights=periods, minlength=nrows)
-    use_cpu = event in _CPU_EVENTS and explicit_period
+    use_cpu = event in _CPU_EVENTS and st["explicit_period"]
     for sid in range(nrows):
         w = int(per_stack[sid])
         if use_cpu:
@@ -341,16 +434,16 @@ def read(data: bytes, source: str = "<input>", pid: bool = False, tid: bool = Fa
         "format": NAME, "backend": "perf", "source": source, "event": event,
         "events_seen": events_seen, "records": len(s_sid),
         "samples_are": "sum of event periods (as stackcollapse-perf.pl)",
-        "folded_thread_roots": False, "skipped_lines": skipped,
+        "folded_thread_roots": False, "skipped_lines": st["skipped"],
         "unterminated_record": ("kept" if keep_unterminated else "dropped") if unterminated else None,
         "options": {k: v for k, v in dict(pid=pid, tid=tid, kernel=kernel, jit=jit, addrs=addrs).items() if v},
     }
     if warnings:
         meta["warnings"] = warnings
-    if orphan_frames:
-        meta["orphan_frame_lines"] = orphan_frames
+    if st["orphans"]:
+        meta["orphan_frame_lines"] = st["orphans"]
     prof = b.build(metric="cpu" if use_cpu else "samples", meta=meta, raw=Raw(data, NAME))
-    if any_time:
+    if st["any_time"]:
         stacks = prof.stacks
         df = pd.DataFrame({
             "time": np.asarray(s_time, dtype=np.float64),
