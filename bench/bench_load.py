@@ -1,0 +1,200 @@
+"""Load-time and peak-memory benchmark for profmagic.load() against bare baselines (issue 2).
+
+    .venv/bin/python bench/bench_load.py [--reps N] [--write-results]
+
+Generates under bench/data/ (gitignored, reused when present):
+  * big.speedscope.json: 1,000,000 samples over 8 threads, py-spy shaped (unit seconds, nulls for col),
+    5,000 distinct frames, depth 10-30. Each thread is a random walk on one fixed random call tree, so
+    stacks repeat as in a real profile: distinct stacks are far fewer than samples (printed).
+  * big.folded: 200,000 distinct stacks (every one a different node of a larger random call tree).
+
+Each measurement runs in a fresh subprocess; the parent reads that child's peak RSS (ru_maxrss from
+os.wait4) and the child reports the time of the load alone (file read included, imports excluded).
+The candidate and its baseline alternate, several repetitions; the figures are median ratios.
+Baselines: json.loads(open(f, 'rb').read()) for speedscope; open(f, 'rb').read().split(b'\\n') for folded.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DATA = os.path.join(HERE, "data")
+ROOT = os.path.dirname(HERE)
+SPEEDSCOPE = os.path.join(DATA, "big.speedscope.json")
+FOLDED = os.path.join(DATA, "big.folded")
+N_SAMPLES, N_FRAMES, N_THREADS = 1_000_000, 5_000, 8
+N_FOLDED = 200_000
+MIN_DEPTH, MAX_DEPTH = 10, 30
+
+
+def call_tree(rng: random.Random, n_nodes: int, branching=(1, 1, 1, 2, 2)):
+    """A random call tree: parent and frame per node, breadth first, children per node drawn from branching."""
+    parent, frame, depth = [-1], [rng.randrange(N_FRAMES)], [1]
+    children: list[list[int]] = [[]]
+    i = 0
+    while len(parent) < n_nodes and i < len(parent):
+        if depth[i] < MAX_DEPTH:
+            for _ in range(rng.choice(branching)):
+                if len(parent) >= n_nodes:
+                    break
+                parent.append(i)
+                frame.append(rng.randrange(N_FRAMES))
+                depth.append(depth[i] + 1)
+                children.append([])
+                children[i].append(len(parent) - 1)
+        i += 1
+    return parent, frame, depth, children
+
+
+def path(node, parent, frame):
+    out = []
+    while node >= 0:
+        out.append(frame[node])
+        node = parent[node]
+    return out[::-1]
+
+
+def deep_start(rng, children, depth):
+    node = 0
+    while depth[node] < MIN_DEPTH:
+        node = rng.choice(children[node])
+    return node
+
+
+def make_speedscope(path_out: str) -> dict:
+    rng = random.Random(2)
+    parent, frame, depth, children = call_tree(rng, 40_000)
+    per_thread = N_SAMPLES // N_THREADS
+    texts: dict[int, str] = {}
+    distinct = set()
+    frames = [{"name": f"func_{i}", "file": f"/app/pkg/mod_{i % 97}.py", "line": 1 + i % 800, "col": None}
+              for i in range(N_FRAMES)]
+    with open(path_out, "w") as f:
+        f.write('{"$schema":"https://www.speedscope.app/file-format-schema.json","profiles":[')
+        for t in range(N_THREADS):
+            node = deep_start(rng, children, depth)
+            parts = []
+            for _ in range(per_thread):
+                r = rng.random()
+                if r < 0.2 and children[node] and depth[node] < MAX_DEPTH:
+                    node = rng.choice(children[node])
+                elif r < 0.4 and depth[node] > MIN_DEPTH:
+                    node = parent[node]
+                s = texts.get(node)
+                if s is None:
+                    s = texts[node] = "[" + ",".join(map(str, path(node, parent, frame))) + "]"
+                distinct.add((t, node))
+                parts.append(s)
+            if t:
+                f.write(",")
+            f.write('{"type":"sampled","name":"Thread %d \\"worker\\"","unit":"seconds","startValue":0.0,'
+                    '"endValue":%s,"samples":[' % (1000 + t, per_thread * 0.01))
+            f.write(",".join(parts))
+            f.write('],"weights":[' + ",".join(["0.01"] * per_thread) + "]}")
+        f.write('],"shared":{"frames":' + json.dumps(frames, separators=(",", ":")) + "},"
+                '"activeProfileIndex":null,"exporter":"py-spy@0.4.3","name":"py-spy profile"}')
+    return {"distinct_stacks": len(distinct)}
+
+
+def make_folded(path_out: str) -> dict:
+    rng = random.Random(3)
+    parent, frame, depth, children = call_tree(rng, 600_000, branching=(1, 2, 2))
+    names = [f"func_{i} (/app/pkg/mod_{i % 97}.py:{1 + i % 800})" for i in range(N_FRAMES)]
+    nodes = [n for n in range(len(parent)) if MIN_DEPTH <= depth[n] <= MAX_DEPTH]
+    rng.shuffle(nodes)
+    # Siblings may call the same frame: keep one line per distinct stack text.
+    stacks = list(dict.fromkeys(";".join(names[x] for x in path(n, parent, frame)) for n in nodes))[:N_FOLDED]
+    assert len(stacks) == N_FOLDED, len(stacks)
+    lines = sorted(f"{s} {rng.randint(1, 500)}" for s in stacks)
+    with open(path_out, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return {"distinct_stacks": len(lines)}
+
+
+CHILD = {
+    "json.loads": "import json\nt=time.perf_counter()\ndoc=json.loads(open(P,'rb').read())\n",
+    "line split": "t=time.perf_counter()\nlines=open(P,'rb').read().split(b'\\n')\n",
+    "profmagic.load": "import profmagic\nt=time.perf_counter()\nprof=profmagic.load(P)\n",
+}
+
+
+def run_child(kind: str, path_in: str) -> tuple[float, float]:
+    """(seconds, peak RSS in MB) of one load in a fresh interpreter."""
+    code = f"import sys,time\nsys.path.insert(0,{ROOT!r})\nP={path_in!r}\n" + CHILD[kind] + \
+        "print(time.perf_counter()-t)\n"
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, cwd=ROOT)
+    out = proc.stdout.read()
+    proc.stdout.close()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise SystemExit(f"{kind} on {path_in} failed with status {proc.returncode}")
+    return float(out.decode().strip()), usage.ru_maxrss / 1024.0
+
+
+def compare(label: str, path_in: str, baseline: str, reps: int) -> dict:
+    res = {baseline: [], "profmagic.load": []}
+    for r in range(reps):
+        order = (baseline, "profmagic.load") if r % 2 == 0 else ("profmagic.load", baseline)
+        for kind in order:
+            res[kind].append(run_child(kind, path_in))
+            print(f"  {label} rep {r + 1}: {kind:15s} {res[kind][-1][0]:7.3f} s  {res[kind][-1][1]:8.1f} MB",
+                  flush=True)
+    t_ratio = statistics.median(p[0] / b[0] for p, b in zip(res["profmagic.load"], res[baseline]))
+    m_ratio = statistics.median(p[1] / b[1] for p, b in zip(res["profmagic.load"], res[baseline]))
+    med = {k: (statistics.median(x[0] for x in v), statistics.median(x[1] for x in v)) for k, v in res.items()}
+    return {"label": label, "baseline": baseline, "median": med, "time_ratio": t_ratio, "mem_ratio": m_ratio,
+            "size_mb": os.path.getsize(path_in) / 1e6}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--only", choices=("speedscope", "folded"))
+    ap.add_argument("--child", choices=("generate", "facts"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child == "generate":
+        os.makedirs(DATA, exist_ok=True)
+        for p, make in ((SPEEDSCOPE, make_speedscope), (FOLDED, make_folded)):
+            if not os.path.exists(p):
+                t = time.perf_counter()
+                info = make(p + ".tmp")
+                os.replace(p + ".tmp", p)
+                print(f"generated {p}: {os.path.getsize(p) / 1e6:.1f} MB, {info} in {time.perf_counter() - t:.1f} s")
+        return
+    if args.child == "facts":
+        sys.path.insert(0, ROOT)
+        import profmagic
+        for label, p in (("speedscope", SPEEDSCOPE), ("folded", FOLDED)):
+            prof = profmagic.load(p)
+            depth = prof.stacks["stack"].map(len)
+            print(f"{label} ({os.path.getsize(p) / 1e6:.0f} MB): {prof.sample_count:,} samples, "
+                  f"{len(prof.stacks):,} distinct (thread, stack) rows, {len(prof.frames):,} frames, "
+                  f"{len(prof.threads)} threads, depth {depth.min()}-{depth.max()}")
+        return
+    # Generation and facts run in children: a child inherits its parent's peak RSS across fork on
+    # Linux, so the parent must stay small for ru_maxrss to be the child's own.
+    subprocess.run([sys.executable, __file__, "--child", "generate"], check=True)
+    subprocess.run([sys.executable, __file__, "--child", "facts"], check=True)
+    results = []
+    for label, p, base in (("speedscope", SPEEDSCOPE, "json.loads"), ("folded", FOLDED, "line split")):
+        if args.only and args.only != label:
+            continue
+        results.append(compare(label, p, base, args.reps))
+    print()
+    for r in results:
+        (bt, bm), (pt, pm) = r["median"][r["baseline"]], r["median"]["profmagic.load"]
+        print(f"{r['label']} ({r['size_mb']:.0f} MB): {r['baseline']} {bt:.2f} s / {bm:.0f} MB; "
+              f"profmagic.load {pt:.2f} s / {pm:.0f} MB; median ratios: time {r['time_ratio']:.2f}x, "
+              f"peak RSS {r['mem_ratio']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
