@@ -138,6 +138,13 @@ class Session:
         cell_thread = mine[0] if mine else thread_label(o.thread_native_id, self.thread_name)
         if not o.all_threads:
             p = transforms.drop_kernel_threads(p, o.thread_native_id, self.before)
+        # py-spy caches thread names by pthread id, which a new thread may reuse: trust the live names.
+        live = {t.native_id: t.name for t in threading.enumerate() if t.native_id is not None}
+        fix = {lab: thread_label(tid, live[tid]) for lab in p.threads
+               if (tid := transforms.thread_native_id(lab)) in live}
+        fix.setdefault(cell_thread, thread_label(o.thread_native_id, self.thread_name))
+        p = transforms.relabel_threads(p, fix)
+        cell_thread = fix[cell_thread]
         if o.cell_filename:
             p = transforms.trim_to_cell(p, o.cell_filename, threads=[cell_thread])
         if self.name in CALIBRATED and mine:

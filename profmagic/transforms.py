@@ -122,6 +122,22 @@ def drop_kernel_threads(profile: Profile, cell_native_id: int, before: Iterable[
     return keep_threads(profile, cell_threads(profile, cell_native_id, before))
 
 
+def relabel_threads(profile: Profile, names: Mapping[str, str]) -> Profile:
+    """Rename threads (old label -> new label); labels that become equal merge."""
+    names = {a: b for a, b in names.items() if a != b}
+    if not names:
+        return profile
+    old = profile.stacks
+    thread = np.asarray([names.get(t, t) for t in old["thread"]], dtype=object)
+    out = _regroup(profile, thread, list(old["stack"]), np.ones(len(old), dtype=bool), {})
+    meta = dict(out.meta)
+    meta["threads"] = list(dict.fromkeys(names.get(t, t) for t in profile.threads))
+    for key in ("cell_thread",):
+        if key in meta:
+            meta[key] = names.get(meta[key], meta[key])
+    return out.replace(meta=meta)
+
+
 def drop_idle_threads(profile: Profile, metric: str | None = None) -> Profile:
     """Drop threads whose every sample carries no weight in ``metric`` (default: cpu when known)."""
     if metric is None:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import ctypes
 import os
+import select
 import shutil
 import signal
 import subprocess
 import sys
-import threading
+import time
 
 from ..errors import ProfilerError
 from .base import Capture, Options, TempDir, reap
@@ -22,6 +23,7 @@ NAME = "py-spy"
 PR_SET_PTRACER = 0x59616D61
 READY = b"Sampling process"
 START_TIMEOUT = 20.0
+MIN_RUN = 0.05
 
 
 def binary() -> str | None:
@@ -93,6 +95,7 @@ class Recorder:
         self.proc: subprocess.Popen | None = None
         self.output: str | None = None
         self.status = b""
+        self.ready_at = 0.0
 
     def command(self) -> list[str]:
         o = self.options
@@ -122,22 +125,29 @@ class Recorder:
         self._wait_ready()
 
     def _wait_ready(self) -> None:
-        """Block until py-spy says it samples (it has attached), or fail with its own words."""
-        got: list[bytes] = []
+        """Block until py-spy says it samples (it has attached), or fail with its own words.
 
-        def read():
-            got.append(self.proc.stdout.readline())
-
-        t = threading.Thread(target=read, daemon=True)
-        t.start()
-        t.join(START_TIMEOUT)
-        line = got[0] if got else b""
+        Read with select, not a helper thread: py-spy caches thread names by pthread id, and a
+        short-lived thread of ours would lend its name to the next thread the cell starts."""
+        fd = self.proc.stdout.fileno()
+        line = b""
+        deadline = time.monotonic() + START_TIMEOUT
+        while b"\n" not in line:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                reap(self.proc, signal.SIGKILL)
+                raise ProfilerError(f"py-spy did not start sampling within {START_TIMEOUT:.0f} s; "
+                                    "use --backend sampler")
+            ready, _, _ = select.select([fd], [], [], left)
+            if ready:
+                chunk = os.read(fd, 4096)
+                if not chunk:
+                    break
+                line += chunk
         self.status = line
         if READY in line:
+            self.ready_at = time.monotonic()
             return
-        if not got:
-            raise ProfilerError(f"py-spy did not start sampling within {START_TIMEOUT:.0f} s; "
-                                "use --backend sampler")
         reap(self.proc, signal.SIGKILL)
         err = self.proc.stderr.read().decode(errors="replace") if self.proc.stderr and \
             not self.proc.stderr.closed else ""
@@ -147,6 +157,11 @@ class Recorder:
         proc, self.proc = self.proc, None
         if proc is None:
             raise ProfilerError("py-spy was not started")
+        # py-spy installs its SIGINT handler just after saying it samples; a SIGINT before that kills
+        # it without a file. Give it that moment (only a cell shorter than MIN_RUN waits).
+        wait = self.ready_at + MIN_RUN - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
         proc.send_signal(signal.SIGINT)
         try:
             out, err = proc.communicate(timeout=30)

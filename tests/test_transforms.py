@@ -1,0 +1,114 @@
+"""Stack transforms on hand-built profiles: exact totals, frames and threads."""
+from __future__ import annotations
+
+import pytest
+
+from profmagic import transforms as T
+from profmagic.backends.base import thread_label, thread_native_id
+from profmagic.profile import StackBuilder
+
+CELL = "/tmp/ipykernel_1/123.py"
+MAIN = thread_label(100, "MainThread")
+IOPUB = thread_label(101, "IOPub")
+WORKER = thread_label(200, "worker")      # started by the cell
+GONE = thread_label(201, "short")         # started by the cell, already finished
+
+
+def build():
+    b = StackBuilder()
+    boot = b.frame("_run_module_as_main", "<frozen runpy>", 1, "python")
+    run_cell = b.frame("run_cell", "/x/IPython/core/interactiveshell.py", 3000, "python")
+    mod = b.frame("<module>", CELL, 1, "python")
+    busy = b.frame("busy", "/tmp/ipykernel_1/99.py", 5, "python")
+    nap = b.frame("nap", "/tmp/ipykernel_1/99.py", 8, "python")
+    sel = b.frame("select", "/usr/lib/python3/selectors.py", 468, "python")
+    boot_t = b.frame("_bootstrap", "/usr/lib/python3/threading.py", 1002, "python")
+    for i in range(30):
+        b.add(b.stack(MAIN, (boot, run_cell, mod, busy)), wall=0.01, time=i * 0.01)
+    for i in range(60):
+        b.add(b.stack(MAIN, (boot, run_cell, mod, nap)), wall=0.01, time=0.3 + i * 0.01)
+    for i in range(5):  # the magic itself, outside the cell
+        b.add(b.stack(MAIN, (boot, run_cell)), wall=0.01, time=0.9 + i * 0.01)
+    for i in range(90):
+        b.add(b.stack(IOPUB, (boot_t, sel)), wall=0.01, time=i * 0.01)
+    for i in range(20):
+        b.add(b.stack(WORKER, (boot_t, busy)), wall=0.01, time=i * 0.01)
+    b.add(b.stack(GONE, (boot_t, nap)), wall=0.01, time=0.0)
+    return b.build(metric="wall", meta={"backend": "test", "rate": 100.0})
+
+
+def test_thread_labels():
+    assert thread_native_id(thread_label(42, 'a "b"')) == 42
+    assert thread_native_id("MainThread") is None
+
+
+def test_cell_threads_keeps_cell_and_new_threads():
+    p = build()
+    keep = T.cell_threads(p, 100, before={100, 101})
+    assert keep == [MAIN, WORKER, GONE]
+    q = T.drop_kernel_threads(p, 100, before={100, 101})
+    assert q.threads == [MAIN, WORKER, GONE]
+    assert q.sample_count == p.sample_count - 90
+    assert set(q.samples["thread"]) == {MAIN, WORKER, GONE}
+    assert q.meta["dropped_threads"] == [IOPUB]
+
+
+def test_trim_to_cell_cuts_above_cell_and_drops_outside_samples():
+    p = T.drop_kernel_threads(build(), 100, {100, 101})
+    q = T.trim_to_cell(p, CELL, threads=[MAIN])
+    names = lambda s: [q.frames.at[f, "name"] for f in s]
+    main = q.stacks[q.stacks.thread == MAIN]
+    assert sorted(map(tuple, map(names, main["stack"]))) == [("<module>", "busy"), ("<module>", "nap")]
+    assert q.meta["samples_outside_cell"] == 5
+    # Other threads are kept whole.
+    w = q.stacks[q.stacks.thread == WORKER]
+    assert [names(s) for s in w["stack"]] == [["_bootstrap", "busy"]]
+    assert q.total() == pytest.approx(0.9 + 0.2 + 0.01)
+    assert len(q.samples) == q.sample_count
+    assert (q.samples["stack"] < len(q.stacks)).all()
+
+
+def test_calibrate_makes_thread_seconds_equal_wall():
+    p = T.trim_to_cell(T.drop_kernel_threads(build(), 100, {100, 101}), CELL, threads=[MAIN])
+    q = T.calibrate(p, MAIN, 1.2)   # 90 samples over 1.2 s: 75 Hz effective
+    main = q.stacks.thread == MAIN
+    assert q.weights()[main].sum() == pytest.approx(1.2)
+    assert q.meta["rate"] == pytest.approx(75.0) and q.meta["requested_rate"] == 100.0
+    assert list(q.stacks["samples"]) == list(p.stacks["samples"])
+    assert q.weights()[q.stacks.thread == WORKER].sum() == pytest.approx(20 / 75)
+    assert q.samples["wall"].sum() == pytest.approx(q.total())
+
+
+def test_calibrate_without_samples_is_marked():
+    p = build()
+    q = T.calibrate(p, thread_label(999, "none"), 1.0)
+    assert q.meta["calibrated"] is False and q.total() == p.total()
+
+
+def test_focus_and_prune_keep_totals():
+    p = build()
+    f = T.focus(p, "busy")
+    assert f.total() == pytest.approx(0.5)
+    assert all(f.frames.at[s[0], "name"] == "busy" for s in f.stacks["stack"])
+    with pytest.raises(KeyError):
+        T.focus(p, "nothing")
+    q = T.prune(p, min_share=0.05)
+    assert q.total() == pytest.approx(p.total())
+    # The 5-sample magic stack and the 1-sample thread fall under 5%: they merge into their parents.
+    assert q.functions().set_index("name").at["nap", "total"] == pytest.approx(0.6)
+
+
+def test_drop_idle_threads():
+    b = StackBuilder()
+    f = b.frame("f", "a.py", 1, "python")
+    b.add(b.stack("busy", (f,)), wall=0.1, cpu=0.1)
+    b.add(b.stack("idle", (f,)), wall=0.1, cpu=0.0)
+    p = b.build(metric="wall")
+    assert T.drop_idle_threads(p).threads == ["busy"]
+
+
+def test_rename_files_to_cells():
+    p = build()
+    q = T.rename_files(p, T.cell_names({CELL: 7, "/tmp/ipykernel_1/99.py": 3}))
+    assert set(q.frames["file"]) >= {"In[7]", "In[3]"}
+    assert CELL not in set(q.frames["file"]) and CELL in set(p.frames["file"])
