@@ -8,6 +8,7 @@ import subprocess
 import pytest
 
 from profmagic.errors import ProfileFormatError
+from profmagic import formats
 from profmagic.formats import perf_script, folded
 
 pytestmark = pytest.mark.timeout(120)
@@ -253,6 +254,7 @@ def test_no_exponential_backtracking():
 def test_sniff(corpus):
     for stem in _stems(corpus):
         assert perf_script.sniff(_input(corpus, stem)[:65536]), stem
+        assert formats.sniff(_input(corpus, stem)[:65536]) == "perf_script", stem  # the registry's order
     assert perf_script.sniff(PY_TEXT)
     assert not perf_script.sniff(b"main;busy_loop 12\nmain;idle 3\n")
     assert not perf_script.sniff(b"PID 123 - python3\nTID 123:\n#0  0x00007f3c0a1b2c3d __nanosleep\n"
