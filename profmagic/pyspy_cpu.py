@@ -1,0 +1,127 @@
+"""CPU and off-CPU time from py-spy, whose record formats never mark idle samples (issue 6).
+
+Two ways, both pure functions over Profiles (measured in bench/groundtruth.py, see RESULTS.md):
+
+- ``combine_idle(wall, cpu)`` (chosen): two py-spy recordings of the same run, one with ``--idle``
+  (every sample: wall) and one without (idle samples dropped: on-CPU). Per (thread, stack): wall
+  from the first, cpu from the second's sample count times the first's seconds per sample.
+- ``classify_native(profile)``: one ``--idle --native`` recording; a sample whose leaf native frame
+  is a blocking call (clock_nanosleep, futex, poll...) is off-CPU, others on-CPU. Leaves that py-spy
+  cannot symbolise (bare addresses) cannot be classified; they count as on-CPU and are reported.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from .profile import Profile, StackBuilder
+
+# Leaf functions (libc/kernel entry points) where a thread sleeps or blocks.
+BLOCKING = {
+    "clock_nanosleep", "nanosleep", "__clock_nanosleep", "__GI___clock_nanosleep", "usleep", "sleep",
+    "futex", "futex_wait", "__futex_abstimed_wait_common", "__futex_abstimed_wait_common64",
+    "futex_abstimed_wait_cancelable", "__lll_lock_wait", "pthread_cond_wait", "pthread_cond_timedwait",
+    "___pthread_cond_wait", "___pthread_cond_timedwait", "__pthread_cond_wait", "sem_wait",
+    "sem_timedwait", "sem_clockwait", "do_futex_wait", "__new_sem_wait_slow64",
+    "epoll_wait", "epoll_pwait", "poll", "ppoll", "__poll", "select", "pselect", "__select",
+    "read", "__libc_read", "recv", "recvfrom", "recvmsg", "__libc_recv", "accept", "accept4",
+    "wait4", "waitpid", "__waitpid", "waitid", "pause", "sigwait", "sigtimedwait", "connect",
+}
+_ADDRESS = re.compile(r"^(0x)?[0-9a-f]{6,}$", re.I)
+
+
+def _key_frames(p: Profile):
+    fr = p.frames
+    return {fid: (n, f, None if l is None or l != l else int(l), str(k))
+            for fid, n, f, l, k in zip(fr.index, fr["name"], fr["file"], fr["line"], fr["kind"])}
+
+
+def _per_sample_seconds(p: Profile) -> dict[str, float]:
+    """Seconds one sample stands for, per thread: its wall (or cpu) weight over its sample count."""
+    col = "wall" if "wall" in p.metrics else ("cpu" if "cpu" in p.metrics else None)
+    rate = float(p.meta.get("rate") or 100.0)
+    out = {}
+    for th, g in p.stacks.groupby("thread", sort=False):
+        n = float(g["samples"].sum())
+        w = float(g[col].sum()) if col else n / rate
+        out[th] = w / n if n else 1.0 / rate
+    return out
+
+
+def combine_idle(wall: Profile, cpu: Profile) -> Profile:
+    """One Profile with ``wall``, ``cpu`` (and so ``off_cpu``) per stack, from a py-spy ``--idle``
+    recording (``wall``) and one without ``--idle`` (``cpu``) of the same run.
+
+    Both count samples at the same rate, so the cpu recording's samples are weighted by the wall
+    recording's seconds per sample of the same thread (which also carries any calibration to the
+    cell's measured wall time). A stack seen only by the cpu recording is kept with wall = cpu.
+    """
+    sps = _per_sample_seconds(wall)
+    rate = float(wall.meta.get("rate") or 100.0)
+    b = StackBuilder()
+    for th in list(wall.threads) + [t for t in cpu.threads if t not in set(wall.threads)]:
+        b.thread(th)
+    acc: dict[tuple, list[float]] = {}
+    wall_col = "wall" if "wall" in wall.metrics else None
+    for which, p in ((0, wall), (1, cpu)):
+        frames = _key_frames(p)
+        ws = p.stacks[wall_col].to_numpy(float) if which == 0 and wall_col else None
+        for i, (th, st, n) in enumerate(zip(p.stacks["thread"], p.stacks["stack"], p.stacks["samples"])):
+            key = (th, tuple(frames[f] for f in st))
+            v = acc.setdefault(key, [0.0, 0.0, 0.0])  # wall s, cpu s, wall samples
+            if which == 0:
+                v[0] += ws[i] if ws is not None else n * sps.get(th, 1.0 / rate)
+                v[2] += n
+            else:
+                v[1] += n * sps.get(th, 1.0 / rate)
+    cpu_only = 0.0
+    for (th, frames), (w, c, n) in acc.items():
+        if n == 0:  # the wall recording missed this stack: it ran, so its wall is at least its cpu
+            cpu_only += c
+            w = c
+        sid = b.stack(th, [b.frame(*f) for f in frames])
+        b.add(sid, samples=n if n else max(1, int(round(c / sps.get(th, 1.0 / rate)))), wall=w, cpu=c)
+    meta = {k: v for k, v in wall.meta.items() if k not in ("threads", "metric")}
+    meta.update(mode="both", metric="wall", cpu_method=(
+        "two py-spy recordings at once, --idle (wall) and without (cpu); cpu = non-idle samples x "
+        "the --idle recording's seconds per sample"),
+        cpu_only_seconds=cpu_only, cpu_samples=int(cpu.stacks["samples"].sum()),
+        approximate="py-spy's idle detection decides on/off-CPU")
+    return b.build(metric="wall", meta=meta, raw=wall.raw)
+
+
+def is_blocking(name: str) -> bool | None:
+    """True for a blocking leaf, False for another named leaf, None for a bare address."""
+    n = str(name).split(" (", 1)[0].strip()
+    if _ADDRESS.match(n):
+        return None
+    return n in BLOCKING or n.lstrip("_") in BLOCKING
+
+
+def classify_native(profile: Profile, strip_native: bool = False) -> Profile:
+    """cpu = wall for samples whose leaf is not a blocking call, 0 for those whose leaf is.
+
+    ``profile`` is a py-spy ``--idle --native`` recording. With ``strip_native``, native frames are
+    dropped after classification (Python frames only, as without --native).
+    """
+    w = profile.weights("wall" if "wall" in profile.metrics else "samples").to_numpy(float)
+    frames = _key_frames(profile)
+    b = StackBuilder()
+    for th in profile.threads:
+        b.thread(th)
+    unknown = 0.0
+    for th, st, n, x in zip(profile.stacks["thread"], profile.stacks["stack"], profile.stacks["samples"], w):
+        leaf = frames[st[-1]] if st else None
+        blocking = is_blocking(leaf[0]) if leaf and leaf[3] != "python" else False
+        if blocking is None:
+            unknown += x
+        keep = [f for f in st if not (strip_native and frames[f][3] == "native")]
+        sid = b.stack(th, [b.frame(*frames[f]) for f in keep])
+        b.add(sid, samples=n, wall=x, cpu=0.0 if blocking else x)
+    meta = {k: v for k, v in profile.meta.items() if k not in ("threads", "metric")}
+    total = float(np.nansum(w)) or 1.0
+    meta.update(mode="both", metric="wall", cpu_method="py-spy --idle --native; leaf frame classified",
+                unclassified_share=unknown / total,
+                approximate="leaf-frame classification; unsymbolised leaves count as on-CPU")
+    return b.build(metric="wall", meta=meta, raw=profile.raw)
