@@ -205,14 +205,50 @@ def scaling(processes=(1, 2, 4), steps: int = 40, cache: bool = False, hold_ms: 
     return df
 
 
-def _run_group(k, steps, cache, hold_ms, n, lock, timeout) -> list[float]:
-    cmd = [sys.executable, "-m", "profmagic.casestudy", "--steps", str(steps), "--hold-ms", str(hold_ms),
-           "--n", str(n), "--lock", lock] + (["--cache"] if cache else [])
+class ranks:
+    """``with ranks(3): ...``: ``k`` other processes run the (uncached unless ``cache``) steps in a loop,
+    sharing the default lock with this one, until the block ends; then they are stopped and reaped."""
+
+    def __init__(self, k: int, cache: bool = False, hold_ms: float = DEFAULT_HOLD_MS, n: int = DEFAULT_N,
+                 lock_path: str | None = None):
+        self.args = ["--forever", "--hold-ms", str(hold_ms), "--n", str(n), "--lock", lock_path or default_lock()]
+        self.args += ["--cache"] if cache else []
+        self.k, self.procs = k, []
+
+    def __enter__(self):
+        build()
+        try:
+            self.procs = [_spawn(self.args) for _ in range(self.k)]
+            for p in self.procs:
+                line = p.stdout.readline()
+                if line.strip() != "ready":
+                    raise RuntimeError(f"case-study rank failed: {line}{p.stderr.read()}")
+                p.stdin.write("go\n")
+                p.stdin.flush()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+            p.communicate()
+        self.procs = []
+
+
+def _spawn(args) -> subprocess.Popen:
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    procs = [subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, env=env) for _ in range(k)]
+    return subprocess.Popen([sys.executable, "-m", "profmagic.casestudy", *args], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _run_group(k, steps, cache, hold_ms, n, lock, timeout) -> list[float]:
+    args = ["--steps", str(steps), "--hold-ms", str(hold_ms), "--n", str(n), "--lock", lock]
+    procs = [_spawn(args + (["--cache"] if cache else [])) for _ in range(k)]
     try:
         for p in procs:  # every child is warmed up before any starts measuring
             line = p.stdout.readline()
