@@ -18,6 +18,15 @@ from profmagic.profile import StackBuilder
 VENV_BIN = os.path.dirname(sys.executable)
 
 
+@pytest.fixture(autouse=True, params=["plain", "fast"])
+def reader_path(request, monkeypatch):
+    """Run every test through both readers: plain json.loads, and the fast path that large files take
+    (which cuts the samples/weights arrays out of the text). The size threshold is lowered, nothing faked."""
+    if request.param == "fast":
+        monkeypatch.setattr(speedscope, "_MIN_FAST", 0)
+    return request.param
+
+
 def canon(p):
     """Stacks as sorted (thread, frames by content, weights) rows, independent of ids and row order."""
     fr = p.frames
@@ -256,3 +265,45 @@ def test_roundtrip_off_cpu_primary_metric():
     p = b.build(metric="off_cpu")
     q, _ = roundtrip(p)
     assert q.total() == pytest.approx(0.75)
+
+
+def _fast(data):
+    return speedscope._read_fast(data, "<t>", "wall")
+
+
+def test_fast_path_is_taken_and_equals_plain():
+    frames = [{"name": "a", "file": "a.py", "line": 1, "col": None}, {"name": "b", "file": None, "line": None}]
+    prof = [{"type": "sampled", "name": "T", "unit": "milliseconds", "startValue": 0, "endValue": 9,
+             "samples": [[0, 1], [0], [0, 1], [], [1, 1, 1]], "weights": [1, 2, 1.5, 0.5, 4]}]
+    for data in (_doc(prof, frames), json.dumps(json.loads(_doc(prof, frames)), indent=1).encode()):
+        fast = _fast(data)
+        assert fast is not None
+        plain = speedscope.from_dict(json.loads(data))
+        assert canon(fast) == canon(plain)
+        assert list(fast.samples["time"]) == list(plain.samples["time"])
+        assert list(fast.samples["stack"].map(fast.stacks["stack"].__getitem__)) == \
+            list(plain.samples["stack"].map(plain.stacks["stack"].__getitem__))
+
+
+@pytest.mark.parametrize("case", ["key in a name", "float frame index", "negative", "nan text", "out of range"])
+def test_fast_path_declines_what_it_cannot_vouch_for(case):
+    frames = [{"name": "a"}, {"name": "b"}]
+    samples, weights = [[0, 1], [0]], [1, 1]
+    if case == "key in a name":
+        frames[1]["name"] = 'x\\"samples":[[0]]'
+    data = _doc([{"type": "sampled", "unit": "none", "samples": samples, "weights": weights}], frames)
+    if case == "float frame index":
+        data = data.replace(b"[0, 1]", b"[0, 1.0]")
+    elif case == "negative":
+        data = data.replace(b"[1, 1]", b"[1, -1]")
+    elif case == "nan text":
+        data = data.replace(b"[1, 1]", b"[1, NaN]")
+    elif case == "out of range":
+        data = data.replace(b"[0, 1]", b"[0, 2]")
+    if case == "key in a name":
+        assert _fast(data) is None or canon(_fast(data)) == canon(speedscope.from_dict(json.loads(data)))
+        assert profmagic.load(data).frames["name"].iloc[1] == 'x\\"samples":[[0]]'
+    else:
+        assert _fast(data) is None
+        with pytest.raises(ProfileFormatError):
+            profmagic.load(data)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -66,9 +67,17 @@ def _frames(doc, source):
     return make_frames(names, files, lines, ks)
 
 
-def _sampled(prof, pi, nframes, source):
+def _sampled(prof, pi, nframes, source, blobs=None):
     samples = prof.get("samples")
     weights = prof.get("weights")
+    if blobs is not None and (isinstance(samples, str) or isinstance(weights, str)):
+        fast = _sampled_fast(blobs, samples, weights, nframes)
+        if fast is None:
+            raise _Fallback()
+        stacks, ids, w = fast
+        start = float(prof.get("startValue") or 0)
+        times = start + np.concatenate(([0.0], np.cumsum(w)[:-1])) if len(w) else np.zeros(0)
+        return stacks, ids, w, times
     if not isinstance(samples, list) or not isinstance(weights, list):
         raise _err(source, f"profiles[{pi}]", "a sampled profile needs 'samples' and 'weights' lists")
     if len(samples) != len(weights):
@@ -148,7 +157,166 @@ def _evented(prof, pi, nframes, source):
     return list(intern), np.asarray(ids, dtype=np.int64), np.asarray(ws, dtype=np.float64), np.asarray(ts, dtype=np.float64)
 
 
+# -- fast path: the big numeric arrays are parsed straight from the bytes ---------------------
+# json.loads would build a Python list per sample (about 8x the file in memory). Instead the
+# "samples" and "weights" arrays are cut out of the text, the small rest goes through json.loads,
+# and each sample's text is interned as bytes: only distinct stacks are ever parsed. Anything
+# unexpected (whitespace games, a key inside a string, bad numbers) falls back to the plain path,
+# which gives the precise error.
+_KEY = re.compile(rb'"(samples|weights)"\s*:\s*\[')
+_SAMPLES_END = re.compile(rb"\]\s*\]")
+_WS = b" \t\r\n"
+_INTS = b"0123456789,[]"
+_NUMBERS = b"0123456789.eE+-,"
+_CHUNK = 1 << 22
+_MIN_FAST = 1 << 20  # smaller files gain nothing
+
+
+class _Fallback(Exception):
+    pass
+
+
+def _cut(data: bytes):
+    """(skeleton bytes, blobs) with each big array replaced by a placeholder string, or None."""
+    pieces, blobs, pos = [], {}, 0
+    while True:
+        m = _KEY.search(data, pos)
+        if m is None:
+            break
+        start = m.end()  # just after the array's '['
+        if m.group(1) == b"samples":
+            e = _SAMPLES_END.search(data, start)
+            if e is None or data[start:start + 64].lstrip(_WS)[:1] != b"[":
+                pos = start
+                continue
+            span = (start, e.start() + 1, "samples")
+            close = e.end()
+        else:
+            close = data.find(b"]", start) + 1
+            if close <= 0:
+                break
+            span = (start, close - 1, "weights")
+        pieces.append(data[pos:start - 1])
+        pieces.append(b'"\\u0000pm%d"' % len(blobs))  # reads back as "\0pm<n>": no real name has a NUL
+        blobs[f"\0pm{len(blobs)}"] = span
+        pos = close
+    if not blobs:
+        return None
+    pieces.append(data[pos:])
+    return b"".join(pieces), blobs
+
+
+def _parse_samples(data: bytes, a: int, b: int, nframes: int):
+    """Interned stacks and one stack id per sample for the text ``[..],[..],...`` in data[a:b]."""
+    intern: dict[bytes, int] = {}
+    parts_ids = []
+    pos = a
+    first = True
+    while pos < b:
+        cut = data.find(b"]", min(pos + _CHUNK, b - 1))
+        if cut < 0 or cut >= b:
+            cut = b - 1
+        chunk = data[pos:cut + 1]
+        pos = cut + 1
+        if chunk.translate(None, _INTS):
+            chunk = chunk.translate(None, _WS)
+            if chunk.translate(None, _INTS):
+                return None
+        if chunk.startswith(b","):
+            if first:
+                return None
+            chunk = chunk[1:]
+        first = False
+        if not (chunk.startswith(b"[") and chunk.endswith(b"]")):
+            return None
+        parts = chunk[1:-1].split(b"],[")
+        if chunk.count(b"[") != len(parts) or chunk.count(b"]") != len(parts):
+            return None
+        codes, uniq = pd.factorize(np.array(parts, dtype=object))
+        remap = np.fromiter((intern.setdefault(u, len(intern)) for u in uniq), dtype=np.int64, count=len(uniq))
+        parts_ids.append(remap[codes])
+    stacks = []
+    try:
+        for key in intern:
+            st = tuple(map(int, key.split(b","))) if key else ()
+            if st and max(st) >= nframes:
+                return None
+            stacks.append(st)
+    except ValueError:
+        return None
+    ids = np.concatenate(parts_ids) if parts_ids else np.zeros(0, np.int64)
+    return stacks, ids
+
+
+def _parse_weights(data: bytes, a: int, b: int):
+    text = data[a:b]
+    if text.translate(None, _NUMBERS):
+        text = text.translate(None, _WS)
+        if text.translate(None, _NUMBERS):
+            return None
+    if not text.strip(_WS):
+        return np.zeros(0)
+    # Weights repeat (a sampler's interval): parse each distinct text once.
+    codes, uniq = pd.factorize(np.array(text.split(b","), dtype=object))
+    try:
+        values = np.array([float(u) for u in uniq], dtype=np.float64)
+    except ValueError:
+        return None
+    return values[codes]
+
+
+def _sampled_fast(blobs, samples, weights, nframes):
+    """(stacks, ids, weights) from cut-out arrays, or None when the plain path must decide."""
+    data = blobs["\0data"]
+    if isinstance(samples, str):
+        a, b, kind = blobs.get(samples, (0, 0, None))
+        got = _parse_samples(data, a, b, nframes) if kind == "samples" else None
+        if got is None:
+            return None
+        stacks, ids = got
+    else:
+        return None
+    if isinstance(weights, str):
+        a, b, kind = blobs.get(weights, (0, 0, None))
+        w = _parse_weights(data, a, b) if kind == "weights" else None
+    elif isinstance(weights, list) and all(type(x) in (int, float) for x in weights):
+        w = np.asarray(weights, dtype=np.float64)
+    else:
+        w = None
+    if w is None or len(w) != len(ids) or (w < 0).any() or not np.isfinite(w).all():
+        return None
+    return stacks, ids, w
+
+
+def _read_fast(data: bytes, source: str, metric: str):
+    cut = _cut(data)
+    if cut is None:
+        return None
+    skeleton, blobs = cut
+    try:
+        doc = json.loads(skeleton)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    # Every placeholder must sit where a sampled profile's samples or weights belong.
+    profiles = doc.get("profiles") if isinstance(doc, dict) else None
+    if not isinstance(profiles, list):
+        return None
+    seen = [v for p in profiles if isinstance(p, dict) and p.get("type") == "sampled"
+            for v in (p.get("samples"), p.get("weights")) if isinstance(v, str) and v in blobs]
+    if len(seen) != len(set(seen)) or len(seen) != len(blobs):
+        return None
+    blobs["\0data"] = data
+    try:
+        return from_dict(doc, source=source, metric=metric, raw=Raw(data, NAME), _blobs=blobs)
+    except (_Fallback, ProfileFormatError):
+        return None
+
+
 def read(data: bytes, source: str = "<input>", metric: str = "wall") -> Profile:
+    if len(data) >= _MIN_FAST:
+        prof = _read_fast(data, source, metric)
+        if prof is not None:
+            return prof
     try:
         doc = json.loads(data)
     except json.JSONDecodeError as e:
@@ -160,7 +328,8 @@ def read(data: bytes, source: str = "<input>", metric: str = "wall") -> Profile:
     return from_dict(doc, source=source, metric=metric, raw=Raw(data, NAME))
 
 
-def from_dict(doc, source: str = "<input>", metric: str = "wall", raw: Raw | None = None) -> Profile:
+def from_dict(doc, source: str = "<input>", metric: str = "wall", raw: Raw | None = None,
+              _blobs: dict | None = None) -> Profile:
     if not isinstance(doc, dict) or not isinstance(doc.get("profiles"), list):
         raise _err(source, "$", "expected a speedscope object with a 'profiles' list")
     frames = _frames(doc, source)
@@ -186,7 +355,7 @@ def from_dict(doc, source: str = "<input>", metric: str = "wall", raw: Raw | Non
         units.add(unit)
         kind = prof.get("type")
         if kind == "sampled":
-            stacks, ids, w, times = _sampled(prof, pi, nframes, source)
+            stacks, ids, w, times = _sampled(prof, pi, nframes, source, _blobs)
         elif kind == "evented":
             stacks, ids, w, times = _evented(prof, pi, nframes, source)
         else:
