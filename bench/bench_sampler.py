@@ -86,7 +86,7 @@ def write_section(text: str) -> None:
         new = old.rstrip("\n") + "\n\n" + text
     else:  # rerun: replace this section only
         nxt = old.find("\n## ", start + len(HEADER))
-        new = old[:start] + text + (old[nxt + 1:] if nxt >= 0 else "")
+        new = old[:start] + text.rstrip("\n") + ("\n\n" + old[nxt + 1:] if nxt >= 0 else "")
     with open(RESULTS, "w", encoding="utf-8") as f:
         f.write(new.rstrip("\n") + "\n")
 
