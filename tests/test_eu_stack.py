@@ -64,7 +64,7 @@ def test_plain_matches_stackcollapse_elfutils(opts):
     p = eu_stack.read(PLAIN.encode(), raw_names=True, **{o: True for o in opts})
     assert folded.write_text(p, thread_roots=False) == PLAIN_FOLDED[opts]
     assert p.metric == "samples" and p.sample_count == 3
-    assert sorted(p.threads) == ["TID 4242", "TID 4243"]
+    assert sorted(p.threads) == ["Thread 4242", "Thread 4243"]
 
 
 def test_module_source_and_inline_variants():
@@ -114,7 +114,7 @@ def test_real_eu_stack_capture_of_a_live_process():
         child.wait()
     p = eu_stack.read(out, source="live")
     assert sniff(out) == "eu-stack"
-    assert p.threads == [f"TID {child.pid}"]
+    assert p.threads == [f"Thread {child.pid}"]
     names = [p.frames.at[f, "name"] for f in p.stacks["stack"][0]]
     assert "[python]" in names and "time_sleep" in names
     assert "clock_nanosleep" in names[-1]  # eu-stack may add a symbol version: @GLIBC_2.2.5
@@ -167,7 +167,7 @@ def test_recorder_native_thread_own_root_shares_and_labels(cthread):
     threads = set(p.stacks.loc[rows, "thread"])
     assert len(threads) == 1
     (thread,) = threads
-    assert "native" in thread and thread not in p.meta["python_threads"]
+    assert thread in p.meta["native_threads"] and thread not in p.meta["python_threads"]
     for r in rows:
         names = [p.frames.at[f, "name"] for f in p.stacks.at[r, "stack"]]
         assert "[python]" not in names and names.index("cthread_main") <= 2  # __clone3;start_thread
@@ -188,7 +188,7 @@ def test_recorder_native_thread_own_root_shares_and_labels(cthread):
     # CPU time goes to the busy function; the sleep carries wall time only.
     assert w.loc[in_busy, "cpu"].sum() > 0.7 * w["cpu"].sum()
     # The main thread (sleeping here) is a Python thread with a [python] frame.
-    main = [t for t in p.threads if t.startswith("MainThread")]
+    main = [t for t in p.threads if t.endswith('"MainThread"')]
     assert main and main[0] in p.meta["python_threads"]
 
 

@@ -36,6 +36,7 @@ from urllib.parse import unquote
 
 import numpy as np
 
+from ..backends.base import thread_label
 from ..errors import ProfileFormatError
 from ..profile import Profile, Raw, StackBuilder
 from .folded import decode
@@ -192,14 +193,8 @@ def read(data: bytes, source: str = "<input>", raw_names: bool = False, fold: bo
             py_tids.add(bl["tid"])
 
     def thread_name(bl):
-        tid = bl["tid"]
-        if tid in py_names:
-            return f"{py_names[tid]} ({tid})"
-        comm = bl["facts"].get("comm")
-        kind = "python" if tid in py_tids else "native"
-        if comm:
-            return f"{comm} ({tid}, {kind})" if sampled else f"{comm} ({tid})"
-        return f"TID {tid}" if not sampled else f"TID {tid} ({kind})"
+        tid = int(bl["tid"]) if bl["tid"].isdigit() else bl["tid"]
+        return thread_label(tid, py_names.get(bl["tid"]) or bl["facts"].get("comm"))
 
     # CPU: each thread's measured CPU delta is shared by its on-CPU samples.
     cpu_total: dict[str, float] = {}
@@ -246,9 +241,10 @@ def read(data: bytes, source: str = "<input>", raw_names: bool = False, fold: bo
         on_flags.append(bl["on_cpu"])
         deltas.append(bl["cpu_delta"])
 
+    labels = {bl["tid"]: thread_name(bl) for bl in blocks}
     meta = {"format": NAME, "backend": "eu-stack", "source": source,
-            "python_threads": sorted(thread_name(bl) for bl in {x["tid"]: x for x in blocks}.values()
-                                     if bl["tid"] in py_tids)}
+            "python_threads": [labels[t] for t in labels if t in py_tids],
+            "native_threads": [labels[t] for t in labels if t not in py_tids]}
     if sampled:
         meta.update({k: v for k, v in header.items() if k not in ("interval", "duration", "snapshots")})
         meta["interval"] = interval
