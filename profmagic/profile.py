@@ -105,8 +105,9 @@ class StackBuilder:
             self._stack_frames.append(frames)
             for col, vals in self._agg.items():
                 vals.append(0.0 if col != "samples" else 0)
-            for k in set(self._extra) | set(extra):
-                self._extra.setdefault(k, [None] * sid).append(extra.get(k))
+            if extra or self._extra:
+                for k in set(self._extra) | set(extra):
+                    self._extra.setdefault(k, [None] * sid).append(extra.get(k))
         return sid
 
     # -- weights ---------------------------------------------------------------
