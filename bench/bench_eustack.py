@@ -1,0 +1,83 @@
+"""eu-stack sampler: achieved rate and the target's slowdown (paired with unprofiled runs).
+
+The target is a child Python process that waits for a line on stdin, then times a fixed pure-Python
+workload plus a C-like one (zlib) and prints the seconds. Each pair runs it once unprofiled and once
+under profmagic's eu-stack recorder at the given rate, side by side; the ratio is per pair.
+
+    .venv/bin/python bench/bench_eustack.py [--pairs 5] [--rates 20,50,100]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from profmagic.backends import eustack  # noqa: E402
+from profmagic.backends.base import Options  # noqa: E402
+
+TARGET = """\
+import sys, time, threading, zlib
+data = bytes(range(256)) * 4000
+def work():
+    s = 0
+    for i in range(3_000_000):
+        s += i % 7
+    for _ in range(40):
+        zlib.compress(data, 6)
+sys.stdin.readline()
+t = time.perf_counter()
+work()
+print(time.perf_counter() - t, flush=True)
+"""
+
+
+def run_once(rate: float | None) -> tuple[float, float | None, int]:
+    child = subprocess.Popen([sys.executable, "-c", TARGET], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    rec = None
+    try:
+        if rate:
+            rec = eustack.Recorder(Options(pid=child.pid, rate=rate))
+            rec.start()
+        child.stdin.write(b"go\n")
+        child.stdin.flush()
+        secs = float(child.stdout.readline())
+        achieved, n = None, 0
+        if rec:
+            p = eustack.read(rec.stop(), Options())
+            achieved, n = p.meta["rate"], p.meta["snapshots"]
+        return secs, achieved, n
+    finally:
+        if rec:
+            rec.close()
+        child.stdin.close()
+        child.wait()
+        child.stdout.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--pairs", type=int, default=5)
+    ap.add_argument("--rates", default="20,50,100")
+    a = ap.parse_args()
+    print(f"eu-stack {eustack._version()}, {os.cpu_count()} CPUs, {a.pairs} pairs per rate")
+    print("| target rate (Hz) | achieved rate (Hz, median) | slowdown (median ratio profiled/unprofiled) "
+          "| ratios | unprofiled s (median) |")
+    print("|---|---|---|---|---|")
+    for rate in [float(r) for r in a.rates.split(",")]:
+        ratios, rates, base = [], [], []
+        for _ in range(a.pairs):
+            b, _, _ = run_once(None)
+            s, achieved, _ = run_once(rate)
+            ratios.append(s / b)
+            rates.append(achieved)
+            base.append(b)
+        print(f"| {rate:g} | {statistics.median(rates):.1f} | {statistics.median(ratios):.3f} | "
+              f"{', '.join(f'{r:.2f}' for r in ratios)} | {statistics.median(base):.3f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
