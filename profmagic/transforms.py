@@ -81,7 +81,8 @@ def trim_to_cell(profile: Profile, cell_filename: str, threads: Iterable[str] | 
     sampled outside the cell (the magic itself). Stacks of other threads are kept whole."""
     fr = profile.frames
     in_cell = set(fr.index[(fr["file"] == cell_filename).to_numpy()].tolist())
-    strict = set(profile.threads if threads is None else threads)
+    # No frame of the cell at all (an event profiler that saw no call in it): nothing to cut against.
+    strict = set(profile.threads if threads is None else threads) if in_cell else set()
     old = profile.stacks
     new_stacks, keep = [], np.ones(len(old), dtype=bool)
     for i, (t, s) in enumerate(zip(old["thread"], old["stack"])):
@@ -153,11 +154,12 @@ def calibrate(profile: Profile, thread: str, seconds: float, metric: str | None 
     count divided by the measured ``seconds`` it ran. Raw counts stay in ``samples``.
 
     For samplers whose weights are 1/requested rate (py-spy): afterwards ``thread`` sums to ``seconds``.
+    Under 5 samples the estimate means nothing: the profile is left as it was, marked uncalibrated.
     """
     metric = metric or profile.metric
     st = profile.stacks
     n = int(st.loc[st["thread"] == thread, "samples"].sum()) if len(st) else 0
-    if n == 0 or not seconds or seconds <= 0 or metric not in TIME_METRICS:
+    if n < 5 or not seconds or seconds <= 0 or metric not in TIME_METRICS:
         return profile.replace(meta={**profile.meta, "calibrated": False})
     eff = n / seconds
     per = 1.0 / eff

@@ -169,9 +169,9 @@ def test_ctrl_c_partial_profile_and_keyboardinterrupt(k):
 
 
 def test_zero_samples_message(k):
-    r = k.run("%%profile -b py-spy --idle --rate 10\nx = 1\n")
+    r = k.run("%%profile -b py-spy --idle --rate 1\nx = 1\n")
     assert r.status == "ok"
-    assert "no samples" in r.stderr and "10 Hz" in r.stderr and " ms wall" in r.stderr, r.text()
+    assert "no samples" in r.stderr and "1 Hz" in r.stderr and " ms wall" in r.stderr, r.text()
     assert r.result is None
     assert_clean(k)
 
@@ -243,7 +243,8 @@ def test_inprocess_backends_cpu(k, backend):
     need(backend)
     _, s = profile_cell(k, f"-b {backend} --mode cpu")
     assert s["metric"] == "cpu"
-    assert s["nap"] < 0.05, s
+    # ≈ 0: a sample or two lands on the call into sleep (0.6 s of sleep would be 2/3).
+    assert s["nap"] < 0.1, s
     assert_cell_only(s)
     assert_clean(k)
 
