@@ -3,6 +3,8 @@
 Builds a >= 100 MB perf script from the FlameGraph corpus inputs (cpu-clock ones, each copy with
 its own pids), then times, alternating, ``perl stackcollapse-perf.pl FILE`` and
 ``perf_script.read(FILE).to_folded(metric="samples")`` and checks that the outputs are identical.
+Wall and CPU time (user + sys) are both reported: on a shared machine, wall time is mostly
+queueing for a core, so the CPU-time ratio is the steadier one.
 
 stackcollapse-perf.pl is taken from the local mirror of github:brendangregg/FlameGraph (fetch it
 first) into a temp file; it is never committed.
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -77,19 +80,26 @@ def stackcollapse(git_dir: str, dest: str) -> str:
                           capture_output=True, text=True).stdout.strip()
 
 
-def run_perl(script: str, path: str, opts: list[str]) -> tuple[float, bytes]:
-    t0 = time.perf_counter()
+def _child_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def run_perl(script: str, path: str, opts: list[str]) -> tuple[float, float, bytes]:
+    """(wall s, CPU s, output) of stackcollapse-perf.pl."""
+    c0, t0 = _child_cpu(), time.perf_counter()
     out = subprocess.run(["perl", script, *opts, path], check=True, capture_output=True).stdout
-    return time.perf_counter() - t0, out
+    return time.perf_counter() - t0, _child_cpu() - c0, out
 
 
-def run_ours(path: str, opts: dict) -> tuple[float, bytes]:
-    t0 = time.perf_counter()
+def run_ours(path: str, opts: dict) -> tuple[float, float, bytes]:
+    """(wall s, CPU s, output) of reading the file and writing folded text, in this process."""
+    c0, t0 = time.process_time(), time.perf_counter()
     with open(path, "rb") as f:
         data = f.read()
     p = perf_script.read(data, source=path, keep_unterminated=False, **opts)
     out = p.to_folded(metric="samples").encode("utf-8", errors="surrogateescape")
-    return time.perf_counter() - t0, out
+    return time.perf_counter() - t0, time.process_time() - c0, out
 
 
 def main(argv=None) -> int:
@@ -111,7 +121,7 @@ def main(argv=None) -> int:
         for opt in a.opt or ["none"]:
             perl_opts = [] if opt == "none" else [f"--{opt}"]
             our_opts = {} if opt == "none" else {opt: True}
-            tp, to = [], []
+            tp, to, cp, co = [], [], [], []
             same = True
             for i in range(a.runs):
                 # Alternate which one goes first, so drift on the shared machine hits both.
@@ -121,14 +131,20 @@ def main(argv=None) -> int:
                 res = {}
                 for name, fn, args in order:
                     res[name] = fn(*args)
-                tp.append(res["perl"][0])
-                to.append(res["ours"][0])
-                same = same and res["perl"][1] == res["ours"][1]
-                print(f"  [{opt}] run {i + 1}: perl {res['perl'][0]:.2f} s, profmagic {res['ours'][0]:.2f} s, "
-                      f"identical={res['perl'][1] == res['ours'][1]} ({len(res['ours'][1].splitlines())} lines)")
+                (wp, xp, outp), (wo, xo, outo) = res["perl"], res["ours"]
+                tp.append(wp)
+                to.append(wo)
+                cp.append(xp)
+                co.append(xo)
+                same = same and outp == outo
+                print(f"  [{opt}] run {i + 1}: perl {wp:.2f} s wall / {xp:.2f} s CPU, profmagic {wo:.2f} s wall / "
+                      f"{xo:.2f} s CPU, identical={outp == outo} ({len(outo.splitlines())} lines)")
             mp, mo = statistics.median(tp), statistics.median(to)
-            print(f"[{opt}] median perl {mp:.2f} s ({size / 1e6 / mp:.1f} MB/s), profmagic {mo:.2f} s "
-                  f"({size / 1e6 / mo:.1f} MB/s): {mp / mo:.2f}x; identical output: {same}")
+            xp, xo = statistics.median(cp), statistics.median(co)
+            print(f"[{opt}] median wall: perl {mp:.2f} s ({size / 1e6 / mp:.1f} MB/s), profmagic {mo:.2f} s "
+                  f"({size / 1e6 / mo:.1f} MB/s): {mp / mo:.2f}x")
+            print(f"[{opt}] median CPU:  perl {xp:.2f} s, profmagic {xo:.2f} s: {xp / xo:.2f}x; "
+                  f"identical output: {same}")
             if not same:
                 print("OUTPUT DIFFERS", file=sys.stderr)
                 return 1

@@ -301,3 +301,13 @@ def test_real_perf_script(tmp_path):
     assert frames.loc["busy_loop", "kind"] == "native" and frames.loc["busy_loop", "file"] == str(exe)
     # FlameGraph's folded form: root comm frame, then main ... busy_loop.
     assert re.search(r"^busy;.*main;busy_loop \d+$", p.to_folded(metric="samples"), re.M)
+
+
+@pytest.mark.parametrize("text,line", [
+    (b"ab 1 1.0: 1 ev:\n  1 f (m)\n\nab 1 2.0: 1 ev:\nGARBAGE\n", 5),
+    (b"ab 1 1.0: 1 ev:\n  1 f (m)\n\n\n\nab 1 2.0: 1 ev:\nGARBAGE", 7),
+    (b"ab 1 1.0: 1 ev:\n  1 f (m)\n\n\n\nab 1 2.0: 1 ev:\nGARBAGE\n\nab 1 2.0: 1 ev:\n", 7),
+])
+def test_error_line_numbers_count_blank_lines(text, line):
+    with pytest.raises(ProfileFormatError, match=rf"^f\.txt: line {line}: expected an event header"):
+        perf_script.read(text, strict=True, source="f.txt")

@@ -200,23 +200,40 @@ def read(data: bytes, source: str = "<input>", pid: bool = False, tid: bool = Fa
           "first_header": None, "orphans": 0}
     events_seen: dict[str, int] = {}
     warnings: list[str] = []
+    # (comm, number, number) of a header -> (pname, is_java, thread, comm, pid, tid)
+    who_cache: dict[tuple, tuple] = {}
 
-    def header(line: str, m, lineno: int):
-        """(pname, is_java, record fields) for an event header line; None when filtered out."""
-        comm, n1, n2 = m.group(1, 2, 3)
+    def who(groups: tuple) -> tuple:
+        comm, n1, n2 = groups
         if n2 and n2 != "0":
             p, t = n1, n2
         else:
-            p, t = None, n1
+            p, t = None, n1  # one number is the TID (stackcollapse: PID "?")
+        ptxt = "?" if p is None else p
+        if tid:
+            pname = f"{comm}-{ptxt}/{t}"
+        elif pid:
+            pname = f"{comm}-{ptxt}"
+        else:
+            pname = comm
+        if " " in pname:
+            pname = pname.replace(" ", "_")
+        w = who_cache[groups] = (pname, pname.startswith("java"), f"{comm}-{ptxt}/{t}", comm,
+                                 None if p is None else int(p), int(t))
+        return w
+
+    def header(line: str, m, lineno: int):
+        """(pname, is_java, record fields) for an event header line; None when filtered out."""
         period_text = ""
         e = event_search(line)
         if e is not None:
             period_text, ev = e.group(1, 2)
-            events_seen[ev] = events_seen.get(ev, 0) + 1
-            if not st["event"]:
+            n = events_seen.get(ev)
+            events_seen[ev] = 1 if n is None else n + 1
+            if ev != st["event"]:
+                if st["event"]:
+                    return None  # another event: skipped with its frames
                 st["event"] = ev
-            elif ev != st["event"]:
-                return None  # another event: skipped with its frames
         if st["first_header"] is None:
             st["first_header"] = lineno
         if not period_text or period_text == "0":
@@ -230,17 +247,9 @@ def read(data: bytes, source: str = "<input>", pid: bool = False, tid: bool = Fa
             st["any_time"] = True
         else:
             time = nan
-        ptxt = "?" if p is None else p
-        if tid:
-            pname = f"{comm}-{ptxt}/{t}"
-        elif pid:
-            pname = f"{comm}-{ptxt}"
-        else:
-            pname = comm
-        if " " in pname:
-            pname = pname.replace(" ", "_")
-        return pname, pname.startswith("java"), (
-            f"{comm}-{ptxt}/{t}", comm, None if p is None else int(p), int(t), period, time)
+        groups = m.group(1, 2, 3)
+        w = who_cache.get(groups) or who(groups)
+        return w[0], w[1], (w[2], w[3], w[4], w[5], period, time)
 
     def record_sid(pname: str, thread: str, leaf_first: tuple) -> int:
         # leaf_first: frame ids leaf first, each line's own frames reversed (see _frame_fids)
@@ -406,13 +415,17 @@ def read(data: bytes, source: str = "<input>", pid: bool = False, tid: bool = Fa
         lines = chunk.split("\n")
         if i == last and text.endswith("\n"):
             lines.pop()  # the final newline does not make an empty line
-        unterminated = slow_chunk(lines, first_line_of(i) - 1, i < last)
+        if i == last:  # one C-level count instead of one per chunk
+            before = text.count("\n") - chunk.count("\n")
+        else:
+            before = first_line_of(i) - 1
+        unterminated = slow_chunk(lines, before, i < last)
     if not s_sid:
         if st["first_header"] is None:
             raise ProfileFormatError(
                 "no perf script samples: expected event header lines such as "
                 "'comm pid [cpu] time: period event:' followed by frame lines", source=source,
-                line=first_line_of(last) if text else None)
+                line=text.count("\n") + 1 if text else None)
         raise ProfileFormatError(
             f"no complete perf script sample (first event header at line {st['first_header']}); "
             "expected records ended by a blank line", source=source, line=st["first_header"])
