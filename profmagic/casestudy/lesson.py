@@ -10,9 +10,9 @@ from ..backends.base import thread_native_id
 
 def threads(profile, match) -> list[str]:
     """Thread labels of ``profile`` matching ``match``: a native id (int) or a regex on the label."""
-    if isinstance(match, int):  # labels differ by backend: 'Thread 12 "x"', 'x (12, native)'
+    if isinstance(match, int):  # labels differ by backend: 'Thread 12 "x"', 'x (12, native)', 'x-PID/12'
         return [t for t in profile.threads if thread_native_id(t) == match
-                or re.search(rf"\b{match}\b", str(t))]
+                or (thread_native_id(t) is None and re.findall(r"\d+", str(t))[-1:] == [str(match)])]
     return [t for t in profile.threads if re.search(match, str(t))]
 
 
@@ -48,8 +48,9 @@ def share(profile, functions, thread=None, metric: str | None = None) -> float:
 
 
 def sees(profile, functions, thread=None) -> bool:
-    """Does any sample of ``thread`` contain one of ``functions``?"""
-    return seconds(profile, functions, thread, "samples") > 0
+    """Does any sample of ``thread`` contain one of ``functions``? (Event-based profiles such as
+    cProfile's carry time but no sample counts: their primary metric is used too.)"""
+    return any(seconds(profile, functions, thread, m) > 0 for m in {"samples", profile.metric})
 
 
 # -- the "three targets" program of notebooks 02 and 03 -------------------------------------------
@@ -93,12 +94,16 @@ def calibrate_sizes(engine, seconds: float = 0.25) -> dict:
     """Work sizes that take about ``seconds`` each here, measured once without a profiler."""
     import time
     out = {}
-    for key, fn, arg in (("python", python_work, 20000), ("c_extension", c_extension_work, 2),
-                         ("c_thread", lambda n: wait_for_c_thread(engine, n), 20)):
-        t = time.perf_counter()
-        fn(arg)
-        dt = time.perf_counter() - t
-        out[key] = max(1, int(arg * seconds / max(dt, 1e-6)))
+    for key, fn, arg in (("python", python_work, 20000), ("c_extension", c_extension_work, 1),
+                         ("c_thread", lambda n: wait_for_c_thread(engine, n), 10)):
+        while True:  # grow the trial until it is long enough to time
+            t = time.perf_counter()
+            fn(arg)
+            dt = time.perf_counter() - t
+            if dt > seconds / 4:
+                break
+            arg *= 2
+        out[key] = max(1, int(arg * seconds / dt))
     return out
 
 
