@@ -115,7 +115,6 @@ def test_time_is_split_by_caller_cumtime_share(dumped):
     w = {tuple(names(p, s)): x for s, x in zip(p.stacks["stack"], p.stacks["wall"])}
     got = w[("program", "heavy", "leaf")] / (w[("program", "heavy", "leaf")] + w[("program", "light", "leaf")])
     assert got == pytest.approx(share, rel=1e-9)
-    assert 0.6 < share < 0.9  # heavy made 3x the calls
 
 
 def test_profile_module_output_with_count_only_callers(tmp_path):

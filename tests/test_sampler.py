@@ -101,8 +101,13 @@ def test_cpu_clock_from_tid_matches_pthread_clock():
     finally:
         done.set()
         t.join()
-    with pytest.raises(OSError):  # a dead thread's clock is refused, not read from freed memory
-        time.clock_gettime(sampler.tid_cpu_clock(t.native_id))
+    # A dead thread's clock is refused, not read from freed memory. join() returns when the Python
+    # thread is done; the OS thread exits a moment later, so poll.
+    deadline = time.monotonic() + 5
+    with pytest.raises(OSError):
+        while time.monotonic() < deadline:
+            time.clock_gettime(sampler.tid_cpu_clock(t.native_id))
+            time.sleep(0.001)
 
 
 def test_wall_and_cpu_from_one_run(clean_tmp):
