@@ -134,7 +134,7 @@ class ProfileMagics(Magics):
                 print(f"profmagic: could not write {args.output}: {e}", file=sys.stderr)
         if profile is not None:
             ns["_profile"] = profile  # the latest profile, also when the cell raised
-        if profile is not None and profile.sample_count == 0:
+        if profile is not None and profile.is_empty:
             print(profile.meta.get("message", "profmagic: no samples"), file=sys.stderr)
             profile = None
         if error is not None:

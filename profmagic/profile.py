@@ -245,6 +245,17 @@ class Profile:
         return int(self.stacks["samples"].sum()) if len(self.stacks) else 0
 
     @property
+    def is_empty(self) -> bool:
+        """True when nothing was recorded: no weight in the primary metric and no samples.
+
+        Deterministic profilers (cProfile) have no samples but do have time; they are not empty.
+        """
+        if self.sample_count:
+            return False
+        t = self.total()
+        return not (t == t and t > 0)
+
+    @property
     def duration(self) -> float | None:
         d = self.meta.get("duration")
         if d is not None:
@@ -260,7 +271,10 @@ class Profile:
         rate = m.get("rate")
         if rate:
             parts.append(f"{float(rate):.4g} Hz")
-        parts.append(f"{self.sample_count:,} samples")
+        if "calls" in self.stacks and not self.sample_count:
+            parts.append(f"{int(self.stacks['calls'].sum()):,} calls (every call traced, not sampled)")
+        else:
+            parts.append(f"{self.sample_count:,} samples")
         d = self.duration
         if d is not None:
             parts.append(f"{d:.3f} s")

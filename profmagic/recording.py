@@ -168,7 +168,7 @@ class Session:
         if self.error is not None:
             meta["partial"] = f"the code raised {type(self.error).__name__}; this profile covers it up to there"
         p = p.replace(meta=meta)
-        if p.sample_count == 0:
+        if p.is_empty:
             self.message = (f"profmagic: no samples: the code ran {cell_wall * 1e3:.1f} ms wall "
                             f"({cell_cpu * 1e3:.1f} ms CPU) and {self.name} samples at {rate:g} Hz "
                             f"(every {1e3 / rate:.1f} ms). Run it longer (e.g. in a loop) or raise --rate.")
