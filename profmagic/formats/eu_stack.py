@@ -192,9 +192,17 @@ def read(data: bytes, source: str = "<input>", raw_names: bool = False, fold: bo
         if any(PY_EVAL.match(f[0]) for f in bl["frames"]):
             py_tids.add(bl["tid"])
 
+    # A thread's name: its Python name, else its comm from any snapshot that could read it (a
+    # thread that ended right after its last unwind has no facts: "?").
+    comms: dict[str, str] = {}
+    for bl in blocks:
+        c = bl["facts"].get("comm")
+        if c and c != "?":
+            comms.setdefault(bl["tid"], c)
+
     def thread_name(bl):
         tid = int(bl["tid"]) if bl["tid"].isdigit() else bl["tid"]
-        return thread_label(tid, py_names.get(bl["tid"]) or bl["facts"].get("comm"))
+        return thread_label(tid, py_names.get(bl["tid"]) or comms.get(bl["tid"]))
 
     # CPU: each thread's measured CPU delta is shared by its on-CPU samples.
     cpu_total: dict[str, float] = {}
