@@ -271,10 +271,36 @@ def reattribute_cpu(p):
     return p.replace(stacks=p.stacks.assign(cpu=cpu))
 
 
-def derived(profiles: dict) -> dict:
-    """Add the two py-spy CPU methods: (a) combine two recordings, (b) classify native leaves."""
+def calibrated(p, truth: dict, metric: str):
+    """As recording.py does for py-spy: every sample weighs the main thread's measured seconds (wall
+    with --idle, CPU without) over its sample count, counting only samples inside main_loop."""
+    import numpy as np
+    sel = _thread_rows(p, "main", truth["main"]["tid"])
+    names = p.frames["name"]
+    has = np.array([any(_name_is(names[f], "main_loop") for f in s) for s in p.stacks["stack"]], bool)
+    n = float(p.stacks["samples"].to_numpy()[sel & has].sum())
+    if not n:
+        return None
+    per = truth["main"]["thread"][0 if metric == "wall" else 1] / n
+    st = p.stacks.assign(**{metric: p.stacks["samples"].to_numpy(float) * per})
+    return p.replace(stacks=st, meta={**p.meta, "calibrated": True}, metric=metric)
+
+
+def derived(profiles: dict, truth: dict) -> dict:
+    """Add the two py-spy CPU methods: (a) combine two recordings, (b) classify native leaves; and
+    py-spy calibrated to the measured time of the main thread, as the magic does for the cell."""
     from profmagic import pyspy_cpu
     out = dict(profiles)
+    w, c = profiles.get("py-spy --idle"), profiles.get("py-spy (no --idle)")
+    if w is not None and c is not None:
+        wc, cc = calibrated(w, truth, "wall"), calibrated(c, truth, "cpu")
+        if wc is not None and cc is not None:
+            out["py-spy both (a), calibrated as in %%profile"] = pyspy_cpu.combine_idle(wc, cc)
+    nat = profiles.get("py-spy --idle --native")
+    if nat is not None:
+        nc = calibrated(nat, truth, "wall")
+        if nc is not None:
+            out["py-spy both (b), calibrated as in %%profile"] = pyspy_cpu.classify_native(nc)
     if "py-spy --idle" in profiles and "py-spy (no --idle)" in profiles:
         out["py-spy both (a: two recordings)"] = pyspy_cpu.combine_idle(
             profiles["py-spy --idle"], profiles["py-spy (no --idle)"])
@@ -380,7 +406,7 @@ def main(argv=None):
                 continue
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
-            for label, p in derived(res["profiles"]).items():
+            for label, p in derived(res["profiles"], res["truth"]).items():
                 for metric in ("wall", "cpu"):
                     for r in score(p, res["truth"], metric):
                         r.update(scenario=scenario, backend=label, metric=metric,

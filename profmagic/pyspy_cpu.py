@@ -53,9 +53,10 @@ def combine_idle(wall: Profile, cpu: Profile) -> Profile:
     """One Profile with ``wall``, ``cpu`` (and so ``off_cpu``) per stack, from a py-spy ``--idle``
     recording (``wall``) and one without ``--idle`` (``cpu``) of the same run.
 
-    Both count samples at the same rate, so the cpu recording's samples are weighted by the wall
-    recording's seconds per sample of the same thread (which also carries any calibration to the
-    cell's measured wall time). A stack seen only by the cpu recording is kept with wall = cpu.
+    A cpu recording calibrated to the cell's measured CPU time (``meta["calibrated"]``) keeps its
+    weights; otherwise both count samples at the same rate, so its samples are weighted by the wall
+    recording's seconds per sample of the same thread. A stack seen only by the cpu recording is
+    kept with wall = cpu.
     """
     sps = _per_sample_seconds(wall)
     rate = float(wall.meta.get("rate") or 100.0)
@@ -64,9 +65,12 @@ def combine_idle(wall: Profile, cpu: Profile) -> Profile:
         b.thread(th)
     acc: dict[tuple, list[float]] = {}
     wall_col = "wall" if "wall" in wall.metrics else None
+    # A cpu recording calibrated to the cell's measured CPU time (recording.py) keeps its own weights.
+    cpu_col = "cpu" if cpu.meta.get("calibrated") and "cpu" in cpu.metrics else None
     for which, p in ((0, wall), (1, cpu)):
         frames = _key_frames(p)
-        ws = p.stacks[wall_col].to_numpy(float) if which == 0 and wall_col else None
+        col = wall_col if which == 0 else cpu_col
+        ws = p.stacks[col].to_numpy(float) if col else None
         for i, (th, st, n) in enumerate(zip(p.stacks["thread"], p.stacks["stack"], p.stacks["samples"])):
             key = (th, tuple(frames[f] for f in st))
             v = acc.setdefault(key, [0.0, 0.0, 0.0])  # wall s, cpu s, wall samples
@@ -74,7 +78,7 @@ def combine_idle(wall: Profile, cpu: Profile) -> Profile:
                 v[0] += ws[i] if ws is not None else n * sps.get(th, 1.0 / rate)
                 v[2] += n
             else:
-                v[1] += n * sps.get(th, 1.0 / rate)
+                v[1] += ws[i] if ws is not None else n * sps.get(th, 1.0 / rate)
     cpu_only = 0.0
     for (th, frames), (w, c, n) in acc.items():
         if n == 0:  # the wall recording missed this stack: it ran, so its wall is at least its cpu
@@ -84,8 +88,9 @@ def combine_idle(wall: Profile, cpu: Profile) -> Profile:
         b.add(sid, samples=n if n else max(1, int(round(c / sps.get(th, 1.0 / rate)))), wall=w, cpu=c)
     meta = {k: v for k, v in wall.meta.items() if k not in ("threads", "metric")}
     meta.update(mode="both", metric="wall", cpu_method=(
-        "two py-spy recordings at once, --idle (wall) and without (cpu); cpu = non-idle samples x "
-        "the --idle recording's seconds per sample"),
+        "two py-spy recordings at once, --idle (wall) and without (cpu)"
+        + ("; cpu calibrated to the cell's CPU time" if cpu_col else
+           "; cpu = non-idle samples x the --idle recording's seconds per sample")),
         cpu_only_seconds=cpu_only, cpu_samples=int(cpu.stacks["samples"].sum()),
         approximate="py-spy's idle detection decides on/off-CPU")
     return b.build(metric="wall", meta=meta, raw=wall.raw)

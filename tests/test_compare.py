@@ -1,0 +1,151 @@
+"""profmagic.compare(before, after): exact deltas, one-sided frames kept, normalisation, escaping."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import profmagic
+from profmagic.profile import StackBuilder
+from profmagic.views import compare as C
+
+pytestmark = pytest.mark.timeout(120)
+
+BEFORE = "main;f;g 10\nmain;f;h 5\nmain;old 3\n"
+AFTER = "main;f;g 4\nmain;f;h 5\nmain;new 7\nmain;f;h;x 2\n"
+
+
+def _row(table, name):
+    r = table[table["name"] == name]
+    assert len(r) == 1, f"{name} appears {len(r)} times"
+    return r.iloc[0]
+
+
+def _nodes(fig):
+    tr = fig.data[0]
+    ids = list(tr.ids)
+    label = dict(zip(ids, tr.labels))
+    parent = dict(zip(ids, tr.parents))
+
+    def path(i):
+        out = []
+        while i != "" and i is not None:
+            out.append(label[i])
+            i = parent[i]
+        return tuple(reversed(out))
+    return {path(i): (v, c) for i, v, c in zip(ids, tr.values, tr.marker.colors)}
+
+
+def test_exact_deltas_and_one_sided_functions():
+    c = profmagic.compare(profmagic.load(BEFORE), profmagic.load(AFTER))
+    assert c.metric == "samples"
+    t = c.table
+    assert set(t["name"]) == {"main", "f", "g", "h", "x", "old", "new"}
+    expect = {  # name: (total before, total after, self before, self after, side)
+        "main": (18, 18, 0, 0, "both"), "f": (15, 11, 0, 0, "both"), "g": (10, 4, 10, 4, "both"),
+        "h": (5, 7, 5, 5, "both"), "x": (0, 2, 0, 2, "only after"), "old": (3, 0, 3, 0, "only before"),
+        "new": (0, 7, 0, 7, "only after"),
+    }
+    for name, (tb, ta, sb, sa, side) in expect.items():
+        r = _row(t, name)
+        assert (r.total_before, r.total_after, r.self_before, r.self_after, r.side) == (tb, ta, sb, sa, side)
+        assert r.delta_total == ta - tb and r.delta_self == sa - sb
+    # Largest change first; a change relative to nothing is unknown, not infinite.
+    assert list(t["name"][:2]) == ["new", "g"]
+    assert np.isnan(_row(t, "new").change_pct)
+    assert _row(t, "g").change_pct == pytest.approx(-60.0)
+
+
+def test_differential_icicle_shape_from_after_and_vanished_frames_shown():
+    c = profmagic.compare(profmagic.load(BEFORE), profmagic.load(AFTER))
+    n = _nodes(c.figure)
+    root = ("all threads",)
+    # Width: after's weight, plus the vanished main;old subtree at its before width.
+    assert n[root][0] == 18 + 3
+    assert n[root + ("main",)][0] == 21
+    assert n[root + ("main", "f")] == (11, -4)
+    assert n[root + ("main", "f", "g")] == (4, -6)
+    assert n[root + ("main", "f", "h")] == (7, 2)
+    assert n[root + ("main", "f", "h", "x")] == (2, 2)
+    assert n[root + ("main", "new")] == (7, 7)       # new: red (positive)
+    assert n[root + ("main", "old")] == (3, -3)      # gone: still drawn, blue (negative)
+    tr = c.figure.data[0]
+    assert tr.branchvalues == "total" and tr.marker.colorscale  # diverging scale, 0 in the middle
+    assert tr.marker.cmid == 0
+    # Children never outgrow their parent (plotly drops the whole figure if they do).
+    vals = dict(zip(tr.ids, tr.values))
+    kids: dict = {}
+    for i, p in zip(tr.ids, tr.parents):
+        if p != "":
+            kids.setdefault(p, 0.0)
+            kids[p] += vals[i]
+    assert all(s <= vals[p] + 1e-9 for p, s in kids.items())
+    title = c.figure.layout.title.text
+    assert "samples" in title and "red slower" in title and "only in before" in title
+
+
+def test_normalisation_compares_shares():
+    before = profmagic.load(BEFORE)
+    doubled = profmagic.load("".join(f"{ln.rsplit(' ', 1)[0]} {2 * int(ln.rsplit(' ', 1)[1])}\n"
+                                     for ln in BEFORE.splitlines()))
+    raw = profmagic.compare(before, doubled)
+    assert _row(raw.table, "g").delta_total == 10 and _row(raw.table, "main").delta_total == 18
+    norm = profmagic.compare(before, doubled, normalize=True)
+    assert np.allclose(norm.table["delta_total"], 0.0)
+    n2 = profmagic.compare(before, profmagic.load(AFTER), normalize=True)
+    assert _row(n2.table, "g").delta_total == pytest.approx(4 / 18 - 10 / 18)
+    assert _row(n2.table, "main").total_after == pytest.approx(1.0)
+    assert "normalised" in n2.figure.layout.title.text
+
+
+def _timed(rows, backend="test"):
+    b = StackBuilder()
+    for thread, names, wall, cpu in rows:
+        fids = [b.frame(n, "app.py", i + 1, "python") for i, n in enumerate(names)]
+        b.add(b.stack(thread, fids), samples=1, wall=wall, cpu=cpu)
+    return b.build(metric="wall", meta={"backend": backend})
+
+
+def test_metric_choice_and_unknown_weights():
+    a = _timed([("T", ["main", "f"], 1.0, 0.5), ("T", ["main", "g"], 2.0, np.nan)])
+    b = _timed([("T", ["main", "f"], 0.5, 0.5), ("T", ["main", "g"], 2.0, 0.1)])
+    c = profmagic.compare(a, b)
+    assert c.metric == "wall"
+    assert _row(c.table, "f").delta_total == pytest.approx(-0.5)
+    cc = profmagic.compare(a, b, metric="cpu")
+    assert cc.unknown_before == 1 and "unknown cpu" in cc.summary()
+    folded = profmagic.load(BEFORE)
+    assert profmagic.compare(a, folded).metric == "samples"  # the one metric both know
+    with pytest.raises(ValueError, match="wall"):
+        profmagic.compare(a, folded, metric="wall")
+
+
+def test_names_are_escaped_everywhere():
+    evil = "<img src=x onerror=alert(1)>"
+    a = profmagic.load(f"main;{evil} 3\nmain;ok 1\n")
+    b = profmagic.load(f"main;{evil} 1\nmain;</script><script>alert(2)</script> 2\n")
+    c = profmagic.compare(a, b)
+    labels = list(c.figure.data[0].labels)
+    assert "&lt;img src=x onerror=alert(1)&gt;" in labels
+    assert not any("<img" in str(x) or "<script" in str(x) for x in labels)
+    html = c._repr_mimebundle_()["text/html"]
+    assert "<img src=x" not in html and "</script><script>alert(2)" not in html
+    assert "&lt;img src=x onerror=alert(1)&gt;" in html
+
+
+def test_backends_side_by_side_table_and_icicles():
+    a = _timed([("T", ["main", "work"], 1.0, 1.0), ("T", ["main", "wait"], 3.0, 0.0)], "sampler")
+    b = profmagic.load("main;work 9\nmain;wait 1\n")  # a CPU-ish sampler that never sees the wait
+    s = C.side_by_side({"sampler": a, "other": b})
+    t = s.table
+    assert set(t["backend"]) == {"sampler", "other"}
+    wait = t[(t["backend"] == "sampler") & (t["function"] == "wait")].iloc[0]
+    assert wait["share %"] == pytest.approx(75.0) and wait["metric"] == "wall"
+    w = s.wide().set_index("function")
+    assert w.loc["wait", "sampler (wall) %"] == pytest.approx(75.0)
+    assert w.loc["wait", "other (samples) %"] == pytest.approx(10.0)
+    assert len(s.figure.data) == 2
+    only_cpu = C.side_by_side({"sampler": a, "other": b}, metric="wall")
+    assert only_cpu.metrics["other"] == "unknown"
+    assert "unknown" in only_cpu._repr_mimebundle_()["text/html"]
+    assert pd.isna(only_cpu.wide()["other"]).all()

@@ -1,0 +1,215 @@
+"""CPU vs wall (issue 6): the comparison display on a known profile, and real runs in --mode both."""
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import math
+import os
+import shutil
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import profmagic
+from profmagic.profile import StackBuilder
+from profmagic.views import compare as C
+
+pytestmark = pytest.mark.timeout(180)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _hand_built():
+    """wall 5 s, cpu 1 s: work is busy, wait blocks in a native acquire, io reads."""
+    b = StackBuilder()
+    f = {n: b.frame(n, "app.py", i + 1, "python") for i, n in enumerate(["main", "work", "wait", "io"])}
+    acq = b.frame("acquire", "libpthread.so", None, "native")
+    rd = b.frame("read", "libc.so", None, "native")
+    T = 'Thread 1 "MainThread"'
+    b.add(b.stack(T, [f["main"], f["work"]]), samples=100, wall=1.0, cpu=0.9)
+    b.add(b.stack(T, [f["main"], f["wait"], acq]), samples=300, wall=3.0, cpu=0.0)
+    b.add(b.stack(T, [f["main"], f["io"], rd]), samples=100, wall=1.0, cpu=0.1)
+    return b.build(metric="wall", meta={"backend": "sampler", "rate": 100.0})
+
+
+def test_table_sorted_by_off_cpu_with_exact_values():
+    v = C.cpu_wall(_hand_built())
+    t = v.table.set_index("function")
+    assert list(v.table.columns) == ["function", "file", "cpu s", "off-CPU s", "wall s", "on-CPU %"]
+    expect = {"main": (1.0, 4.0, 5.0), "wait": (0.0, 3.0, 3.0), "acquire": (0.0, 3.0, 3.0),
+              "io": (0.1, 0.9, 1.0), "read": (0.1, 0.9, 1.0), "work": (0.9, 0.1, 1.0)}
+    for name, (cpu, off, wall) in expect.items():
+        r = t.loc[name]
+        assert (r["cpu s"], r["off-CPU s"], r["wall s"]) == pytest.approx((cpu, off, wall))
+        assert r["on-CPU %"] == pytest.approx(100 * cpu / wall)
+    assert list(v.table["off-CPU s"]) == sorted(v.table["off-CPU s"], reverse=True)
+    assert v.verdict == "80% of wall time off-CPU, mostly in wait waiting in acquire (75% of it)"
+
+
+def test_two_icicles_same_colour_per_function():
+    v = C.cpu_wall(_hand_built())
+    fig = v.figure
+    assert len(fig.data) == 2
+    cpu, wall = fig.data
+    assert cpu.domain.x[1] <= wall.domain.x[0]  # side by side: CPU left, wall right
+    colour = [dict(zip(tr.labels, tr.marker.colors)) for tr in fig.data]
+    shared = set(colour[0]) & set(colour[1]) - {"CPU time (s)", "wall time (s)"}
+    assert {"main", "work", "io", "read"} <= shared  # wait and acquire used no CPU
+    assert {"wait", "acquire"} <= set(colour[1])
+    assert all(colour[0][n] == colour[1][n] for n in shared)
+    assert len({colour[1][n] for n in ("work", "wait", "io")}) == 3  # different functions differ
+    texts = " ".join(a.text for a in fig.layout.annotations)
+    assert "CPU time" in texts and "wall time" in texts
+    assert "backend sampler" in fig.layout.title.text and "500 samples" in fig.layout.title.text
+    html = v._repr_mimebundle_()["text/html"]
+    assert "80% of wall time off-CPU" in html and "off-CPU s" in html
+
+
+def test_unknown_cpu_is_shown_as_unknown_never_zero():
+    b = StackBuilder()
+    f = [b.frame("main", "a.py", 1, "python"), b.frame("nap", "a.py", 2, "python")]
+    b.add(b.stack("T", f), samples=10, wall=0.1)
+    p = b.build(metric="wall", meta={"backend": "pyinstrument"}, unknown_metrics=["cpu"])
+    v = C.cpu_wall(p)
+    assert v.table["cpu s"].isna().all() and v.table["off-CPU s"].isna().all()
+    assert "unknown" in v.verdict and "pyinstrument" in v.verdict
+    html = v._repr_mimebundle_()["text/html"]
+    assert "unknown" in html
+    assert ">0<" not in html and ">0.0<" not in html
+    assert len(v.figure.data) == 1  # the wall icicle; the CPU side says why it is empty
+    assert any("CPU time unknown" in a.text for a in v.figure.layout.annotations)
+
+
+def test_escaped_names_in_cpu_wall():
+    b = StackBuilder()
+    evil = "<img src=x onerror=alert(1)>"
+    b.add(b.stack("T", [b.frame(evil, "x.py", 1, "python")]), samples=1, wall=1.0, cpu=0.2)
+    v = C.cpu_wall(b.build(metric="wall", meta={"backend": "t"}))
+    html = v._repr_mimebundle_()["text/html"]
+    assert "<img src=x" not in html and "&lt;img src=x onerror=alert(1)&gt;" in html
+    assert all("<img" not in str(x) for tr in v.figure.data for x in tr.labels)
+
+
+# -- real runs ------------------------------------------------------------------------------------------
+def spin(seconds):
+    end = time.thread_time() + seconds
+    x = 0
+    while time.thread_time() < end:
+        x += 1
+    return x
+
+
+def nap(seconds):
+    time.sleep(seconds)
+
+
+def _fn_totals(p, metric):
+    f = p.functions(metric)
+    return {n: float(v) for n, v in zip(f["name"], f["total"])}
+
+
+def _check(cpu, wall, label, wall_rel=0.10):
+    assert cpu.get("spin", 0.0) == pytest.approx(0.3, rel=0.10), f"{label}: cpu(spin)"
+    assert cpu.get("nap", 0.0) < 0.03, f"{label}: cpu(nap) should be about 0"
+    assert wall.get("nap", 0.0) == pytest.approx(0.6, rel=wall_rel), f"{label}: wall(nap)"
+
+
+def _sampler_ready():
+    return importlib.util.find_spec("profmagic.backends.sampler") is not None
+
+
+@pytest.mark.skipif(not _sampler_ready(), reason="backends/sampler.py has not landed")
+def test_sampler_mode_both_spin_and_sleep():
+    with profmagic.profile("sampler", mode="both", rate=100, announce=lambda s: None) as rec:
+        spin(0.3)
+        nap(0.6)
+    p = rec.profile
+    assert {"wall", "cpu", "off_cpu"} <= set(p.metrics)
+    cpu, wall = _fn_totals(p, "cpu"), _fn_totals(p, "wall")
+    _check(cpu, wall, "sampler")
+    v = C.cpu_wall(p)
+    # On a loaded machine spin also waits for a core (off-CPU too), so the verdict may name either.
+    off = p.total("off_cpu")
+    assert v.verdict.startswith(f"{100 * off / p.total('wall'):.0f}% of wall time off-CPU, mostly")
+    nap_row = v.table.set_index("function").loc["nap"]
+    assert math.isclose(nap_row["on-CPU %"], 0.0, abs_tol=5.0)
+    assert nap_row["off-CPU s"] == pytest.approx(nap_row["wall s"], rel=0.05)
+
+
+def _pyspy_ok():
+    from profmagic.backends import pyspy
+    return pyspy.available()
+
+
+@pytest.mark.skipif(not _pyspy_ok()[0], reason="py-spy cannot attach here: " + _pyspy_ok()[1])
+def test_pyspy_two_recordings_combined():
+    """Method (a): py-spy --idle and py-spy without --idle at once, combined per stack."""
+    from profmagic.pyspy_cpu import combine_idle
+    quiet = dict(announce=lambda s: None, rate=100)
+    with profmagic.profile("py-spy", idle=True, **quiet) as wall_rec:
+        with profmagic.profile("py-spy", idle=False, **quiet) as cpu_rec:
+            spin(0.3)
+            nap(0.6)
+    p = combine_idle(wall_rec.profile, cpu_rec.profile)
+    assert p.meta["mode"] == "both" and "two py-spy recordings" in p.meta["cpu_method"]
+    cpu, wall = _fn_totals(p, "cpu"), _fn_totals(p, "wall")
+    # py-spy's non-idle samples are calibrated to the code's CPU time; nap is idle.
+    # py-spy's samples carry no time stamps: each weighs 1/effective rate. On a loaded 2-core machine
+    # py-spy samples less often while the code spins than while it sleeps (the sleep got 0.52-0.75 s
+    # for 0.6 s in 1 run of 5 at load 6), so wall(nap) is held to 20 %; the CPU split stays at 10 %.
+    _check(cpu, wall, "py-spy combined", wall_rel=0.20)
+    assert (p.weights("off_cpu") >= 0).all()
+
+
+def _cworker():
+    spec = importlib.util.spec_from_file_location("groundtruth", os.path.join(ROOT, "bench", "groundtruth.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return ctypes.CDLL(mod.build_cworker())
+
+
+def _eustack_ok():
+    if shutil.which("eu-stack") is None or shutil.which("gcc") is None:
+        return False, "eu-stack or gcc missing"
+    try:
+        from profmagic.backends import eustack
+    except ImportError as e:
+        return False, f"backends/eustack.py has not landed ({e})"
+    return eustack.available()
+
+
+def _eustack_c_thread():
+    """eu-stack sees a pure C thread's native frames; its CPU comes from /proc schedstat per sample.
+    A 30-70 Hz sampler needs longer phases than the sampler: busy 0.6 s CPU, then sleep 1.2 s."""
+    lib = _cworker()
+    lib.cw_start.argtypes = [ctypes.c_double] * 3
+    out = (ctypes.c_double * 7)()
+    with profmagic.profile("eu-stack", mode="both", rate=100, all_threads=True,
+                           announce=lambda s: None) as rec:
+        lib.cw_start(0.6, 1.2, 0.1)  # one cycle: c_busy 0.6 s CPU, then c_sleep 1.2 s
+        lib.cw_join(out)
+    p = rec.profile
+    c_tid = int(out[6])
+    rows = p.stacks["thread"].astype(str).str.contains(rf"\b{c_tid}\b").to_numpy()
+    assert rows.any(), f"the C thread {c_tid} is missing from {p.threads}"
+    q = p.replace(stacks=p.stacks[rows].reset_index(drop=True))
+    return _fn_totals(q, "cpu"), _fn_totals(q, "wall"), out
+
+
+@pytest.mark.skipif(not _eustack_ok()[0], reason=str(_eustack_ok()[1]))
+def test_eustack_mode_both_cpu_on_a_pure_c_thread():
+    cpu, wall, out = _eustack_c_thread()
+    assert cpu.get("c_busy", 0.0) == pytest.approx(out[1], rel=0.10)
+    assert cpu.get("c_sleep", 0.0) < 0.1 * out[1]
+
+
+@pytest.mark.skipif(not _eustack_ok()[0], reason=str(_eustack_ok()[1]))
+@pytest.mark.xfail(strict=False, reason=(
+    "backends/eustack.py gives every sample of a thread the same wall weight, but eu-stack snapshots "
+    "a sleeping thread about twice as often as a busy one (measured: 99 samples over 1.22 s of "
+    "c_sleep, 96 over 1.80 s of c_busy), so wall(c_sleep) came out 1.39-2.16 s for 1.20 s. Weighting "
+    "each sample by the time since the thread's previous snapshot gives 1.216 s; reported to H3."))
+def test_eustack_mode_both_wall_on_a_pure_c_thread():
+    cpu, wall, out = _eustack_c_thread()
+    assert wall.get("c_sleep", 0.0) == pytest.approx(out[2], rel=0.10)
