@@ -12,7 +12,7 @@ import os
 import sys
 import threading
 import time
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Callable
 
 from . import backends, transforms
@@ -84,6 +84,17 @@ class Session:
         self.profile: Profile | None = None
         self.message: str | None = None
         self.error: BaseException | None = None
+        self.children = None          # childsampler.Children while --subprocesses records children
+        self.child_records: dict | None = None
+
+    @property
+    def children_method(self) -> str | None:
+        """How children are recorded: "hook" (each child samples itself from its start) or
+        "py-spy" (py-spy -s, which finds them by polling)."""
+        o = self.options
+        if not o.subprocesses:
+            return None
+        return o.extra.get("children", "hook")
 
     @property
     def name(self) -> str:
@@ -101,8 +112,17 @@ class Session:
         self.before = {t.native_id for t in threading.enumerate() if t.native_id is not None}
         if self.announce:
             self.announce(f"recording with {self.name} at {o.rate:g} Hz (pid {o.pid})…")
-        self.recorder = self.module.Recorder(o)
+        backend_options = o
+        if self.children_method == "hook":
+            from .childsampler import Children
+            self.children = Children(o.rate)
+            backend_options = replace(o, subprocesses=False)
+        elif self.children_method == "py-spy" and self.name != "py-spy":
+            raise ProfilerError("children='py-spy' needs --backend py-spy")
+        self.recorder = self.module.Recorder(backend_options)
         try:
+            if self.children is not None:
+                self.children.start()
             self.recorder.start()
         except BaseException:
             self.close()
@@ -115,8 +135,13 @@ class Session:
 
     def close(self) -> None:
         rec, self.recorder = self.recorder, None
-        if rec is not None:
-            rec.close()
+        try:
+            if rec is not None:
+                rec.close()
+        finally:
+            ch, self.children = self.children, None
+            if ch is not None:
+                ch.close()
 
     def finish(self, error: BaseException | None = None) -> Profile | None:
         """Stop, read and transform. Call from the thread that ran the code, right after it."""
@@ -125,6 +150,9 @@ class Session:
         self.error = error
         try:
             capture = self.recorder.stop()
+            if self.children is not None:
+                self.child_records = self.children.stop()
+                self.child_t0 = self.children.t0
             profile = self.module.read(capture, self.options)
         finally:
             self.close()
@@ -136,6 +164,8 @@ class Session:
         requested_rate = float(o.rate)
         mine = [t for t in p.threads if transforms.thread_native_id(t) == o.thread_native_id]
         cell_thread = mine[0] if mine else thread_label(o.thread_native_id, self.thread_name)
+        if self.children_method == "py-spy":
+            p = transforms.split_processes(p, lambda pid: self._process_label(pid))
         if not o.all_threads:
             p = transforms.drop_kernel_threads(p, o.thread_native_id, self.before)
         # py-spy caches thread names by pthread id, which a new thread may reuse: trust the live names.
@@ -152,6 +182,8 @@ class Session:
             # Without --idle it samples it only while running: calibrate to its CPU time.
             against = cell_wall if p.metric == "wall" else cell_cpu
             p = transforms.calibrate(p, cell_thread, against)
+        if self.children_method is not None:
+            p = self._with_children(p)
         if self.file_names:
             p = transforms.rename_files(p, self.file_names)
         meta = dict(p.meta)
@@ -176,6 +208,71 @@ class Session:
                 self.message += " This backend counted only CPU time here; add --idle for wall time."
             p.meta["message"] = self.message
         return p
+
+
+    def _process_label(self, pid: int, name: str | None = None) -> str:
+        from .multi import process_label
+        if pid == self.options.pid:
+            return process_label(pid, "kernel" if "ipykernel" in sys.modules else "parent")
+        return process_label(pid, name or _cmdline(pid))
+
+    def _with_children(self, p: Profile) -> Profile:
+        """The parent's rows labelled with its process; each child's capture read, trimmed to the
+        cell and appended; every process marked ended or running."""
+        from . import multi
+        from .childsampler import process_state
+        o = self.options
+        me = self._process_label(o.pid)
+        p = multi.with_process(p, me, {"pid": o.pid, "backend": self.name, "role": "parent"})
+        if self.children_method == "py-spy":
+            labels = multi.processes(p)
+            info = dict(p.meta.get("processes") or {})
+            for lab in labels:
+                pid = info.get(lab, {}).get("pid")
+                if pid is not None and pid != o.pid:
+                    info[lab].update(backend="py-spy -s", ended=_ended(process_state(pid)),
+                                     missing=("the first ~0.2-0.3 s of each child: py-spy -s finds "
+                                              "children by polling"))
+            return p.replace(meta={**p.meta, "processes": info,
+                                   "children": "py-spy -s (children found by polling; their start is missed)"})
+        parts, labels = [p], [me]
+        for pid, data in sorted((self.child_records or {}).items()):
+            c = multi.read_child(data, source=f"child {pid}", t0=self.child_t0)
+            if o.cell_filename:   # a forked child carries the cell's frames: cut above them
+                c = transforms.trim_to_cell(c, o.cell_filename, threads=[])
+            lab = self._process_label(pid, multi.child_name(c))
+            state = process_state(pid)
+            info = {"pid": pid, "ppid": c.meta.get("ppid"), "argv": c.meta.get("argv"),
+                    "backend": "childsampler", "rate": c.meta.get("rate"),
+                    "started_at": c.meta.get("started_at"), "ended": _ended(state),
+                    "samples": c.sample_count}
+            if info["ended"]:
+                info["ended_at"] = c.meta.get("last_sample_at")
+            if c.meta.get("torn_lines"):
+                info["torn_lines"] = c.meta["torn_lines"]
+            parts.append(multi.with_process(c, lab, info))
+            labels.append(lab)
+        merged = multi.concat(parts, key="process", labels=labels)
+        meta = {**p.meta, "processes": merged.meta["processes"], "threads": merged.meta["threads"],
+                "children": ("each child sampled itself from its start (fork hook / sitecustomize); "
+                             "not recorded: non-Python children and Pythons started with -S, -I or a "
+                             "cleared environment")}
+        return merged.replace(meta=meta, metric=p.metric)
+
+
+def _ended(state: str | None) -> bool:
+    return state is None or state in ("Z", "X")
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        return "?"
+    text = " ".join([os.path.basename(argv[0])] + argv[1:]) if argv else "?"
+    text = " ".join(text.split())
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def record(backend: str, options: Options, run_callable: Callable[[], object], **session_kw) -> Profile:

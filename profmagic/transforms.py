@@ -4,6 +4,7 @@ None of them mutates its input; each returns a new Profile whose meta records wh
 """
 from __future__ import annotations
 
+import re
 from typing import Callable, Iterable, Mapping
 
 import numpy as np
@@ -40,21 +41,32 @@ def _with_stacks(profile: Profile, stacks: pd.DataFrame, meta_update: dict | Non
     return profile.replace(stacks=stacks.reset_index(drop=True), samples=samples, meta=meta)
 
 
+def _process_columns(profile: Profile) -> list[str]:
+    """Columns that say which process a row came from: ``process`` and a concat key (``rank``)."""
+    key = (profile.meta.get("concat") or {}).get("key")
+    return ["process"] + ([key] if key and key != "process" else [])
+
+
 def _regroup(profile: Profile, thread: np.ndarray, stack: list, keep: np.ndarray, note: dict) -> Profile:
     """Rows with new (thread, stack) keys, merged where two old rows now coincide."""
     old = profile.stacks
+    # Rows of different processes never merge, even when their thread labels and stacks coincide.
+    who = [c for c in _process_columns(profile) if c in old]
+    tags = list(zip(*(old[c].to_numpy() for c in who))) if who else None
     key_to_new: dict = {}
     row_map = np.full(len(old), -1, dtype=np.int64)
     for i in np.flatnonzero(keep):
-        k = (thread[i], stack[i])
+        k = (thread[i], stack[i], tags[i]) if who else (thread[i], stack[i])
         row_map[i] = key_to_new.setdefault(k, len(key_to_new))
     n = len(key_to_new)
     keys = list(key_to_new)
     cols = {"thread": pd.Series([k[0] for k in keys], dtype=object),
             "stack": pd.Series([k[1] for k in keys], dtype=object)}
+    for j, c in enumerate(who):
+        cols[c] = pd.Series([k[2][j] for k in keys], dtype=object)
     sel = row_map >= 0
     for c in old.columns:
-        if c in ("thread", "stack"):
+        if c in ("thread", "stack") or c in who:
             continue
         vals = old[c].to_numpy()
         if vals.dtype.kind in "fiu":
@@ -146,6 +158,37 @@ def drop_idle_threads(profile: Profile, metric: str | None = None) -> Profile:
     w = profile.weights(metric).fillna(0)
     busy = set(profile.stacks["thread"][(w > 0).to_numpy()])
     return keep_threads(profile, busy)
+
+
+_PROCESS_THREAD = re.compile(r"^Process (\d+) (Thread .*)$")
+
+
+def split_processes(profile: Profile, label: Callable[[int], str] = lambda pid: f"pid {pid}") -> Profile:
+    """py-spy ``--subprocesses`` names threads ``Process <pid> Thread <tid> "<name>"``: move the
+    process into the ``process`` column (``label(pid)``) and keep ``Thread <tid> "<name>"``."""
+    old = profile.stacks
+    names, procs, pids = {}, {}, {}
+    for t in profile.threads:
+        m = _PROCESS_THREAD.match(str(t))
+        if m:
+            names[t], pids[t] = m.group(2), int(m.group(1))
+            procs[t] = label(pids[t])
+    if not names:
+        return profile
+    st = old.copy()
+    prev = st["process"] if "process" in st else pd.Series([None] * len(st), dtype=object)
+    st["process"] = pd.Series([procs.get(t, p) for t, p in zip(st["thread"], prev)], dtype=object)
+    st["thread"] = pd.Series([names.get(t, t) for t in st["thread"]], dtype=object)
+    samples = profile.samples
+    if samples is not None and len(samples):
+        samples = samples.assign(thread=st["thread"].to_numpy()[samples["stack"].to_numpy()])
+    meta = dict(profile.meta)
+    meta["threads"] = list(dict.fromkeys(names.get(t, t) for t in profile.threads))
+    procinfo = dict(meta.get("processes") or {})
+    for t, pid in pids.items():
+        procinfo.setdefault(procs[t], {"pid": pid})
+    meta["processes"] = procinfo
+    return profile.replace(stacks=st, samples=samples, meta=meta)
 
 
 # -- seconds that add up ---------------------------------------------------------------------

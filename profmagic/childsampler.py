@@ -1,0 +1,260 @@
+"""Record child processes from inside, from their first moment: ``%%profile --subprocesses``.
+
+An out-of-process sampler (py-spy ``-s``) finds children by polling and misses their first
+0.2–0.3 s. Here each child samples itself from the start instead:
+
+- fork (``multiprocessing`` fork, ``os.fork``): an ``os.register_at_fork`` hook starts a sampler
+  thread in the child before ``fork()`` returns there;
+- spawn, forkserver, ``subprocess.run([sys.executable, ...])``: the parent puts a directory holding
+  a ``sitecustomize.py`` first on ``PYTHONPATH``; the child's ``site`` imports it at start-up, it
+  starts the sampler from this file, then imports the child's own ``sitecustomize`` if it had one.
+
+Each child appends one line per sampling pass to ``<dir>/<pid>.jsonl`` with one ``write()``, so a
+child that is killed keeps every pass already written. The parent writes ``<dir>/STOP`` when the
+recording ends: children still running stop sampling and close their file.
+
+The child side uses the standard library only (it runs before the child's own imports, and a
+spawned child must not pay for importing pandas), so it has its own small sampling loop rather
+than the built-in sampler's, which builds a Profile in memory.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+
+ENV_DIR = "PROFMAGIC_CHILD_DIR"
+ENV_RATE = "PROFMAGIC_CHILD_RATE"
+STOP = "STOP"
+HOOK_DIR = "hook"
+_SITECUSTOMIZE = '''\
+# Written by profmagic for one recording (%%profile --subprocesses); removed when it ends.
+import os, sys
+_here = os.path.dirname(os.path.abspath(__file__))
+try:
+    import importlib.util as _u
+    _s = _u.spec_from_file_location("_profmagic_childsampler", {path!r})
+    _m = _u.module_from_spec(_s)
+    _s.loader.exec_module(_m)
+    _m.start_from_env()
+except Exception as _e:  # never break the child's start-up
+    sys.stderr.write("profmagic: child sampler did not start: %r\\n" % (_e,))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
+del sys.modules["sitecustomize"]
+try:
+    import sitecustomize  # the child's own, if it has one
+except ImportError:
+    pass
+'''
+
+# -- child side --------------------------------------------------------------------------
+_sampler = None
+_hook_installed = False
+_active: tuple[str, float] | None = None   # (dir, rate) while a recording in this process wants children
+
+
+def tid_cpu_clock(native_id: int) -> int:
+    """The kernel's per-thread CPU clock id for a Linux tid (as in backends/sampler.py)."""
+    return (~native_id << 3) | 6
+
+
+class ChildSampler:
+    """Samples every Python thread of this process into ``<dir>/<pid>.jsonl``."""
+
+    CHECK_EVERY = 10   # passes between looks for the STOP file
+
+    def __init__(self, directory: str, rate: float):
+        self.dir = directory
+        self.interval = 1.0 / float(rate)
+        self.rate = float(rate)
+        self.fd = os.open(os.path.join(directory, f"{os.getpid()}.jsonl"),
+                          os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self.codes: dict[int, tuple] = {}
+        self.cpu: dict[int, float] = {}
+        self.name = None
+        self.stop = threading.Event()
+        self.write({"v": 1, "pid": os.getpid(), "ppid": os.getppid(), "argv": _argv(),
+                    "t0": time.perf_counter(), "rate": self.rate, "python": sys.version.split()[0]})
+        self.thread = threading.Thread(target=self.run, name="profmagic-child-sampler", daemon=True)
+        self.thread.start()
+
+    def write(self, *records) -> None:
+        os.write(self.fd, "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records).encode())
+
+    def run(self) -> None:
+        me = threading.get_ident()
+        last = time.perf_counter()
+        due = last + self.interval
+        passes = 0
+        try:
+            while not self.stop.wait(max(0.0, due - time.perf_counter())):
+                now = time.perf_counter()
+                self.tick(me, now, now - last)
+                last = now
+                due += self.interval
+                if due < now:
+                    due = now + self.interval
+                passes += 1
+                if passes % self.CHECK_EVERY == 0 and (
+                        not os.path.isdir(self.dir) or os.path.exists(os.path.join(self.dir, STOP))):
+                    break
+        except OSError:   # the directory went away: the recording is over
+            pass
+        finally:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+
+    def tick(self, me: int, now: float, wall: float) -> None:
+        out = []
+        mp = sys.modules.get("multiprocessing")
+        if mp is not None:
+            name = mp.current_process().name
+            if name != self.name:
+                self.name = name
+                out.append(["n", name])
+        live = {t.ident: t for t in threading.enumerate()}
+        for ident, f in sys._current_frames().items():
+            if ident == me:
+                continue
+            t = live.get(ident)
+            nid = getattr(t, "native_id", None)
+            cpu = None
+            if nid is not None:
+                try:
+                    c = time.clock_gettime(tid_cpu_clock(nid))
+                    cpu = c - self.cpu.get(nid, 0.0)
+                    self.cpu[nid] = c
+                except OSError:
+                    pass
+            stack = []
+            while f is not None:
+                code = f.f_code
+                hit = self.codes.get(id(code))
+                if hit is None:
+                    hit = self.codes[id(code)] = (code, len(self.codes))
+                    out.append(["f", hit[1], getattr(code, "co_qualname", code.co_name), code.co_filename,
+                                code.co_firstlineno])
+                stack.append(hit[1])
+                f = f.f_back
+            stack.reverse()
+            out.append(["s", now, nid, t.name if t is not None else "?", wall, cpu, stack])
+        self.write(*out)
+
+
+def _argv() -> list[str]:
+    try:
+        with open("/proc/self/cmdline", "rb") as f:
+            return [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        return list(sys.argv)
+
+
+def _start(directory: str, rate: float) -> None:
+    global _sampler
+    if _sampler is not None or not os.path.isdir(directory) or os.path.exists(os.path.join(directory, STOP)):
+        return
+    _sampler = ChildSampler(directory, rate)
+
+
+def _after_fork_in_child() -> None:
+    global _sampler
+    _sampler = None          # the parent's sampler thread did not survive the fork
+    if _active is not None:
+        try:
+            _start(*_active)
+        except OSError:
+            pass
+
+
+def start_from_env() -> None:
+    """The child side of the sitecustomize hook: start sampling when the parent asked for it."""
+    d = os.environ.get(ENV_DIR)
+    if d:
+        activate(d, float(os.environ.get(ENV_RATE) or 100))
+        _start(d, float(os.environ.get(ENV_RATE) or 100))
+
+
+def activate(directory: str, rate: float) -> None:
+    """Children forked from now on (and their children) record into ``directory``."""
+    global _active, _hook_installed
+    _active = (directory, float(rate))
+    if not _hook_installed:          # register_at_fork has no undo: the hook checks _active
+        os.register_at_fork(after_in_child=_after_fork_in_child)
+        _hook_installed = True
+
+
+def deactivate() -> None:
+    global _active
+    _active = None
+
+
+# -- parent side -------------------------------------------------------------------------
+class Children:
+    """The parent's end: ``start()`` before the code, ``stop()`` after, ``close()`` always.
+
+    ``stop()`` returns the raw per-child records; ``profiles()`` (in ``multi``) reads them.
+    """
+
+    def __init__(self, rate: float = 100.0):
+        self.rate = float(rate)
+        self.tmp = None
+        self.saved_env: dict[str, str | None] = {}
+        self.t0 = 0.0
+        self.t1 = 0.0
+
+    def start(self) -> None:
+        from .backends.base import TempDir
+        self.tmp = TempDir(prefix="profmagic-children-")
+        hook = os.path.join(self.tmp.path, HOOK_DIR)
+        os.mkdir(hook)
+        with open(os.path.join(hook, "sitecustomize.py"), "w") as f:
+            f.write(_SITECUSTOMIZE.format(path=os.path.abspath(__file__)))
+        env = {ENV_DIR: self.tmp.path, ENV_RATE: repr(self.rate),
+               "PYTHONPATH": os.pathsep.join(p for p in (hook, os.environ.get("PYTHONPATH")) if p)}
+        self.saved_env = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        self.t0 = time.perf_counter()
+        activate(self.tmp.path, self.rate)
+
+    def _restore(self) -> None:
+        deactivate()
+        for k, v in self.saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        self.saved_env = {}
+
+    def stop(self) -> dict[int, bytes]:
+        """Tell children to stop; the bytes each child wrote, by pid."""
+        self.t1 = time.perf_counter()
+        self._restore()
+        if self.tmp is None:
+            return {}
+        with open(self.tmp.file(STOP), "w"):
+            pass
+        out = {}
+        for name in sorted(os.listdir(self.tmp.path)):
+            if name.endswith(".jsonl"):
+                with open(self.tmp.file(name), "rb") as f:
+                    out[int(name[:-6])] = f.read()
+        return out
+
+    def close(self) -> None:
+        self._restore()
+        if self.tmp is not None:
+            self.tmp.close()
+            self.tmp = None
+
+
+def process_state(pid: int) -> str | None:
+    """The process's state letter from /proc (``Z`` zombie), or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0].decode()
+    except (OSError, IndexError):
+        return None
