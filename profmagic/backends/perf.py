@@ -237,7 +237,6 @@ class Recorder:
 def read(capture: Capture, options: Options | None = None):
     from ..formats import perf_script
     p = perf_script.read(capture.data, source="perf capture")
-    p = _jit_python_frames(p)
     meta = dict(p.meta)
     meta.update(capture.meta)
     meta.update(backend=NAME, versions={"perf": version()})
@@ -247,19 +246,3 @@ def read(capture: Capture, options: Options | None = None):
     return p.replace(meta=meta)
 
 
-_PY_JIT = re.compile(r"^py::(.+?):(.+)$")
-
-
-def _jit_python_frames(p):
-    """perf inject --jit names Python frames ``py::func:/file.py`` in ``/tmp/jitted-PID-N.so``
-    modules, which formats/perf_script leaves as native frames: make them python frames."""
-    frames = p.frames.copy()
-    names = frames["name"].astype(str)
-    hit = names.str.startswith("py::") & frames["file"].astype(str).str.contains(r"/jitted-\d+-\d+\.so$")
-    if not hit.any():
-        return p
-    parts = names[hit].str.extract(_PY_JIT)
-    frames.loc[hit, "name"] = parts[0].to_numpy()
-    frames.loc[hit, "file"] = parts[1].to_numpy()
-    frames.loc[hit, "kind"] = "python"
-    return p.replace(frames=frames)

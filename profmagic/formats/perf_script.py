@@ -27,10 +27,10 @@ Choices where we differ from, or go beyond, FlameGraph:
   output can carry extra lines) but count them in ``meta["skipped_lines"]`` and keep the first few
   in ``meta["warnings"]``; ``strict=True`` raises ProfileFormatError at the first one, and at a
   frame line that has no event header before it. Input without any sample is always an error.
-* **Metric**: ``samples`` holds the sum of periods (FlameGraph's count). When the event is
-  ``cpu-clock``/``task-clock`` and every kept record printed its period (nanoseconds), ``cpu``
-  (seconds) is filled too and is the primary metric; then ``to_folded(metric="samples")`` gives
-  FlameGraph's output.
+* **Metric**: ``samples`` holds the sum of periods (FlameGraph's count), except for
+  ``cpu-clock``/``task-clock`` records that all printed their period (nanoseconds): there
+  ``samples`` counts records, ``period`` holds the period sum and ``cpu`` (seconds) is the primary
+  metric; ``to_folded(metric="period")`` then gives FlameGraph's output.
 * **Python**: perf-trampoline frames (``py::func:/path/file.py``, Python 3.12+) become ``python``
   frames named ``func`` with their file (``python_names=False`` keeps perf's raw name).
 * CRLF line ends are read as LF (FlameGraph would see no blank line at all).
@@ -61,6 +61,8 @@ _OFFSET = re.compile(r"\+0x[\da-f]+$", re.A)
 _GO_METHOD = re.compile(r"\.\(.*\)\.")
 _PAREN = re.compile(r"\((?!anonymous namespace\)).*")
 _JIT_MAP = re.compile(r"/tmp/perf-\d+\.map", re.A)
+# perf inject --jit writes Python 3.13's perf_jit code into these; frames there are named py::func:file too.
+_JITTED_SO = re.compile(r"/jitted-\d+-\d+\.so$", re.A)
 _KERNEL_MOD = re.compile(r"^\[|vmlinux$")
 # Sniffing: a frame line proper (hex address, symbol, module in parentheses).
 _SNIFF_FRAME = re.compile(r"\s*[0-9a-fA-F]+\s+\S.* \(.*\)\s*$", re.A)
@@ -136,7 +138,7 @@ def _frame_parts(pc: str, rawfunc: str, mod: str, java: bool, o: _Opts) -> list[
             func = func[1:]
         kind = "kernel" if kernel_mod else ("other" if jit_mod or mod == "[unknown]" else "native")
         file = mod
-        if o.python_names and jit_mod and func.startswith("py::"):
+        if o.python_names and func.startswith("py::") and (jit_mod or _JITTED_SO.search(mod)):
             qual, _, pyfile = func[4:].partition(":")
             out.append((qual, pyfile, "python"))
             continue
@@ -436,17 +438,21 @@ def read(data: bytes, source: str = "<input>", pid: bool = False, tid: bool = Fa
     nrows = len(b._stack_frames)
     per_stack = np.bincount(sids, weights=periods, minlength=nrows)
     use_cpu = event in _CPU_EVENTS and st["explicit_period"]
-    for sid in range(nrows):
-        w = int(per_stack[sid])
-        if use_cpu:
-            b.add(sid, samples=w, cpu=w * 1e-9)
-        else:
-            b.add(sid, samples=w)
+    if use_cpu:
+        # Clock events: samples counts records; the period (ns) is kept beside it and becomes cpu seconds.
+        counts = np.bincount(sids, minlength=nrows)
+        for sid in range(nrows):
+            w = int(per_stack[sid])
+            b.add(sid, samples=int(counts[sid]), cpu=w * 1e-9, period=float(w))
+    else:
+        for sid in range(nrows):
+            b.add(sid, samples=int(per_stack[sid]))
 
     meta = {
         "format": NAME, "backend": "perf", "source": source, "event": event,
         "events_seen": events_seen, "records": len(s_sid),
-        "samples_are": "sum of event periods (as stackcollapse-perf.pl)",
+        "samples_are": ("records; the period sum is in 'period' and cpu" if use_cpu
+                        else "sum of event periods (as stackcollapse-perf.pl)"),
         "folded_thread_roots": False, "skipped_lines": st["skipped"],
         "unterminated_record": ("kept" if keep_unterminated else "dropped") if unterminated else None,
         "options": {k: v for k, v in dict(pid=pid, tid=tid, kernel=kernel, jit=jit, addrs=addrs).items() if v},
@@ -466,7 +472,7 @@ def read(data: bytes, source: str = "<input>", pid: bool = False, tid: bool = Fa
             "pid": pd.array(s_pid, dtype="Int64"),
             "tid": np.asarray(s_tid, dtype=np.int64),
             "period": periods,
-            "samples": periods,
+            "samples": np.ones(len(periods), dtype=np.int64) if use_cpu else periods,
         })
         if use_cpu:
             df["cpu"] = periods * 1e-9
