@@ -27,7 +27,11 @@ MIN_RUN = 0.05
 
 
 def binary() -> str | None:
-    """py-spy next to the running interpreter first (the venv), then on PATH."""
+    """``$PROFMAGIC_PYSPY`` when set (None if it is not executable), else py-spy next to the running
+    interpreter (the venv), then on PATH."""
+    chosen = os.environ.get("PROFMAGIC_PYSPY")
+    if chosen:
+        return chosen if os.access(chosen, os.X_OK) else None
     here = os.path.join(os.path.dirname(sys.executable), "py-spy")
     if os.access(here, os.X_OK):
         return here
@@ -203,4 +207,5 @@ def read(capture: Capture, options: Options):
     elif not wall:
         meta["metric_note"] = ("py-spy without --idle drops samples of threads it sees as idle, so its "
                                "weights approximate CPU time (1/rate each)")
-    return p.replace(meta=meta, metric=metric)
+    # A capture without samples has no time column: keep the reader's metric then.
+    return p.replace(meta=meta, metric=metric if metric in p.metrics else p.metric)
