@@ -49,6 +49,8 @@ def sniff(head: bytes, source: str = "<input>") -> str:
 
 
 def read(data: bytes, fmt: str | None = None, source: str = "<input>", **options):
+    if fmt is None and not data.strip():
+        raise ProfileFormatError("empty input; expected a profile", source=source, offset=0)
     if fmt is None:
         fmt = sniff(data[:HEAD_BYTES], source)
     return get(fmt).read(data, source=source, **options)
