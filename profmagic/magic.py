@@ -17,7 +17,7 @@ from .profile import Profile
 
 MODES = ("wall", "cpu", "both")
 # Options that take a value: the line magic's statement starts after the last option.
-_VALUED = {"-b", "--backend", "--rate", "--mode", "-o", "--output"}
+_VALUED = {"-b", "--backend", "--rate", "--mode", "-o", "--output", "--pid", "--duration"}
 
 
 def split_line(line: str) -> tuple[str, str]:
@@ -55,6 +55,10 @@ class ProfileMagics(Magics):
     @argument("--rate", type=float, default=100.0, metavar="HZ", help="samples per second (default 100)")
     @argument("--all-threads", action="store_true", help="keep the kernel's own threads too")
     @argument("--subprocesses", action="store_true", help="profile child processes too")
+    @argument("--pid", default=None, metavar="PIDS",
+              help="attach to running processes instead of running code: 1234,5678 (line magic)")
+    @argument("--duration", type=float, default=None, metavar="S",
+              help="with --pid: seconds to record (default: until interrupted)")
     @argument("--mode", default=None, help="wall, cpu or both (py-spy: wall means --idle)")
     @argument("-o", "--output", default=None, metavar="FILE", help="write the speedscope JSON here")
     @argument("-q", "--quiet", action="store_true", help="no display; the Profile is still returned")
@@ -77,6 +81,8 @@ class ProfileMagics(Magics):
         if args.mode is not None and args.mode not in MODES:
             print(f"profmagic: unknown --mode {args.mode!r}; choose one of: {', '.join(MODES)}", file=sys.stderr)
             return None
+        if args.pid is not None:
+            return self.attach(code, args)
         if not code.strip():
             print("profmagic: nothing to profile: give a statement (%profile f()) or a cell (%%profile)",
                   file=sys.stderr)
@@ -84,6 +90,38 @@ class ProfileMagics(Magics):
         if args.gil and args.idle:
             print("profmagic: --gil overrides --idle: only samples holding the GIL are kept", file=sys.stderr)
         return self.run(code, args)
+
+    def attach(self, code: str, args):
+        """``%profile --pid 1234,5678 --duration 10``: record running processes, not code."""
+        from . import attach
+        if code.strip():
+            print("profmagic: --pid attaches to running processes; give no code with it", file=sys.stderr)
+            return None
+        handle = None
+        if not args.quiet:
+            from IPython.display import display
+            handle = display({"text/plain": "attaching…"}, raw=True, display_id=True)
+        try:
+            profile = attach.attach(args.pid, args.duration, backend=args.backend, rate=args.rate,
+                                    idle=not args.gil and (args.idle or args.mode in (None, "wall", "both")),
+                                    native=args.native,
+                                    announce=(lambda t: handle.update({"text/plain": t}, raw=True)) if handle else None)
+        except ProfilerError as e:
+            print(f"profmagic: {e}", file=sys.stderr)
+            return None
+        finally:
+            if handle is not None:
+                handle.update({"text/plain": ""}, raw=True)
+        self.shell.user_ns["_profile"] = profile
+        if args.output:
+            try:
+                profile.save(args.output)
+            except (OSError, ValueError) as e:
+                print(f"profmagic: could not write {args.output}: {e}", file=sys.stderr)
+        if args.quiet:
+            return QuietProfile(profile.frames, profile.stacks, profile.samples, profile.meta,
+                                profile.raw, profile.metric)
+        return profile
 
     def run(self, code: str, args):
         ip = self.shell

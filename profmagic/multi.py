@@ -143,7 +143,7 @@ def _merged_meta(profiles, labels, key) -> dict:
         own = p.meta.get("processes") or {}
         if own:
             for k, v in own.items():
-                procs.setdefault(k, {}).update(v, **{key: lab})
+                procs.setdefault(k, {}).update(v, **({key: lab} if key != PROCESS else {}))
         else:
             procs.setdefault(lab, {}).update({k: p.meta.get(k) for k in ("pid", "backend", "rate", "source")
                                               if p.meta.get(k) is not None})
