@@ -81,13 +81,20 @@ def allow_tracer(pid: int) -> bool:
         return False
 
 
-def attach_help(stderr: str) -> str:
+def attach_help(stderr: str, pid: int | None = None) -> str:
     scope = ptrace_scope()
-    cause = stderr.strip().splitlines()[-1] if stderr.strip() else "py-spy exited before sampling"
-    return (f"py-spy could not attach to process {os.getpid()}: {cause}\n"
-            f"Cause: reading another process's memory needs ptrace permission "
+    pid = os.getpid() if pid is None else pid
+    lines = [ln for ln in stderr.strip().splitlines() if ln.strip() and "backtrace" not in ln.lower()]
+    cause = lines[0].strip() if lines else "py-spy exited before sampling"
+    if not os.path.exists(f"/proc/{pid}"):
+        return (f"py-spy could not attach to process {pid}: {cause}\n"
+                f"Cause: process {pid} does not exist (it exited, or the pid is wrong).\n"
+                "Fix: give the pid of a running Python process; or use --backend sampler in that process.")
+    return (f"py-spy could not attach to process {pid}: {cause}\n"
+            f"Cause: reading another process's memory needs ptrace permission: py-spy must run as the same "
+            f"user as the process, or with CAP_SYS_PTRACE "
             f"(Yama ptrace_scope={scope if scope is not None else 'n/a'}; in Docker, the SYS_PTRACE capability).\n"
-            "Fix: run the container with `--cap-add SYS_PTRACE`, or set "
+            "Fix: run py-spy as the kernel's user, run the container with `--cap-add SYS_PTRACE`, or set "
             "`echo 0 | sudo tee /proc/sys/kernel/yama/ptrace_scope`.\n"
             "Way out: `%%profile --backend sampler` needs no ptrace.")
 
@@ -152,10 +159,13 @@ class Recorder:
         if READY in line:
             self.ready_at = time.monotonic()
             return
+        try:
+            self.proc.wait(2)  # it is exiting: read its stderr before reap() closes the pipe
+        except subprocess.TimeoutExpired:
+            pass
+        err = self.proc.stderr.read().decode(errors="replace") if self.proc.poll() is not None else ""
         reap(self.proc, signal.SIGKILL)
-        err = self.proc.stderr.read().decode(errors="replace") if self.proc.stderr and \
-            not self.proc.stderr.closed else ""
-        raise ProfilerError(attach_help(err or line.decode(errors="replace")))
+        raise ProfilerError(attach_help(err or line.decode(errors="replace"), self.options.pid))
 
     def stop(self) -> Capture:
         proc, self.proc = self.proc, None
@@ -174,9 +184,16 @@ class Recorder:
             raise ProfilerError("py-spy did not stop within 30 s of SIGINT") from None
         finally:
             reap(proc)
-        if not self.output or not os.path.exists(self.output):
-            msg = (err or out).decode(errors="replace").strip()
-            raise ProfilerError(f"py-spy wrote no profile (exit {proc.returncode}): {msg}")
+        msg = (err or out).decode(errors="replace").strip()
+        if proc.returncode is not None and proc.returncode < 0:
+            sig = signal.Signals(-proc.returncode)
+            raise ProfilerError(f"py-spy was killed by {sig.name} ({signal.strsignal(sig)}) before it wrote "
+                                "a complete profile; this cell's profile is lost. Fix: run the cell again (and "
+                                "check `ulimit -f` and what else kills processes here); or use --backend sampler")
+        if proc.returncode or not self.output or not os.path.exists(self.output):
+            raise ProfilerError(f"py-spy could not write its profile (exit {proc.returncode}): {msg[-500:]}. "
+                                f"Fix: check free space and write access in {os.path.dirname(self.output)} "
+                                "(set TMPDIR elsewhere); or use --backend sampler, which writes no file")
         with open(self.output, "rb") as f:
             data = f.read()
         return Capture(data, "speedscope", {"status": (self.status + out).decode(errors="replace"),
