@@ -109,7 +109,8 @@ class Session:
         o.thread_native_id = threading.get_native_id()
         o.thread_ident = threading.get_ident()
         self.thread_name = threading.current_thread().name
-        self.before = {t.native_id for t in threading.enumerate() if t.native_id is not None}
+        # Every thread alive now, native ones too (eu-stack and perf see those): none belongs to the cell.
+        self.before = _live_native_ids()
         if self.announce:
             self.announce(f"recording with {self.name} at {o.rate:g} Hz (pid {o.pid})…")
         backend_options = o
@@ -258,6 +259,15 @@ class Session:
                              "not recorded: non-Python children and Pythons started with -S, -I or a "
                              "cleared environment")}
         return merged.replace(meta=meta, metric=p.metric)
+
+
+def _live_native_ids() -> set[int]:
+    ids = {t.native_id for t in threading.enumerate() if t.native_id is not None}
+    try:
+        ids |= {int(t) for t in os.listdir("/proc/self/task")}
+    except OSError:  # no /proc: Python threads only
+        pass
+    return ids
 
 
 def _ended(state: str | None) -> bool:
