@@ -5,6 +5,7 @@ import ast
 import asyncio
 import contextvars
 import inspect
+import os
 import sys
 import threading
 
@@ -12,7 +13,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from . import recording, transforms
-from .errors import ProfilerError
+from .errors import ProfileFormatError, ProfilerError
 from .profile import Profile
 
 MODES = ("wall", "cpu", "both")
@@ -87,9 +88,7 @@ class ProfileMagics(Magics):
             print("profmagic: nothing to profile: give a statement (%profile f()) or a cell (%%profile)",
                   file=sys.stderr)
             return None
-        if args.gil and args.idle:
-            print("profmagic: --gil overrides --idle: only samples holding the GIL are kept", file=sys.stderr)
-        return self.run(code, args)
+        return self.run(code, args)  # recording.Session warns when --gil overrides --idle
 
     def attach(self, code: str, args):
         """``%profile --pid 1234,5678 --duration 10``: record running processes, not code."""
@@ -117,7 +116,7 @@ class ProfileMagics(Magics):
             try:
                 profile.save(args.output)
             except (OSError, ValueError) as e:
-                print(f"profmagic: could not write {args.output}: {e}", file=sys.stderr)
+                print(_save_failed(args.output, e), file=sys.stderr)
         if args.quiet:
             return QuietProfile(profile.frames, profile.stacks, profile.samples, profile.meta,
                                 profile.raw, profile.metric)
@@ -158,7 +157,7 @@ class ProfileMagics(Magics):
                 profile, error = _run_async(args.backend, options, compiled, ns, session_kw)
             else:
                 profile, error = recording.run(args.backend, options, lambda: exec(compiled, ns), **session_kw)
-        except ProfilerError as e:
+        except (ProfilerError, ProfileFormatError) as e:  # a reader error here: the profiler's own file is bad
             if handle is not None:
                 handle.update({"text/plain": ""}, raw=True)
             print(f"profmagic: {e}", file=sys.stderr)
@@ -169,7 +168,7 @@ class ProfileMagics(Magics):
             try:
                 profile.save(args.output)
             except (OSError, ValueError) as e:
-                print(f"profmagic: could not write {args.output}: {e}", file=sys.stderr)
+                print(_save_failed(args.output, e), file=sys.stderr)
         if profile is not None:
             ns["_profile"] = profile  # the latest profile, also when the cell raised
         if profile is not None and profile.is_empty:
@@ -184,6 +183,13 @@ class ProfileMagics(Magics):
             profile = QuietProfile(profile.frames, profile.stacks, profile.samples, profile.meta,
                                    profile.raw, profile.metric)
         return profile
+
+
+def _save_failed(path: str, e: Exception) -> str:
+    folder = os.path.dirname(os.path.abspath(path))
+    cause = f"the folder {folder} does not exist" if not os.path.isdir(folder) else str(e)
+    return (f"profmagic: could not write {path}: {cause}. Fix: create the folder or choose another --output; "
+            "the profile is still in _profile (_profile.save(path))")
 
 
 def _run_async(backend, options, compiled, ns, session_kw):
