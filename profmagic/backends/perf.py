@@ -31,7 +31,7 @@ import sys
 import time
 
 from ..errors import ProfilerError
-from .base import Capture, Options, TempDir, reap
+from .base import Capture, Options, TempDir, reap, thread_label
 
 NAME = "perf"
 FORMAT = "perf_script"
@@ -234,9 +234,20 @@ class Recorder:
         self.tmp.close()
 
 
+_PERF_THREAD = re.compile(r"^(.*)-(?:\d+|\?)/(\d+)$")
+
+
 def read(capture: Capture, options: Options | None = None):
     from ..formats import perf_script
+    from ..transforms import relabel_threads
     p = perf_script.read(capture.data, source="perf capture")
+    # perf names threads comm-PID/TID; use the label every backend shares so thread filters match.
+    labels = {}
+    for t in p.threads:
+        m = _PERF_THREAD.match(t)
+        if m:
+            labels[t] = thread_label(int(m.group(2)), m.group(1))
+    p = relabel_threads(p, labels)
     meta = dict(p.meta)
     meta.update(capture.meta)
     meta.update(backend=NAME, versions={"perf": version()})
