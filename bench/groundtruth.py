@@ -21,7 +21,6 @@ import json
 import os
 import pickle
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -196,7 +195,6 @@ def run_config(spec: dict, scenario: str, duration: float, tmp: str) -> dict:
             with open(out, "rb") as f:
                 return pickle.load(f)
         from profmagic import backends
-        mods = []
         for sub in spec["record"]:  # out-of-process recorders, all running at once
             mod = backends.get(sub["backend"])
             opts = _options(sub, pid=pid, thread_native_id=pid)

@@ -130,3 +130,57 @@ def classify_native(profile: Profile, strip_native: bool = False) -> Profile:
                 unclassified_share=unknown / total,
                 approximate="leaf-frame classification; unsymbolised leaves count as on-CPU")
     return b.build(metric="wall", meta=meta, raw=profile.raw)
+
+
+def calibrate_both(profile: Profile, thread: str, wall_s: float, cpu_s: float) -> Profile:
+    """Scale the wall and cpu columns so that ``thread`` sums to its measured ``wall_s`` and ``cpu_s``
+    (the cell's thread, as recording.py calibrates one-metric py-spy profiles). Raw counts stay."""
+    st = profile.stacks.copy()
+    mine = (st["thread"] == thread).to_numpy()
+    meta = dict(profile.meta)
+    for col, target in (("wall", wall_s), ("cpu", cpu_s)):
+        have = float(np.nansum(st.loc[mine, col])) if col in st else 0.0
+        if have > 0 and target and target > 0:
+            st[col] = st[col] * (target / have)
+            meta[f"calibrated_{col}"] = float(target)
+    meta.update(calibrated=True, calibrated_against=thread)
+    return profile.replace(stacks=st, meta=meta)
+
+
+class PairRecorder:
+    """The Recorder interface (backends/base.py) over two py-spy recorders run at once: one with
+    ``--idle`` and one without. ``stop()`` returns one Capture holding both; ``read_pair`` combines."""
+
+    def __init__(self, options):
+        from dataclasses import replace
+        from .backends import pyspy
+        self.options = options
+        self.wall_options = replace(options, idle=True, gil=False, native=False, extra=dict(options.extra))
+        self.cpu_options = replace(options, idle=False, gil=False, native=False, extra=dict(options.extra))
+        self.recorders = [pyspy.Recorder(self.wall_options), pyspy.Recorder(self.cpu_options)]
+
+    def start(self) -> None:
+        try:
+            for r in self.recorders:
+                r.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def stop(self):
+        from .backends.base import Capture
+        wall, cpu = (r.stop() for r in self.recorders)
+        return Capture(None, "py-spy-pair", {"wall": wall, "cpu": cpu})
+
+    def close(self) -> None:
+        for r in self.recorders:
+            r.close()
+
+
+def read_pair(capture, options) -> Profile:
+    """The Profile of a PairRecorder capture: wall, cpu and off_cpu per stack (method a)."""
+    from dataclasses import replace
+    from .backends import pyspy
+    wall = pyspy.read(capture.meta["wall"], replace(options, idle=True, gil=False, native=False))
+    cpu = pyspy.read(capture.meta["cpu"], replace(options, idle=False, gil=False, native=False))
+    return combine_idle(wall, cpu)

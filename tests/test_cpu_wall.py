@@ -6,10 +6,8 @@ import importlib.util
 import math
 import os
 import shutil
-import sys
 import time
 
-import numpy as np
 import pytest
 
 import profmagic
@@ -213,3 +211,37 @@ def test_eustack_mode_both_cpu_on_a_pure_c_thread():
 def test_eustack_mode_both_wall_on_a_pure_c_thread():
     cpu, wall, out = _eustack_c_thread()
     assert wall.get("c_sleep", 0.0) == pytest.approx(out[2], rel=0.10)
+
+
+@pytest.mark.skipif(not _pyspy_ok()[0], reason="py-spy cannot attach here: " + _pyspy_ok()[1])
+def test_pyspy_pair_recorder_cleans_up_and_calibrates():
+    """The Recorder-shaped pair that --mode both uses for py-spy: both children reaped, temp files gone,
+    and after calibration the cell thread sums to its measured wall and CPU time."""
+    import threading
+    from profmagic.backends.base import Options
+    from profmagic.pyspy_cpu import PairRecorder, calibrate_both, read_pair
+    o = Options(rate=100)
+    rec = PairRecorder(o)
+    try:
+        rec.start()
+        procs = [r.proc for r in rec.recorders]
+        tmps = [r.tmp.path for r in rec.recorders]
+        w0, c0 = time.perf_counter(), time.thread_time()
+        spin(0.3)
+        nap(0.6)
+        wall_s, cpu_s = time.perf_counter() - w0, time.thread_time() - c0
+        cap = rec.stop()
+    finally:
+        rec.close()
+    assert all(p.poll() is not None for p in procs)
+    assert not any(os.path.exists(t) for t in tmps)
+    p = read_pair(cap, o)
+    me = [t for t in p.threads if t.startswith(f"Thread {threading.get_native_id()} ")]
+    assert me, p.threads
+    q = calibrate_both(p, me[0], wall_s, cpu_s)
+    mine = q.stacks[q.stacks["thread"] == me[0]]
+    assert mine["wall"].sum() == pytest.approx(wall_s)
+    assert mine["cpu"].sum() == pytest.approx(cpu_s)
+    cpu = _fn_totals(q, "cpu")
+    assert cpu.get("spin", 0.0) == pytest.approx(0.3, rel=0.10)
+    assert cpu.get("nap", 0.0) < 0.03

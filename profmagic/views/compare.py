@@ -18,7 +18,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 from ..profile import Profile
-from . import PALETTE, esc, metric_label
+from . import GREY, PALETTE, esc, metric_label
 from . import icicle as I
 from . import tree as T
 
@@ -301,7 +301,7 @@ def _function_colours(ft: pd.DataFrame, order: list) -> tuple[np.ndarray, list, 
     code = np.full(size, len(PALETTE), np.int64)
     for i, fid in enumerate(order):
         code[int(fid)] = i % len(PALETTE)
-    colours = PALETTE + [I.GREY if hasattr(I, "GREY") else "#d0d0d0"]
+    colours = PALETTE + [GREY]
     n = len(colours)
     scale = []
     for i, c in enumerate(colours):
