@@ -1,0 +1,181 @@
+"""The ranks view: processes side by side (a multi-process Profile: ``stacks["process"]``).
+
+- ``bars``: one bar per process, CPU and off-CPU time (or the profile's metric where CPU is unknown);
+- ``heat``: the top functions by process, each cell the function's share of that process;
+- ``differs_most``: one line naming the process whose function shares are furthest from the others';
+- ``widget``: all three, and a button per process that shows its icicle (views/icicle.py).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from ..multi import PROCESS, by_process, processes
+from ..profile import Profile
+from . import esc, fmt, metric_label, title
+from . import icicle
+
+CPU_COLOUR, OFF_COLOUR = "#4c78a8", "#f58518"
+
+
+def process_profile(profile: Profile, label: str) -> Profile:
+    """Only the rows of process ``label`` (its time-ordered samples are not carried)."""
+    st = profile.stacks
+    mask = (st[PROCESS] == label).to_numpy() if PROCESS in st else np.ones(len(st), dtype=bool)
+    meta = {**profile.meta, "process": label, "threads": [t for t in profile.threads
+                                                           if t in set(st.loc[mask, "thread"])]}
+    info = (profile.meta.get("processes") or {}).get(label) or {}
+    for k in ("backend", "rate"):
+        if info.get(k) is not None:
+            meta[k] = info[k]
+    meta.pop("duration", None) if info.get("ended") else None
+    return profile.replace(stacks=st[mask].reset_index(drop=True), samples=None, meta=meta)
+
+
+def _ended_note(row) -> str:
+    if not row.ended:
+        return ""
+    at = row.ended_at
+    return f" (ended at +{at:.2f} s)" if at is not None and at == at else " (ended)"
+
+
+def bars(profile: Profile, metric: str | None = None) -> go.Figure:
+    """One horizontal bar per process: CPU + off-CPU where both are known, else ``metric``."""
+    metric = metric or profile.metric
+    t = by_process(profile)
+    names = [esc(p, 70) + esc(_ended_note(r)) for p, r in t.iterrows()]
+    fig = go.Figure()
+    split = t["cpu"].notna() & t["wall"].notna()
+    if split.any():
+        fig.add_bar(y=names, x=t["cpu"].where(split), orientation="h", name="CPU time (s)",
+                    marker_color=CPU_COLOUR, hovertemplate="%{y}<br>CPU %{x:.3f} s<extra></extra>")
+        fig.add_bar(y=names, x=t["off_cpu"].where(split), orientation="h", name="off-CPU time (s) = wall − cpu",
+                    marker_color=OFF_COLOUR, hovertemplate="%{y}<br>off-CPU %{x:.3f} s<extra></extra>")
+    if (~split).any():
+        m = metric if metric in ("wall", "cpu") else "samples"
+        vals = t[m].where(~split) if m in t else t["samples"].where(~split)
+        fig.add_bar(y=names, x=vals, orientation="h", name=f"{metric_label(m)} (CPU/off-CPU split unknown)",
+                    marker_color="#9d9d9d", hovertemplate="%{y}<br>%{x:.4g}<extra></extra>")
+    note = "bars: CPU + off-CPU = wall where the backend measured both"
+    fig.update_layout(barmode="stack", title=dict(text=title(profile, metric, "Processes", None, note),
+                                                  x=0.01, font=dict(size=13)),
+                      height=int(min(900, 140 + 28 * len(t))), margin=dict(l=8, r=8, t=80, b=8),
+                      yaxis=dict(autorange="reversed"), xaxis_title="seconds",
+                      legend=dict(orientation="h", y=-0.15))
+    return fig
+
+
+def shares(profile: Profile, metric: str | None = None, top: int = 15,
+           column: str = "total") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(share, value): functions × processes; share = function ``column`` (total or self) / process
+    total. The ``top`` functions by their largest share in any process."""
+    metric = metric or profile.metric
+    cols, vals = {}, {}
+    for p in processes(profile) or ["(one process)"]:
+        sub = process_profile(profile, p)
+        total = sub.total(metric)
+        f = sub.functions(metric)
+        key = f["name"].astype(str) + "  " + f["file"].astype(str)
+        v = pd.Series(f[column].to_numpy(dtype=np.float64), index=key).groupby(level=0).sum()
+        vals[p] = v
+        cols[p] = v / total if total and total == total else v * np.nan
+    share = pd.DataFrame(cols).fillna(0.0)
+    value = pd.DataFrame(vals).reindex(share.index).fillna(0.0)
+    order = share.max(axis=1).sort_values(ascending=False).index[:top]
+    return share.loc[order], value.loc[order]
+
+
+def heat(profile: Profile, metric: str | None = None, top: int = 15) -> go.Figure:
+    metric = metric or profile.metric
+    share, value = shares(profile, metric, top)
+    fns = [esc(i.split("  ")[0], 60) for i in share.index]
+    procs = [esc(p, 40) for p in share.columns]
+    text = [[f"{s:.0%}" for s in row] for row in share.to_numpy()]
+    hover = [[f"{fns[i]}<br>{procs[j]}<br>{fmt(metric, value.iat[i, j])} · {share.iat[i, j]:.1%} of the process"
+              for j in range(share.shape[1])] for i in range(share.shape[0])]
+    fig = go.Figure(go.Heatmap(z=share.to_numpy(), x=procs, y=fns, text=text, texttemplate="%{text}",
+                               customdata=hover, hovertemplate="%{customdata}<extra></extra>",
+                               colorscale="Blues", zmin=0, zmax=1, colorbar=dict(title="share")))
+    fig.update_layout(title=dict(text=title(profile, metric, f"Top {len(fns)} functions by process", None,
+                                            "cell = the function's total as a share of that process's total"),
+                                 x=0.01, font=dict(size=13)),
+                      height=int(min(900, 160 + 24 * len(fns))), margin=dict(l=8, r=8, t=80, b=8),
+                      yaxis=dict(autorange="reversed"))
+    return fig
+
+
+def differs_most(profile: Profile, metric: str | None = None) -> str:
+    """One line: the process whose self-time shares (a distribution over functions) are furthest,
+    in total variation distance, from the median of the others'; and the function whose total
+    share differs most. Compares the children only
+    when there are at least two (the parent runs different code by design)."""
+    metric = metric or profile.metric
+    procs = processes(profile)
+    info = profile.meta.get("processes") or {}
+    peers = [p for p in procs if (info.get(p) or {}).get("role") != "parent"]
+    if len(peers) < 2:
+        peers = procs
+    if len(peers) < 2:
+        return "one process: nothing to compare"
+    own, _ = shares(profile, metric, top=10 ** 9, column="self")
+    own = own[peers]
+    dist = {}
+    for p in peers:
+        others = own.drop(columns=[p]).median(axis=1)
+        dist[p] = 0.5 * float((own[p] - others).abs().sum())
+    worst = max(dist, key=dist.get)
+    share, _ = shares(profile, metric, top=10 ** 9)
+    share = share[peers]
+    others = share.drop(columns=[worst]).median(axis=1)
+    diff = share[worst] - others
+    fn = diff.abs().idxmax()
+    totals = by_process(profile)
+    m = metric if metric in totals else "samples"
+    med_total = float(totals.loc[[p for p in peers if p != worst], m].median())
+    return (f"{worst} differs most (distance {dist[worst]:.2f} of 1 from the others' median): "
+            f"{fn.split('  ')[0]} takes {share.at[fn, worst]:.0%} of it vs {others[fn]:.0%} in the others; "
+            f"its {metric_label(m)} {fmt(m, float(totals.at[worst, m]))} vs a median {fmt(m, med_total)}")
+
+
+def html(profile: Profile, metric: str | None = None, include_plotlyjs="cdn") -> str:
+    """Static HTML: the one line, the bars and the heat table."""
+    line = f"<p class='profmagic-differs'><b>{esc(differs_most(profile, metric), 600)}</b></p>"
+    b = bars(profile, metric).to_html(full_html=False, include_plotlyjs=include_plotlyjs)
+    h = heat(profile, metric).to_html(full_html=False, include_plotlyjs=False)
+    return line + b + h
+
+
+def widget(profile: Profile, metric: str | None = None):
+    """ipywidgets: the one line, bars, heat table; a button per process shows its icicle."""
+    import json
+
+    import ipywidgets as W
+    mime = "application/vnd.plotly.v1+json"
+
+    def out(fig):
+        o = W.Output()
+        o.outputs = ({"output_type": "display_data", "metadata": {},
+                      "data": {mime: json.loads(fig.to_json()), "text/plain": "<plotly figure>"}},)
+        return o
+
+    metric = metric or profile.metric
+    procs = processes(profile)
+    line = W.HTML(f"<b>{esc(differs_most(profile, metric), 600)}</b>")
+    pick = W.ToggleButtons(options=[(str(p)[:40], i) for i, p in enumerate(procs)], value=None,
+                           description="icicle of", tooltips=[str(p) for p in procs])
+    pick.add_class("profmagic-ranks-pick")
+    ice = W.VBox()
+
+    def show(change):
+        if change["new"] is None:
+            return
+        sub = process_profile(profile, procs[change["new"]])
+        ice.children = [out(icicle.figure(sub, metric=metric))]
+
+    pick.observe(show, names="value")
+    box = W.VBox([line, out(bars(profile, metric)), out(heat(profile, metric)), pick, ice])
+    box.add_class("profmagic-ranks")
+    box.show_process = lambda i: setattr(pick, "value", i)   # what a click does, for tests and scripts
+    box.icicle_box = ice
+    return box
