@@ -178,17 +178,22 @@ def load_many(pattern, key: str = "rank", format: str | None = None, **options) 
     process each, concatenated. A file's label is ``"<key> <n>"`` when its path has ``<key><n>``
     (``rank3.json`` -> ``rank 3``), else its path relative to the glob's fixed part."""
     from . import load
-    paths = sorted(_glob.glob(os.fspath(pattern), recursive=True), key=_natural)
-    paths = [p for p in paths if os.path.isfile(p)]
+    base = os.path.dirname(os.fspath(pattern).split("*")[0].split("?")[0].split("[")[0])
+    rx = re.compile(rf"{re.escape(key)}[_-]?(\d+)", re.IGNORECASE)
+
+    def number(path):
+        m = rx.findall(os.path.relpath(path, base or "."))
+        return int(m[-1]) if m else None
+
+    paths = [p for p in _glob.glob(os.fspath(pattern), recursive=True) if os.path.isfile(p)]
     if not paths:
         raise FileNotFoundError(f"no file matches {os.fspath(pattern)!r}")
-    base = os.path.dirname(os.fspath(pattern).split("*")[0].split("?")[0].split("[")[0])
+    # By rank number where the names have one, then naturally (rank2 before rank10).
+    paths.sort(key=lambda p: (number(p) is None, number(p) or 0, _natural(p)))
     labels, profiles = [], []
-    rx = re.compile(rf"{re.escape(key)}[_-]?(\d+)", re.IGNORECASE)
     for path in paths:
-        m = rx.findall(os.path.relpath(path, base or "."))
-        lab = f"{key} {int(m[-1])}" if m else os.path.relpath(path, base or ".")
-        labels.append(lab)
+        n = number(path)
+        labels.append(f"{key} {n}" if n is not None else os.path.relpath(path, base or "."))
         p = load(path, format=format, **options)
         p.meta.setdefault("source", path)
         profiles.append(p)
