@@ -1,0 +1,87 @@
+"""Attaching to running processes (issue 9): profmagic.attach and %profile --pid, with real py-spy."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from profmagic import attach, multi
+from profmagic.errors import ProfilerError
+
+pytestmark = pytest.mark.timeout(120)
+
+TARGET = ("import sys, time\n"
+          "def known_attach_target(d):\n"
+          "    t = time.perf_counter()\n"
+          "    while time.perf_counter() - t < d: pass\n"
+          "print('ready', flush=True)\n"
+          "known_attach_target(float(sys.argv[1]))\n")
+
+
+def start(seconds: float) -> subprocess.Popen:
+    p = subprocess.Popen([sys.executable, "-c", TARGET, str(seconds)], stdout=subprocess.PIPE)
+    assert p.stdout.readline() == b"ready\n"
+    return p
+
+
+@pytest.fixture
+def procs():
+    made = []
+    yield lambda s: made.append(start(s)) or made[-1]
+    for p in made:
+        p.kill()
+        p.wait()
+        p.stdout.close()
+
+
+def test_attach_one_second_records_known_function(procs):
+    p = procs(60)
+    prof = attach.attach([p.pid], 1.0, backend="py-spy")
+    f = prof.functions()
+    top = f.iloc[0]
+    assert top["name"] in ("known_attach_target", "<module>")
+    share = f.set_index("name").at["known_attach_target", "total"] / prof.total()
+    assert share > 0.9
+    (lab,) = multi.processes(prof)
+    assert lab.startswith(f"pid {p.pid} · python -c")
+    assert prof.meta["processes"][lab]["ended"] is False
+    assert prof.meta["attached"] == [p.pid] and prof.meta["backend"] == "py-spy"
+
+
+def test_attach_two_one_ends_during_recording(procs):
+    long, short = procs(60), procs(0.5)
+    prof = attach.attach(f"{long.pid},{short.pid}", 1.5)
+    info = prof.meta["processes"]
+    by_pid = {v["pid"]: v for v in info.values()}
+    assert by_pid[short.pid]["ended"] is True and by_pid[long.pid]["ended"] is False
+    t = multi.by_process(prof)
+    short_lab = [k for k, v in info.items() if v["pid"] == short.pid][0]
+    assert t.at[short_lab, "samples"] > 0      # what was sampled before it ended is kept
+    assert t.loc[t["ended"]].index.tolist() == [short_lab]
+
+
+def test_attach_errors():
+    with pytest.raises(ProfilerError, match="no running process"):
+        attach.attach([2 ** 22 + 12345], 0.5)
+    with pytest.raises(ProfilerError, match="cannot attach"):
+        attach.attach([1], 0.5, backend="sampler")
+    with pytest.raises(ProfilerError, match="separated by commas"):
+        attach.parse_pids("12;x")
+
+
+@pytest.mark.kernel
+@pytest.mark.timeout(300)
+def test_line_magic_pid(procs):
+    from kernel import Kernel
+    p = procs(60)
+    k = Kernel()
+    try:
+        r = k.run(f"%load_ext profmagic\n%profile --pid {p.pid} --duration 1 -q")
+        assert r.status == "ok", r.text()
+        names = k.value("list(_profile.functions()['name'][:3])")
+        assert "known_attach_target" in names
+        r = k.run("%profile --pid 1,x")
+        assert "separated by commas" in r.stderr
+    finally:
+        k.close()
