@@ -485,7 +485,7 @@ def to_dict(profile: Profile) -> dict:
                 ext["samples"] = sm["samples"].astype(float).tolist()
         else:
             ids = np.flatnonzero((stacks["thread"] == thread).to_numpy())
-            w = stacks[primary].to_numpy(dtype=np.float64)[ids]
+            w = stacks[primary].to_numpy(dtype=np.float64)[ids] if primary in stacks else np.ones(len(ids))
             n = stacks["samples"].to_numpy()[ids]
             if time_metric or not np.array_equal(n, w):
                 ext["samples"] = n.astype(float).tolist()
