@@ -41,6 +41,4 @@ def test_requirements_install_into_a_fresh_venv(tmp_path):
     assert r.returncode == 0, r.stderr
     where, source_shipped = r.stdout.split()
     assert str(env_dir) in where
-    if source_shipped != "True":
-        pytest.xfail("profmagic/casestudy/worker.cpp is not shipped in the wheel yet: pyproject.toml's "
-                     "package-data needs \"casestudy/*.cpp\" (requested in the notebooks helper's report)")
+    assert source_shipped == "True", "profmagic/casestudy/worker.cpp must ship in the wheel (package-data)"
