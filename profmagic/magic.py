@@ -92,7 +92,7 @@ class ProfileMagics(Magics):
 
     def attach(self, code: str, args):
         """``%profile --pid 1234,5678 --duration 10``: record running processes, not code."""
-        from . import attach
+        from .attach import attach as attach_pids   # profmagic.attach may be the function, not the module
         if code.strip():
             print("profmagic: --pid attaches to running processes; give no code with it", file=sys.stderr)
             return None
@@ -101,7 +101,7 @@ class ProfileMagics(Magics):
             from IPython.display import display
             handle = display({"text/plain": "attaching…"}, raw=True, display_id=True)
         try:
-            profile = attach.attach(args.pid, args.duration, backend=args.backend, rate=args.rate,
+            profile = attach_pids(args.pid, args.duration, backend=args.backend, rate=args.rate,
                                     idle=not args.gil and (args.idle or args.mode in (None, "wall", "both")),
                                     native=args.native,
                                     announce=(lambda t: handle.update({"text/plain": t}, raw=True)) if handle else None)

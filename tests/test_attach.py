@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from profmagic import attach, multi
+from profmagic import multi
+from profmagic.attach import attach, parse_pids
 from profmagic.errors import ProfilerError
 
 pytestmark = pytest.mark.timeout(120)
@@ -37,7 +38,7 @@ def procs():
 
 def test_attach_one_second_records_known_function(procs):
     p = procs(60)
-    prof = attach.attach([p.pid], 1.0, backend="py-spy")
+    prof = attach([p.pid], 1.0, backend="py-spy")
     f = prof.functions()
     top = f.iloc[0]
     assert top["name"] in ("known_attach_target", "<module>")
@@ -51,7 +52,7 @@ def test_attach_one_second_records_known_function(procs):
 
 def test_attach_two_one_ends_during_recording(procs):
     long, short = procs(60), procs(0.5)
-    prof = attach.attach(f"{long.pid},{short.pid}", 1.5)
+    prof = attach(f"{long.pid},{short.pid}", 1.5)
     info = prof.meta["processes"]
     by_pid = {v["pid"]: v for v in info.values()}
     assert by_pid[short.pid]["ended"] is True and by_pid[long.pid]["ended"] is False
@@ -63,11 +64,11 @@ def test_attach_two_one_ends_during_recording(procs):
 
 def test_attach_errors():
     with pytest.raises(ProfilerError, match="no running process"):
-        attach.attach([2 ** 22 + 12345], 0.5)
+        attach([2 ** 22 + 12345], 0.5)
     with pytest.raises(ProfilerError, match="cannot attach"):
-        attach.attach([1], 0.5, backend="sampler")
+        attach([1], 0.5, backend="sampler")
     with pytest.raises(ProfilerError, match="separated by commas"):
-        attach.parse_pids("12;x")
+        parse_pids("12;x")
 
 
 @pytest.mark.kernel
