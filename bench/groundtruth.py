@@ -240,35 +240,6 @@ CONFIGS = [
 ]
 
 
-def reattribute_cpu(p):
-    """Experiment (proposed for backends/sampler.py): a sample's CPU delta covers the whole interval
-    since the previous sample, but the sampler gives it all to the stack seen at its end, so the tail
-    of a busy function lands on the sleep that follows it. Where the stack changed, split the delta
-    between the previous and the current stack, assuming each kept the CPU rate measured in its
-    neighbouring interval (u = share of the interval still in the previous stack)."""
-    import numpy as np
-    if p.samples is None or "cpu" not in p.samples:
-        return None
-    sm = p.samples
-    n = len(p.stacks)
-    cpu = np.zeros(n)
-    for _, g in sm.groupby("thread", sort=False):
-        st = g["stack"].to_numpy()
-        w = g["wall"].to_numpy(float)
-        c = np.nan_to_num(g["cpu"].to_numpy(float))
-        rate = np.clip(np.divide(c, w, out=np.zeros_like(c), where=w > 0), 0.0, 1.0)
-        for i in range(len(st)):
-            if i == 0 or st[i] == st[i - 1] or i + 1 >= len(st):
-                cpu[st[i]] += c[i]
-                continue
-            rp, rn = rate[i - 1], rate[i + 1]
-            u = 0.5 if abs(rp - rn) < 1e-9 else float(np.clip((rate[i] - rn) / (rp - rn), 0.0, 1.0))
-            prev = min(c[i], rp * u * w[i])
-            cpu[st[i - 1]] += prev
-            cpu[st[i]] += c[i] - prev
-    return p.replace(stacks=p.stacks.assign(cpu=cpu))
-
-
 def calibrated(p, truth: dict, metric: str):
     """As recording.py does for py-spy: every sample weighs the main thread's measured seconds (wall
     with --idle, CPU without) over its sample count, counting only samples inside main_loop."""
@@ -302,10 +273,6 @@ def derived(profiles: dict, truth: dict) -> dict:
     if "py-spy --idle" in profiles and "py-spy (no --idle)" in profiles:
         out["py-spy both (a: two recordings)"] = pyspy_cpu.combine_idle(
             profiles["py-spy --idle"], profiles["py-spy (no --idle)"])
-    if "sampler" in profiles:
-        q = reattribute_cpu(profiles["sampler"])
-        if q is not None:
-            out["sampler, cpu split at stack changes (proposal)"] = q
     if "py-spy --idle --native" in profiles:
         out["py-spy both (b: native leaves)"] = pyspy_cpu.classify_native(profiles["py-spy --idle --native"])
     return out

@@ -220,3 +220,26 @@ def test_available_and_bad_options():
         sampler.Recorder(Options(rate=0))
     with pytest.raises(profmagic.ProfilerError, match="mode"):
         sampler.Recorder(Options(mode="gpu"))
+
+
+def test_cpu_split_where_the_stack_changes():
+    """An interval that ends in nap after busy: its CPU belongs to busy's tail. With busy at CPU rate
+    1.0 before and nap at 0.0 after, a 0.6 rate means 60% of the interval was still busy: all of its
+    6 ms go to the busy sample; the thread's total is unchanged and a stack that never changed keeps its CPU."""
+    from profmagic.profile import StackBuilder
+    b = StackBuilder()
+    fb, fn = b.frame("busy", "w.py", 1, "python"), b.frame("nap", "w.py", 5, "python")
+    sb, sn = b.stack("T", [fb]), b.stack("T", [fn])
+    other = b.stack("U", [fn])
+    t = 0.0
+    for sid, c in [(sb, 0.010), (sb, 0.010), (sn, 0.006), (sn, 0.0), (sn, 0.0)]:
+        t += 0.01
+        b.add(sid, samples=1, time=t, wall=0.01, cpu=c)
+        b.add(other, samples=1, time=t, wall=0.01, cpu=0.001)
+    p = sampler.split_cpu_at_stack_changes(b.build(metric="wall"))
+    cpu = dict(zip(p.stacks.index, p.stacks["cpu"]))
+    assert cpu[sb] == pytest.approx(0.026) and cpu[sn] == pytest.approx(0.0, abs=1e-12)
+    assert cpu[other] == pytest.approx(0.005)
+    mine = p.samples[p.samples["thread"] == "T"]["cpu"].tolist()
+    assert mine == pytest.approx([0.010, 0.016, 0.0, 0.0, 0.0])
+    assert p.samples["cpu"].sum() == pytest.approx(p.stacks["cpu"].sum())
