@@ -212,11 +212,6 @@ def test_eustack_mode_both_cpu_on_a_pure_c_thread():
 
 
 @pytest.mark.skipif(not _eustack_ok()[0], reason=str(_eustack_ok()[1]))
-@pytest.mark.xfail(strict=False, reason=(
-    "backends/eustack.py gives every sample of a thread the same wall weight, but eu-stack snapshots "
-    "a sleeping thread about twice as often as a busy one (measured: 99 samples over 1.22 s of "
-    "c_sleep, 96 over 1.80 s of c_busy), so wall(c_sleep) came out 1.39-2.16 s for 1.20 s. Weighting "
-    "each sample by the time since the thread's previous snapshot gives 1.216 s; reported to H3."))
 def test_eustack_mode_both_wall_on_a_pure_c_thread():
     cpu, wall, out = _eustack_c_thread()
     assert wall.get("c_sleep", 0.0) == pytest.approx(out[2], rel=0.10)

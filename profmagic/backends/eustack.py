@@ -292,8 +292,11 @@ def _sample_main(argv: list[str]) -> int:
     t0_wall, t0 = time.time(), time.monotonic()
     next_t = t0
     while not stop.is_set():
-        t = time.monotonic() - t0
         res = subprocess.run(["eu-stack", "-q", "-p", str(pid)], capture_output=True)
+        # The snapshot's time is when the stacks and the CPU counters below were read: the reader
+        # weighs each sample by the time since its thread's previous snapshot, and the CPU delta
+        # covers the same interval.
+        t = time.monotonic() - t0
         stacks = _parse_q(res.stdout)
         # Thread states are read right after eu-stack detaches: measured against the leaf frame
         # of a busy/sleeping C thread with 10 ms phases, reading them just before the call

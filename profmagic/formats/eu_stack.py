@@ -25,9 +25,10 @@ snapshot and facts after each ``TID n:``::
     TID 1240: state=R cpu_ns=9000000 comm=python3 wchan=0 syscall=running
     #0  0x00005555555551a9 busy - /tmp/libcthread.so
 
-A sampled capture has wall time (each snapshot weighs the achieved interval) and CPU time (each
-thread's measured CPU delta over the run, shared by its on-CPU samples), per-sample ``state`` and
-``on_cpu`` columns, and a stack ``on_cpu`` column.
+A sampled capture has wall time (each sample weighs the time since its thread's previous
+snapshot) and CPU time (each snapshot's measured CPU delta, given to an on-CPU end of its interval:
+see ``_weigh``), per-sample ``state``, ``on_cpu`` and ``cpu_delta`` columns, and a stack ``on_cpu``
+column.
 """
 from __future__ import annotations
 
@@ -103,6 +104,68 @@ def fold_python(frames: list[tuple[str, str | None, int | None, str]]):
             out.append(f)
     flush()
     return out
+
+
+def _weigh(blocks: list[dict], snap_times: list[float], interval: float | None, source: str) -> None:
+    """Set ``wall``, ``cpu``, ``cpu_delta`` and ``on_cpu`` on each block of a sampled capture.
+
+    Wall: eu-stack snapshots a sleeping process more often than a busy one (the helper gets a core
+    more easily), so each sample weighs the time since its thread's previous snapshot, not a uniform
+    share. A thread's first sample weighs the time since the previous snapshot of the process (it
+    was born in between), or the nominal interval at the first snapshot.
+
+    CPU: a snapshot's delta covers the interval since the thread's previous snapshot, whose two ends
+    we saw. The state read with each snapshot is noisy: it is read just after eu-stack detaches, and
+    a thread stopped inside nanosleep is often runnable by then (measured on a 5 ms busy / 15 ms
+    sleep C thread: 20% of its nanosleep samples read R, and giving them CPU put 9 points of CPU on
+    the sleep). So a stack counts as on-CPU when most of its samples read R. The delta goes to the end
+    of the interval if that stack is on-CPU (after a sleep, the CPU is the start of what runs now),
+    else to the start if that one is (the tail of a busy stack before it slept). With neither end
+    on-CPU the thread ran only between them, in a stack not seen; that CPU is shared by the thread's
+    on-CPU stacks' samples by wall time (by all its samples if none is on-CPU). CPU so never lands on
+    a stack the thread is mostly seen asleep in, unless the thread is never seen running.
+    """
+    prev_snap = {t: (snap_times[i - 1] if i else None) for i, t in enumerate(snap_times)}
+    last: dict[str, dict] = {}
+    unseen: dict[str, float] = {}
+    runs: dict[tuple, int] = {}  # (tid, frames) -> samples in R minus samples not in R
+    for bl in blocks:
+        f = bl["facts"]
+        try:
+            bl["cpu_delta"] = int(f.get("cpu_ns", "0")) / 1e9
+        except ValueError:
+            raise ProfileFormatError(f"cpu_ns={f.get('cpu_ns')!r} is not an integer",
+                                     source=source, line=bl["line"]) from None
+        bl["on_cpu"] = f.get("state", "?") in ON_CPU_STATES
+        bl["cpu"] = 0.0
+        k = (bl["tid"], bl["fids"])
+        runs[k] = runs.get(k, 0) + (1 if bl["on_cpu"] else -1)
+        tid_, t = bl["tid"], bl["time"]
+        prev = last.get(tid_)
+        if prev is not None:
+            bl["wall"] = max(t - prev["time"], 0.0)
+        elif prev_snap[t] is not None:
+            bl["wall"] = t - prev_snap[t]
+        else:
+            bl["wall"] = interval or 0.0
+        bl["prev"] = prev
+        last[tid_] = bl
+    for bl in blocks:
+        bl["cpu_stack"] = runs[(bl["tid"], bl["fids"])] > 0
+    for bl in blocks:
+        prev, d = bl.pop("prev"), bl["cpu_delta"]
+        if bl["cpu_stack"]:
+            bl["cpu"] += d
+        elif prev is not None and prev["cpu_stack"]:
+            prev["cpu"] += d
+        else:
+            unseen[bl["tid"]] = unseen.get(bl["tid"], 0.0) + d
+    for tid_, d in unseen.items():
+        mine = [bl for bl in blocks if bl["tid"] == tid_]
+        share = [bl for bl in mine if bl["cpu_stack"]] or mine
+        total = sum(bl["wall"] for bl in share)
+        for bl in share:
+            bl["cpu"] += d * (bl["wall"] / total if total else 1.0 / len(share))
 
 
 def read(data: bytes, source: str = "<input>", raw_names: bool = False, fold: bool | None = None,
@@ -182,10 +245,9 @@ def read(data: bytes, source: str = "<input>", raw_names: bool = False, fold: bo
 
     b = StackBuilder()
     interval = float(header.get("interval") or 0) or None
-    # Wall weight per snapshot: the achieved interval (duration / snapshots) of the run.
-    snaps = len({bl["time"] for bl in blocks}) if sampled else 0
+    snap_times = sorted({bl["time"] for bl in blocks}) if sampled else []
+    snaps = len(snap_times)
     duration = float(header.get("duration") or 0) or None
-    wall_each = (duration / snaps) if (sampled and duration and snaps) else interval
     # Python threads: named by the recorder, or seen running the eval loop.
     py_tids = set(py_names)
     for bl in blocks:
@@ -204,29 +266,8 @@ def read(data: bytes, source: str = "<input>", raw_names: bool = False, fold: bo
         tid = int(bl["tid"]) if bl["tid"].isdigit() else bl["tid"]
         return thread_label(tid, py_names.get(bl["tid"]) or comms.get(bl["tid"]))
 
-    # CPU: each thread's measured CPU delta is shared by its on-CPU samples.
-    cpu_total: dict[str, float] = {}
-    on_count: dict[str, int] = {}
-    all_count: dict[str, int] = {}
-    if sampled:
-        for bl in blocks:
-            f = bl["facts"]
-            try:
-                c = int(f.get("cpu_ns", "0")) / 1e9
-            except ValueError:
-                raise ProfileFormatError(f"cpu_ns={f.get('cpu_ns')!r} is not an integer",
-                                         source=source, line=bl["line"]) from None
-            bl["cpu_delta"] = c
-            bl["on_cpu"] = f.get("state", "?") in ON_CPU_STATES
-            cpu_total[bl["tid"]] = cpu_total.get(bl["tid"], 0.0) + c
-            on_count[bl["tid"]] = on_count.get(bl["tid"], 0) + bl["on_cpu"]
-            all_count[bl["tid"]] = all_count.get(bl["tid"], 0) + 1
-
-    states, on_flags, deltas = [], [], []
     for bl in blocks:
-        frames = []
-        for name, file, line, _addr in reversed(bl["frames"]):
-            frames.append((name, file, line, "native"))
+        frames = [(name, file, line, "native") for name, file, line, _addr in reversed(bl["frames"])]
         if fold:
             frames = fold_python(frames)
         fids = [b.frame(n, fl, ln, k) for n, fl, ln, k in frames]
@@ -234,20 +275,14 @@ def read(data: bytes, source: str = "<input>", raw_names: bool = False, fold: bo
             fids.insert(0, b.frame(f"TID={bl['tid']}", None, None, "other"))
         if pid:
             fids.insert(0, b.frame(f"PID={bl['pid']}", None, None, "other"))
-        thread = thread_name(bl)
+        bl["fids"] = tuple(fids)
         if not sampled:
-            b.add(b.stack(thread, fids), samples=1)
-            continue
-        tid_ = bl["tid"]
-        if on_count[tid_]:
-            cpu = cpu_total[tid_] / on_count[tid_] if bl["on_cpu"] else 0.0
-        else:  # it ran only between samples: spread its CPU over all its samples
-            cpu = cpu_total[tid_] / all_count[tid_]
-        sid = b.stack(thread, fids, on_cpu=bl["on_cpu"])
-        b.add(sid, samples=1, time=bl["time"], wall=wall_each or 0.0, cpu=cpu)
-        states.append(bl["facts"].get("state", "?"))
-        on_flags.append(bl["on_cpu"])
-        deltas.append(bl["cpu_delta"])
+            b.add(b.stack(thread_name(bl), fids), samples=1)
+    if sampled:
+        _weigh(blocks, snap_times, interval, source)
+        for bl in blocks:
+            sid = b.stack(thread_name(bl), bl["fids"], on_cpu=bl["on_cpu"])
+            b.add(sid, samples=1, time=bl["time"], wall=bl["wall"], cpu=bl["cpu"])
 
     labels = {bl["tid"]: thread_name(bl) for bl in blocks}
     meta = {"format": NAME, "backend": "eu-stack", "source": source,
@@ -260,12 +295,14 @@ def read(data: bytes, source: str = "<input>", raw_names: bool = False, fold: bo
         meta["snapshots"] = snaps
         meta["rate"] = snaps / duration if duration else None
         meta["metrics"] = ["wall", "cpu"]
-        meta["cpu_attribution"] = ("each thread's measured CPU time (schedstat run_ns deltas) is shared "
-                                   "by its samples in state R")
+        meta["wall_attribution"] = "each sample weighs the time since its thread's previous snapshot"
+        meta["cpu_attribution"] = ("each snapshot's CPU delta (schedstat run_ns) goes to the end of its "
+                                   "interval if that stack is mostly seen in state R, else to the start if "
+                                   "that one is; else it is shared by the thread's mostly-R stacks")
         p = b.build(metric="wall", meta=meta, raw=Raw(data, NAME))
-        p.samples["state"] = states
-        p.samples["on_cpu"] = np.asarray(on_flags, dtype=bool)
-        p.samples["cpu_delta"] = np.asarray(deltas, dtype=np.float64)
+        p.samples["state"] = [bl["facts"].get("state", "?") for bl in blocks]
+        p.samples["on_cpu"] = np.asarray([bl["on_cpu"] for bl in blocks], dtype=bool)
+        p.samples["cpu_delta"] = np.asarray([bl["cpu_delta"] for bl in blocks], dtype=np.float64)
         return p
     meta["snapshots"] = sum(1 for ln in lines if _PID.match(ln)) or 1
     return b.build(metric="samples", meta=meta, raw=Raw(data, NAME))
