@@ -8,7 +8,7 @@ from .errors import ProfileFormatError, ProfilerError
 from .profile import Profile
 
 __version__ = "0.1.0"
-__all__ = ["load", "Profile", "ProfileFormatError", "ProfilerError", "compare", "profile",
+__all__ = ["load", "Profile", "ProfileFormatError", "ProfilerError", "compare", "profile", "attach",
            "load_ipython_extension", "__version__"]
 
 
@@ -16,8 +16,15 @@ def load(source, format: str | None = None, **options) -> Profile:
     """Read a profile from a path, bytes or str. The format is sniffed from the content when None.
 
     A str is taken as content when it contains a newline or starts with ``{``; otherwise as a path.
+    A path with a glob pattern (``runs/*/rank*.json``) loads every match into one multi-process profile.
     """
     from . import formats
+    if isinstance(source, (str, os.PathLike)):
+        s = os.fspath(source)
+        if "\n" not in s and not s.lstrip().startswith("{") and any(c in s for c in "*?[") \
+                and not os.path.exists(s):
+            from .multi import load_many
+            return load_many(s, format=format, **options)
     name = "<input>"
     if isinstance(source, os.PathLike) or (isinstance(source, str) and "\n" not in source
                                            and not source.lstrip().startswith("{")):
@@ -50,3 +57,6 @@ def load_ipython_extension(ipython):
 def unload_ipython_extension(ipython):
     from .magic import unload_ipython_extension as _unload
     _unload(ipython)
+
+
+from .attach import attach  # noqa: E402  (eager: a lazy wrapper would be shadowed by the submodule)

@@ -336,6 +336,12 @@ class Profile:
         out = out[out["total"] > 0] if len(out) else out
         return out.sort_values(["total", "self"], ascending=False, kind="stable")
 
+    @staticmethod
+    def concat(profiles, key: str = "rank", labels=None) -> "Profile":
+        """Merge per-process profiles into one, keeping which process each stack came from."""
+        from .multi import concat
+        return concat(profiles, key=key, labels=labels)
+
     # -- exports ---------------------------------------------------------------
     def to_speedscope(self) -> dict:
         from .formats import speedscope

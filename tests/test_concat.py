@@ -110,3 +110,14 @@ def test_ranks_view_on_concat():
     w.show_process(3)
     assert len(w.icicle_box.children) == 1
     assert np.isclose(ranks.process_profile(m, "rank 3").total("wall"), 0.01 * 37)
+
+
+def test_load_glob_merges_per_rank_files(tmp_path):
+    # load() of a glob: one multi-process profile, each stack keeping its rank.
+    import profmagic
+    for rank, n in enumerate((3, 5)):
+        (tmp_path / f"rank{rank}.folded").write_text(f"main;step {n}\nmain;wait {rank + 1}\n")
+    p = profmagic.load(str(tmp_path / "rank*.folded"))
+    per = p.stacks.groupby("process")["samples"].sum()
+    assert sorted(per.tolist()) == [4, 7] and len(per) == 2
+    assert p.total("samples") == 11
