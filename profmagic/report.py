@@ -61,15 +61,17 @@ def functions_html(profile: Profile, metric: str, top: int = TOP_FUNCTIONS, thre
     return show.to_html(index=False, escape=True, border=0, classes="profmagic-functions")
 
 
-def static_html(profile: Profile) -> str:
-    """Self-contained HTML, no script and no network: header, SVG icicle and the function table."""
+def static_html(profile: Profile, uid: str = "") -> str:
+    """Self-contained HTML, no script and no network: header, SVG icicle and the function table.
+    A live widget with the same ``uid`` hides it (see ``Report``)."""
     from .views import icicle
     metric = profile.metric
     try:
         pic = icicle.svg(profile, metric)
     except Exception as e:  # the table and header still help; say what failed
         pic = f"<p>(icicle unavailable: {_e(e)})</p>"
-    return ("<div class='profmagic-report' style='max-width:100%;overflow-x:auto'>"
+    return (f"<div class='profmagic-report profmagic-static profmagic-static-{uid}' "
+            "style='max-width:100%;overflow-x:auto'>"
             + header_html(profile)
             + f"<div style='font:12px sans-serif;margin:4px 0'>Icicle ({_e(METRIC_LABELS.get(metric, metric))}, "
               "all threads; hover a box for its numbers)</div>" + pic
@@ -154,7 +156,7 @@ class Report:
 
     TABS = ("Icicle", "Sandwich", "Time order", "Table", "Raw")
 
-    def __init__(self, profile: Profile):
+    def __init__(self, profile: Profile, uid: str = ""):
         import ipywidgets as W
         self.p = profile
         self.W = W
@@ -174,7 +176,11 @@ class Report:
         self.tabs = W.Tab(children=self.panes, titles=self.TABS)
         self.built = [False] * len(self.TABS)
         self.sw = None
-        header = W.HTML(header_html(profile))
+        # Once this widget is drawn, its static twin (a separate output, for viewers without a
+        # widget manager) hides.
+        hide = (f"<style>.profmagic-static-{uid}{{display:none}}"
+                f".jp-OutputArea-child:has(.profmagic-static-{uid}){{display:none}}</style>") if uid else ""
+        header = W.HTML(hide + header_html(profile))
         controls = W.HBox([self.thread, self.metric, self.colour, self.min_pct])
         self.widget = W.VBox([header, controls, self.tabs])
         self.widget.add_class("profmagic-widget")
@@ -275,19 +281,25 @@ def _live_kernel() -> bool:
     return ip is not None and getattr(ip, "kernel", None) is not None
 
 
-def widget(profile: Profile):
-    return Report(profile).widget
+def widget(profile: Profile, uid: str = ""):
+    return Report(profile, uid).widget
 
 
 def mimebundle(profile: Profile) -> dict:
-    """text/plain, a static text/html and, under a live kernel, the widget view."""
-    bundle = {"text/plain": repr(profile), "text/html": static_html(profile)}
-    if _live_kernel():
-        try:
-            w = widget(profile)
-            view = w._repr_mimebundle_()
-        except ImportError:  # ipywidgets missing: the static HTML still shows
-            return bundle
-        if view:
-            bundle.update({k: v for k, v in view.items() if k != "text/plain"})
-    return bundle
+    """text/plain and a static text/html; under a live kernel, the widget view instead.
+
+    With a kernel, the static HTML goes out first as its own output: nbconvert prefers the widget
+    view whenever widget state was saved (nbclient saves it) and would then draw nothing offline.
+    The live widget hides that twin with a style scoped to ``uid``.
+    """
+    if not _live_kernel():
+        return {"text/plain": repr(profile), "text/html": static_html(profile)}
+    import uuid
+    from IPython.display import display
+    uid = uuid.uuid4().hex[:12]
+    try:
+        view = widget(profile, uid)._repr_mimebundle_()
+    except ImportError:  # ipywidgets missing: the static HTML alone
+        return {"text/plain": repr(profile), "text/html": static_html(profile)}
+    display({"text/html": static_html(profile, uid)}, raw=True)
+    return {"text/plain": repr(profile), **{k: v for k, v in (view or {}).items() if k != "text/plain"}}

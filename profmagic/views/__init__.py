@@ -18,11 +18,12 @@ MAX_LABEL = 120
 
 
 def esc(s, limit: int | None = MAX_LABEL) -> str:
-    """Untrusted text made safe for plotly and HTML: shortened, then HTML-escaped."""
+    """Untrusted text made safe for plotly labels and HTML element content: shortened, then
+    <, > and & escaped (plotly does not decode &quot;, and quotes are harmless outside attributes)."""
     s = str(s)
     if limit and len(s) > limit:
         s = s[:limit - 1] + "…"
-    return html.escape(s, quote=True)
+    return html.escape(s, quote=False)
 
 
 def metric_label(metric: str) -> str:

@@ -50,6 +50,18 @@ def _round(a: np.ndarray, digits: int = 4) -> list:
     return [float(f"{x:.{digits}g}") for x in a.tolist()]
 
 
+def ticks(t: T.Tree, metric: str) -> list[int]:
+    """Node totals as integers (samples, or microseconds), summed from the leaves up so that no
+    parent is smaller than its children's sum: plotly refuses a "total" tree that is, and float
+    sums in another order could be, by an ulp."""
+    scale = 1 if metric == "samples" else 1e6
+    v = np.rint(t.self * scale).astype(np.int64)
+    for d in range(int(t.depth.max()) if len(t) > 1 else 0, 0, -1):
+        lvl = np.flatnonzero(t.depth == d)
+        np.add.at(v, t.parent[lvl], v[lvl])
+    return v.tolist()
+
+
 def trace(profile: Profile, t: T.Tree, metric: str, root_label: str, colour: str = "kind",
           ft=None, flip: bool = False, domain: dict | None = None) -> go.Icicle:
     """A go.Icicle over a (pruned) tree. Labels, hovers and files are escaped."""
@@ -70,23 +82,24 @@ def trace(profile: Profile, t: T.Tree, metric: str, root_label: str, colour: str
     root = float(t.total[0]) or 1.0
     codes, scale, n, _ = _colours(t, ft, colour)
     unit = "" if metric == "samples" else " s"
-    custom = np.empty((len(t), 4), dtype=object)
+    custom = np.empty((len(t), 5), dtype=object)
     custom[:, 0] = where
-    custom[:, 1] = _round(t.self)
-    custom[:, 2] = _round(t.self / root, 3)
-    custom[:, 3] = _round(t.samples)
+    custom[:, 1] = _round(t.total)
+    custom[:, 2] = _round(t.self)
+    custom[:, 3] = _round(t.self / root, 3)
+    custom[:, 4] = _round(t.samples)
     hover = ("<b>%{label}</b><br>%{customdata[0]}<br>"
-             f"total %{{value:.4~g}}{unit} (%{{percentRoot:.1%}} of the view)<br>"
-             f"self %{{customdata[1]:.4~g}}{unit} (%{{customdata[2]:.1%}})<br>"
-             f"%{{customdata[3]:,}} samples · {esc(metric_label(metric))}<extra></extra>")
+             f"total %{{customdata[1]:.4~g}}{unit} (%{{percentRoot:.1%}} of the view)<br>"
+             f"self %{{customdata[2]:.4~g}}{unit} (%{{customdata[3]:.1%}})<br>"
+             f"%{{customdata[4]:,}} samples · {esc(metric_label(metric))}<extra></extra>")
     kw = {}
     if domain:
         kw["domain"] = domain
     return go.Icicle(
         ids=list(range(len(t))),
         parents=[""] + t.parent[1:].tolist(),
-        values=_round(t.self, 6),  # self per node; plotly sums descendants ("remainder")
-        branchvalues="remainder",
+        values=ticks(t, metric),
+        branchvalues="total",
         labels=labels,
         customdata=custom,
         hovertemplate=hover,

@@ -57,7 +57,7 @@ def figure(profile: Profile, function=None, metric: str | None = None, thread: s
         unit = metric_label(metric)
         fig = go.Figure(go.Table(
             columnwidth=[4, 1, 1, 3],
-            header=dict(values=[f"function", f"total ({esc(unit)})", f"self ({esc(unit)})", "file"],
+            header=dict(values=["function", f"total ({esc(unit)})", f"self ({esc(unit)})", "file"],
                         align="left"),
             cells=dict(values=[[esc(n) for n in df["name"]],
                                [f"{v:.4g} ({p:.1f}%)" for v, p in zip(df["total"], df["total_pct"])],
