@@ -165,10 +165,16 @@ def from_profile(profile: Profile, metric: str, thread: str | None = None) -> tu
     return build(r, fn, depth, w, profile.stacks["samples"].to_numpy(), mask), unknown
 
 
+def _folded(t: Tree, keep: np.ndarray) -> np.ndarray:
+    """Dropped nodes whose parent stays: each carries its whole subtree into an (other) node."""
+    out = ~keep & (t.total > 0)
+    out[0] = False
+    out[1:] &= keep[t.parent[1:]]
+    return out
+
+
 def _count_after(t: Tree, keep: np.ndarray) -> int:
-    dropped = ~keep & (t.total > 0)
-    dropped[0] = False
-    return int(keep.sum()) + len(np.unique(t.parent[dropped]))
+    return int(keep.sum()) + len(np.unique(t.parent[_folded(t, keep)]))
 
 
 def _keep(t: Tree, thr: float) -> np.ndarray:
@@ -200,9 +206,8 @@ def prune(t: Tree, min_share: float = 0.0, max_nodes: int = MAX_NODES) -> Tree:
             else:
                 lo = mid + 1
         keep = _keep(t, best)
-    dropped = ~keep & (t.total > 0)
-    dropped[0] = False
-    if not dropped.any() and keep.all():
+    dropped = _folded(t, keep)
+    if keep.all():
         return t
     old = np.flatnonzero(keep)
     new_id = np.full(len(t), -1, np.int64)
