@@ -9,6 +9,7 @@ Used by the ``%%profile`` magic and by the ``profmagic.profile()`` context manag
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 import time
@@ -109,8 +110,8 @@ class Session:
         o.thread_native_id = threading.get_native_id()
         o.thread_ident = threading.get_ident()
         self.thread_name = threading.current_thread().name
-        # Every thread alive now, native ones too (eu-stack and perf see those): none belongs to the cell.
-        self.before = _live_native_ids()
+        # Threads that are not the user's: the kernel's own when in a kernel, else all alive now.
+        self.before = not_users_threads()
         if self.announce:
             self.announce(f"recording with {self.name} at {o.rate:g} Hz (pid {o.pid})…")
         backend_options = o
@@ -261,13 +262,44 @@ class Session:
         return merged.replace(meta=meta, metric=p.metric)
 
 
-def _live_native_ids() -> set[int]:
-    ids = {t.native_id for t in threading.enumerate() if t.native_id is not None}
+# The kernel's own threads (IOPub, heartbeat, control, ZMQ's I/O threads...), by name, for those it
+# starts after the extension was loaded.
+_KERNEL_THREAD = re.compile(r"^(IOPub|Heartbeat|Control|Shell channel|HistorySavingThread|ParentPoller"
+                            r"|_watch_pipe_fd|ZMQbg/|Thread-\d+ \(_watch_pipe_fd\))")
+_kernel_tids: set[int] | None = None
+
+
+def _native_threads() -> dict[int, str]:
+    """Native id -> name of every thread of this process, native ones included (from /proc)."""
+    out = {}
     try:
-        ids |= {int(t) for t in os.listdir("/proc/self/task")}
+        for t in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{t}/comm") as f:
+                    out[int(t)] = f.read().strip()
+            except OSError:
+                pass
     except OSError:  # no /proc: Python threads only
         pass
-    return ids
+    out.update({t.native_id: t.name for t in threading.enumerate() if t.native_id is not None})
+    return out
+
+
+def snapshot_kernel_threads() -> None:
+    """Called when the extension loads: every thread alive then is the kernel's (or the imports')."""
+    global _kernel_tids
+    _kernel_tids = set(_native_threads())  # the cell's own thread is always kept, whichever it is
+
+
+def not_users_threads() -> set[int]:
+    """Threads to drop unless --all-threads. In a kernel: those alive when the extension loaded and
+    those named like the kernel's, so threads the user started in earlier cells stay (a C++ worker
+    created by a previous cell is exactly what the case study needs). Elsewhere: every thread alive
+    when recording starts."""
+    live = _native_threads()
+    if _kernel_tids is None:
+        return set(live)
+    return (_kernel_tids & set(live)) | {tid for tid, name in live.items() if _KERNEL_THREAD.match(name)}
 
 
 def _ended(state: str | None) -> bool:

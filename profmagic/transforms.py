@@ -93,8 +93,10 @@ def trim_to_cell(profile: Profile, cell_filename: str, threads: Iterable[str] | 
     sampled outside the cell (the magic itself). Stacks of other threads are kept whole."""
     fr = profile.frames
     in_cell = set(fr.index[(fr["file"] == cell_filename).to_numpy()].tolist())
-    # No frame of the cell at all (an event profiler that saw no call in it): nothing to cut against.
-    strict = set(profile.threads if threads is None else threads) if in_cell else set()
+    # An event profiler (cProfile) may record no frame for a cell without calls: nothing to cut
+    # against. A sampler with no cell frame sampled only the magic around the cell: drop those.
+    traced = "calls" in profile.stacks
+    strict = set(profile.threads if threads is None else threads) if (in_cell or not traced) else set()
     old = profile.stacks
     new_stacks, keep = [], np.ones(len(old), dtype=bool)
     for i, (t, s) in enumerate(zip(old["thread"], old["stack"])):
