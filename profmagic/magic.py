@@ -230,7 +230,6 @@ def _run_async(backend, options, compiled, ns, session_kw):
 
 def load_ipython_extension(ipython) -> None:
     ipython.register_magics(ProfileMagics)
-    recording.snapshot_kernel_threads()
 
 
 def unload_ipython_extension(ipython) -> None:

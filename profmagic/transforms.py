@@ -93,10 +93,13 @@ def trim_to_cell(profile: Profile, cell_filename: str, threads: Iterable[str] | 
     sampled outside the cell (the magic itself). Stacks of other threads are kept whole."""
     fr = profile.frames
     in_cell = set(fr.index[(fr["file"] == cell_filename).to_numpy()].tolist())
-    # An event profiler (cProfile) may record no frame for a cell without calls: nothing to cut
-    # against. A sampler with no cell frame sampled only the magic around the cell: drop those.
+    # With no cell frame at all there is nothing to cut against when the profiler cannot name Python
+    # files (perf, eu-stack) or traced no call in the cell (cProfile). A sampler that names Python
+    # files and saw no cell frame sampled only the magic around the cell: drop those samples.
+    names_files = bool(((fr["kind"] == "python") & (fr["file"] != "")).any())
     traced = "calls" in profile.stacks
-    strict = set(profile.threads if threads is None else threads) if (in_cell or not traced) else set()
+    drop_outside = bool(in_cell) or (names_files and not traced)
+    strict = set(profile.threads if threads is None else threads) if drop_outside else set()
     old = profile.stacks
     new_stacks, keep = [], np.ones(len(old), dtype=bool)
     for i, (t, s) in enumerate(zip(old["thread"], old["stack"])):
