@@ -133,6 +133,12 @@ class Recorder:
                     return time.time()
                 break
         err = self._stderr()
+        m = re.search(r"perf_event_paranoid setting is (-?\d+)", err)
+        if m:  # perf's own explanation is a page long: say it in one line
+            raise ProfilerError(
+                f"perf may not sample here: perf_event_paranoid setting is {m.group(1)} and perf runs without "
+                "CAP_PERFMON/CAP_SYS_ADMIN. Fix: `sudo sysctl kernel.perf_event_paranoid=1` (or run as root; "
+                "in Docker add --cap-add PERFMON); or use --backend eu-stack")
         raise ProfilerError(f"perf did not acknowledge '{cmd}' (exit {self.proc.poll()}): {err}. "
                             "Fix: check `perf record -p PID` works here; or use --backend eu-stack")
 
