@@ -14,6 +14,7 @@ import json
 import numpy as np
 import pandas as pd
 
+from . import multi
 from .profile import METRIC_LABELS, Profile
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
@@ -31,8 +32,18 @@ def _e(s) -> str:
 def notes(profile: Profile) -> list[str]:
     """What the reader must know to trust the numbers: approximations and unknown metrics."""
     out = []
-    if profile.meta.get("approximate"):
-        out.append(f"Approximate: {profile.meta['approximate']}")
+    m = profile.meta
+    if m.get("partial"):
+        out.append(f"Partial: {m['partial']}")
+    if m.get("message"):
+        out.append(str(m["message"]))
+    if m.get("approximate"):
+        out.append(f"Approximate: {m['approximate']}")
+    ended = [(k, v.get("ended_at")) for k, v in (m.get("processes") or {}).items()
+             if isinstance(v, dict) and v.get("ended")]
+    if ended:
+        out.append("Ended during the recording (nothing after that is in the profile): " + "; ".join(
+            f"{k} at +{at:.2f} s" if isinstance(at, (int, float)) and at == at else str(k) for k, at in ended))
     backend = profile.meta.get("backend") or profile.meta.get("format") or "this source"
     for m in ("wall", "cpu"):
         if m in profile.stacks and not profile.stacks[m].notna().any():
@@ -70,11 +81,20 @@ def static_html(profile: Profile, uid: str = "") -> str:
         pic = icicle.svg(profile, metric)
     except Exception as e:  # the table and header still help; say what failed
         pic = f"<p>(icicle unavailable: {_e(e)})</p>"
+    procs = ""
+    if len(multi.processes(profile)) > 1:
+        from .views import ranks
+        try:
+            procs = ("<div style='font:12px sans-serif;margin:6px 0 2px'>Processes side by side</div>"
+                     + ranks.html(profile, metric, include_plotlyjs=False))
+        except Exception as e:  # the rest still helps; say what failed
+            procs = f"<p>(ranks unavailable: {_e(type(e).__name__)}: {_e(e)})</p>"
     return (f"<div class='profmagic-report profmagic-static profmagic-static-{uid}' "
             "style='max-width:100%;overflow-x:auto'>"
             + header_html(profile)
-            + f"<div style='font:12px sans-serif;margin:4px 0'>Icicle ({_e(METRIC_LABELS.get(metric, metric))}, "
-              "all threads; hover a box for its numbers)</div>" + pic
+            + f"<div style='font:12px sans-serif;margin:4px 0'>Icicle · {_e(profile.describe())} · "
+              "all threads; hover a box for its numbers</div>" + pic
+            + procs
             + f"<div style='font:12px sans-serif;margin:6px 0 2px'>Top {TOP_FUNCTIONS} functions by total</div>"
             + functions_html(profile, metric) + "</div>")
 
@@ -160,6 +180,8 @@ class Report:
         import ipywidgets as W
         self.p = profile
         self.W = W
+        # A multi-process profile gets a Ranks tab (processes side by side) after Time order.
+        self.TABS = self.TABS[:3] + ("Ranks",) + self.TABS[3:] if len(multi.processes(profile)) > 1 else self.TABS
         metrics = profile.metrics
         self.metric = W.Dropdown(options=[(METRIC_LABELS.get(m, m), m) for m in metrics],
                                  value=profile.metric if profile.metric in metrics else metrics[0],
@@ -175,15 +197,34 @@ class Report:
         self.panes = [W.VBox() for _ in self.TABS]
         self.tabs = W.Tab(children=self.panes, titles=self.TABS)
         self.built = [False] * len(self.TABS)
-        self.sw = None
-        # Once this widget is drawn, its static twin (a separate output, for viewers without a
-        # widget manager) hides.
-        hide = (f"<style>.profmagic-static-{uid}{{display:none}}"
-                f".jp-OutputArea-child:has(.profmagic-static-{uid}){{display:none}}</style>") if uid else ""
+        self.sw_list = None
+        # Its static twin (a separate output, for viewers without a widget manager) stays visible
+        # until this widget's first plotly figure is drawn: JupyterLab loads plotly.js (4.8 MB) on
+        # first use, and the static SVG icicle fills that second.
+        hide = (f"<style>body:has(.profmagic-w-{uid} .js-plotly-plot) .profmagic-static-{uid}{{display:none}}"
+                f"body:has(.profmagic-w-{uid} .js-plotly-plot) .jp-OutputArea-child:has(.profmagic-static-{uid})"
+                "{display:none}</style>") if uid else ""
         header = W.HTML(hide + header_html(profile))
         controls = W.HBox([self.thread, self.metric, self.colour, self.min_pct])
-        self.widget = W.VBox([header, controls, self.tabs])
+        # Click a node in an icicle -> "show in Sandwich" (ClickBridge relays plotly's click event).
+        self.clicked = None
+        self.click_label = W.HTML("<span style='font:12px sans-serif;color:#555'>click a box in the icicle, "
+                                  "then show its function in Sandwich</span>")
+        self.to_sandwich = W.Button(description="show in Sandwich", disabled=True, icon="columns",
+                                    layout=W.Layout(width="170px"))
+        self.to_sandwich.add_class("profmagic-to-sandwich")
+        self.to_sandwich.on_click(lambda _: self.show_in_sandwich())
+        click_row = [self.to_sandwich, self.click_label]
+        try:
+            self.bridge = ClickBridge()
+            self.bridge.observe(lambda ch: self.clicked_node(ch["new"]), names="clicked")
+            click_row.append(self.bridge)
+        except ImportError:  # no anywidget: the Sandwich tab's own list still works
+            self.bridge = None
+        self.widget = W.VBox([header, controls, W.HBox(click_row), self.tabs])
         self.widget.add_class("profmagic-widget")
+        if uid:
+            self.widget.add_class(f"profmagic-w-{uid}")
         for c in (self.metric, self.thread, self.colour, self.min_pct):
             c.observe(self._changed, names="value")
         self.tabs.observe(lambda ch: self._show(ch["new"]), names="selected_index")
@@ -258,6 +299,43 @@ class Report:
         refresh()
         return [W.HBox([self.sw_filter, self.sw_sort, self.sw_msg]), self.sw_list, self.sw_fig]
 
+    def clicked_node(self, ev):
+        """A box was clicked in a report icicle: ``ev["key"]`` is its function id (views.icicle.trace)."""
+        key = (ev or {}).get("key")
+        if not isinstance(key, int) or key < 0:
+            return
+        names = self.p.frames.groupby(self.p.function_ids()[self.p.frames.index.to_numpy()])["name"].first()
+        if key not in names.index:
+            return
+        self.clicked = key
+        self.click_label.value = (f"<span style='font:12px sans-serif'>clicked: <b class='profmagic-clicked'>"
+                                  f"{_e(names[key])}</b></span>")
+        self.to_sandwich.disabled = False
+
+    def show_in_sandwich(self, key: int | None = None):
+        """Open the Sandwich tab on function ``key`` (default: the last clicked box)."""
+        key = self.clicked if key is None else int(key)
+        if key is None:
+            return
+        i = self.TABS.index("Sandwich")
+        self.tabs.selected_index = i
+        self._show(i)
+        if self.sw_filter.value:
+            self.sw_filter.value = ""
+        if key not in [v for _, v in self.sw_list.options]:
+            df = self.p.functions(self.metric.value)
+            row = df.loc[key] if key in df.index else None
+            label = f"(picked) {row['name']}   {row['file']}" if row is not None else f"(picked) function {key}"
+            self.sw_list.options = list(self.sw_list.options) + [(label, key)]
+        self.sw_list.value = key
+
+    def _tab_ranks(self):
+        from .views import ranks
+        note = "" if self.thread_name is None else " (all threads of each process; the thread picker does not apply)"
+        box = ranks.widget(self.p, metric=self.metric.value)
+        self.ranks = box
+        return [self.W.HTML(f"<span style='font:12px sans-serif'>{_e(note)}</span>"), box] if note else [box]
+
     def _tab_time(self):
         from .views import timeline
         ok, why = timeline.available(self.p)
@@ -266,10 +344,58 @@ class Report:
         return [self._out(_plotly_output(self.p.timeline(thread=self.thread_name, metric=self.metric.value)))]
 
     def _tab_table(self):
-        return [self._out(_html_output(table_html(self.p, self.metric.value, self.thread_name)))]
+        return [self._out(_html_output(header_html(self.p) + table_html(self.p, self.metric.value,
+                                                                         self.thread_name)))]
 
     def _tab_raw(self):
-        return [self.W.HTML(downloads_html(self.p))]
+        return [self.W.HTML(header_html(self.p) + downloads_html(self.p))]
+
+
+_CLICK_ESM = """
+function render({ model, el }) {
+  // Relay plotly_click on any icicle in this report to Python: customdata[5] is the function id.
+  let n = 0;
+  const bind = () => {
+    const root = el.closest('.profmagic-widget');
+    if (!root) return;
+    for (const plot of root.querySelectorAll('.js-plotly-plot')) {
+      if (plot.__profmagicClick || typeof plot.on !== 'function') continue;
+      plot.__profmagicClick = true;
+      plot.on('plotly_click', (ev) => {
+        const pt = ev && ev.points && ev.points[0];
+        const key = pt && pt.customdata ? pt.customdata[5] : null;
+        if (typeof key !== 'number' || key < 0) return;
+        model.set('clicked', { key: key, label: String(pt.label), n: ++n });
+        model.save_changes();
+      });
+    }
+  };
+  const timer = setInterval(bind, 300);
+  return () => clearInterval(timer);
+}
+export default { render };
+"""
+
+
+def _click_bridge_class():
+    import anywidget
+    import traitlets
+
+    class _ClickBridge(anywidget.AnyWidget):
+        _esm = _CLICK_ESM
+        clicked = traitlets.Dict().tag(sync=True)
+    return _ClickBridge
+
+
+_BRIDGE = None
+
+
+def ClickBridge():
+    """A hidden anywidget that reports the last icicle box clicked in its report."""
+    global _BRIDGE
+    if _BRIDGE is None:
+        _BRIDGE = _click_bridge_class()
+    return _BRIDGE()
 
 
 def _live_kernel() -> bool:
@@ -285,7 +411,27 @@ def widget(profile: Profile, uid: str = ""):
     return Report(profile, uid).widget
 
 
+def fallback(profile: Profile, error: BaseException) -> dict:
+    """When building the report fails: the profile's repr and the error, never nothing."""
+    try:
+        text = repr(profile)
+    except Exception as e:  # a profile too broken to describe itself
+        text = f"<Profile (repr failed: {type(e).__name__}: {e})>"
+    why = f"profmagic: the report could not be built ({type(error).__name__}: {error})"
+    return {"text/plain": f"{text}\n{why}",
+            "text/html": f"<pre>{_e(text)}</pre><pre style='color:#b91c1c'>{_e(why)}</pre>"}
+
+
 def mimebundle(profile: Profile) -> dict:
+    """The display of a Profile (see ``_mimebundle``); if building it fails for any reason, the
+    repr and the error, so a broken view never hides the profile."""
+    try:
+        return _mimebundle(profile)
+    except Exception as e:
+        return fallback(profile, e)
+
+
+def _mimebundle(profile: Profile) -> dict:
     """text/plain and a static text/html; under a live kernel, the widget view instead.
 
     With a kernel, the static HTML goes out first as its own output: nbconvert prefers the widget

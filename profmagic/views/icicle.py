@@ -82,12 +82,13 @@ def trace(profile: Profile, t: T.Tree, metric: str, root_label: str, colour: str
     root = float(t.total[0]) or 1.0
     codes, scale, n, _ = _colours(t, ft, colour)
     unit = "" if metric == "samples" else " s"
-    custom = np.empty((len(t), 5), dtype=object)
+    custom = np.empty((len(t), 6), dtype=object)
     custom[:, 0] = where
     custom[:, 1] = _round(t.total)
     custom[:, 2] = _round(t.self)
     custom[:, 3] = _round(t.self / root, 3)
     custom[:, 4] = _round(t.samples)
+    custom[:, 5] = t.key.tolist()  # function id (report: "show in Sandwich" on click); <0 root/(other)
     hover = ("<b>%{label}</b><br>%{customdata[0]}<br>"
              f"total %{{customdata[1]:.4~g}}{unit} (%{{percentRoot:.1%}} of the view)<br>"
              f"self %{{customdata[2]:.4~g}}{unit} (%{{customdata[3]:.1%}})<br>"

@@ -138,10 +138,66 @@ def differs_most(profile: Profile, metric: str | None = None) -> str:
             f"its {metric_label(m)} {fmt(m, float(totals.at[worst, m]))} vs a median {fmt(m, med_total)}")
 
 
-def html(profile: Profile, metric: str | None = None, include_plotlyjs="cdn") -> str:
-    """Static HTML: the one line, the bars and the heat table."""
+def _bars_html(profile: Profile, metric: str) -> str:
+    """The bars as a script-free HTML table: CSS widths, every name escaped."""
+    t = by_process(profile)
+    split = t["cpu"].notna() & t["wall"].notna()
+    m = metric if metric in ("wall", "cpu") and metric in t else "samples"
+    full = [float(r.wall) if s else float(r[m]) for (_, r), s in zip(t.iterrows(), split)]
+    top = max([v for v in full if v == v] or [0.0]) or 1.0
+    rows = []
+    for (p, r), s, v in zip(t.iterrows(), split, full):
+        if s:
+            cpu, off = float(r.cpu), float(r.off_cpu)
+            bar = (f"<span style='display:inline-block;height:12px;background:{CPU_COLOUR};"
+                   f"width:{300 * cpu / top:.1f}px'></span><span style='display:inline-block;height:12px;"
+                   f"background:{OFF_COLOUR};width:{300 * off / top:.1f}px'></span>")
+            val = f"CPU {fmt('cpu', cpu)} + off-CPU {fmt('wall', off)}"
+        else:
+            bar = (f"<span style='display:inline-block;height:12px;background:#9d9d9d;"
+                   f"width:{300 * (v if v == v else 0) / top:.1f}px'></span>")
+            val = f"{fmt(m, v)} ({esc(metric_label(m))}; CPU/off-CPU split unknown)"
+        rows.append(f"<tr class='profmagic-rank-bar'><td>{esc(p, 70)}{esc(_ended_note(r))}</td>"
+                    f"<td style='white-space:nowrap'>{bar}</td><td>{val}</td></tr>")
+    return (f"<div style='font:12px sans-serif'>{title(profile, metric, 'Processes', None, '')}<br>"
+            f"<span style='color:{CPU_COLOUR}'>■</span> CPU time · <span style='color:{OFF_COLOUR}'>■</span> "
+            "off-CPU time = wall − cpu</div><table class='profmagic-ranks-bars' style='font:12px sans-serif'>"
+            + "".join(rows) + "</table>")
+
+
+def _heat_html(profile: Profile, metric: str, top: int = 15) -> str:
+    share, value = shares(profile, metric, top)
+    head = "".join(f"<th>{esc(p, 40)}</th>" for p in share.columns)
+    body = []
+    for i, fn in enumerate(share.index):
+        cells = []
+        for j in range(share.shape[1]):
+            s = float(share.iat[i, j])
+            ink = "#fff" if s > 0.5 else "#000"
+            cells.append(f"<td title='{fmt(metric, float(value.iat[i, j]))}' style='text-align:right;"
+                         f"background:rgba(8,81,156,{s:.3f});color:{ink}'>{s:.0%}</td>")
+        body.append(f"<tr><td>{esc(fn.split('  ')[0], 60)}</td>{''.join(cells)}</tr>")
+    return (f"<div style='font:12px sans-serif;margin-top:6px'>"
+            f"{title(profile, metric, f'Top {len(share)} functions by process', None, 'cell = the function total as a share of that process total')}"
+            f"</div><table class='profmagic-ranks-heat' style='font:12px sans-serif'><tr><th>function</th>{head}</tr>"
+            + "".join(body) + "</table>")
+
+
+def html(profile: Profile, metric: str | None = None, include_plotlyjs: bool = False) -> str:
+    """Static HTML that works offline: the one line, the bars and the heat table.
+
+    ``include_plotlyjs=False`` (the default): plain HTML tables, no script at all (nbconvert,
+    GitHub). ``True``: the plotly figures with plotly.js inlined (about 4.8 MB). Never a CDN.
+    """
+    if include_plotlyjs not in (True, False):
+        raise ValueError("include_plotlyjs must be True (inline plotly.js) or False (no script); "
+                         "a CDN would not work offline")
+    metric = metric or profile.metric
     line = f"<p class='profmagic-differs'><b>{esc(differs_most(profile, metric), 600)}</b></p>"
-    b = bars(profile, metric).to_html(full_html=False, include_plotlyjs=include_plotlyjs)
+    if not include_plotlyjs:
+        return "<div class='profmagic-ranks-static'>" + line + _bars_html(profile, metric) + \
+            _heat_html(profile, metric) + "</div>"
+    b = bars(profile, metric).to_html(full_html=False, include_plotlyjs=True)
     h = heat(profile, metric).to_html(full_html=False, include_plotlyjs=False)
     return line + b + h
 
