@@ -133,3 +133,102 @@ def test_display_under_a_real_kernel(kernel):
     assert re.search(r"profmagic-static-[0-9a-f]{12}", static[0]["text/html"])
     assert rep.result and "application/vnd.jupyter.widget-view+json" in rep.result
     assert "text/html" not in rep.result  # not twice
+
+
+def test_partial_and_message_are_shown():
+    p = profile()
+    p.meta["partial"] = "the code raised ZeroDivisionError; this profile covers it up to there"
+    p.meta["message"] = "py-spy missed the first 0.1 s"
+    for text in (report.static_html(p), report.Report(p).widget.children[0].value):
+        assert "Partial: the code raised ZeroDivisionError; this profile covers it up to there" in text
+        assert "py-spy missed the first 0.1 s" in text
+
+
+def test_a_failing_view_falls_back_to_repr_and_the_error(monkeypatch):
+    p = profile()
+
+    # A fake, only to inject a fault no real profile produces here: the sandwich table (used by
+    # the static HTML's function table) raises.
+    def broken(*a, **k):
+        raise RuntimeError("injected fault in a view")
+    monkeypatch.setattr("profmagic.views.sandwich.table", broken)
+    b = p._repr_mimebundle_()
+    assert b["text/plain"].startswith(repr(p)) and "injected fault in a view" in b["text/plain"]
+    assert "RuntimeError" in b["text/html"] and "12 samples" in b["text/html"]
+
+
+def test_click_in_icicle_shows_the_function_in_sandwich():
+    """The icicle's customdata carries each box's function id; the click bridge sends it back."""
+    p = profile()
+    r = report.Report(p)
+    assert r.bridge is not None and r.to_sandwich.disabled
+    fig = r.panes[0].children[0].outputs[0]["data"][report.PLOTLY_MIME]["data"][0]
+    node = fig["labels"].index("work")
+    key = fig["customdata"][node][5]
+    assert p.functions().loc[key, "name"] == "work"
+    r.bridge.clicked = {"key": key, "label": "work", "n": 1}   # what the browser sends on plotly_click
+    assert not r.to_sandwich.disabled and ">work</b>" in r.click_label.value
+    r.to_sandwich.click()
+    assert r.TABS[r.tabs.selected_index] == "Sandwich" and r.sw_list.value == key
+    sfig = r.sw_fig.outputs[0]["data"][report.PLOTLY_MIME]
+    assert "work" in sfig["layout"]["title"]["text"] and "callers" in sfig["layout"]["title"]["text"]
+    # Root and (other) boxes are not functions: nothing to show.
+    r.bridge.clicked = {"key": -1, "label": "all threads", "n": 2}
+    assert ">work</b>" in r.click_label.value
+
+
+def every_title(r: "report.Report") -> dict:
+    """The title (plotly) or the text (HTML) each tab of a report shows, every tab built."""
+    out = {}
+    for i, name in enumerate(r.TABS):
+        r.tabs.selected_index = i
+        texts = [r.widget.children[0].value]   # the header, above every tab
+        for c in r.panes[i].children:
+            for o in getattr(c, "outputs", ()):
+                d = o["data"]
+                texts.append(d[report.PLOTLY_MIME]["layout"]["title"]["text"] if report.PLOTLY_MIME in d
+                             else d.get("text/html", ""))
+            if hasattr(c, "value") and isinstance(c.value, str):
+                texts.append(c.value)
+        if name == "Sandwich":
+            r.sw_list.value = r.sw_list.options[0][1]
+            texts.append(r.sw_fig.outputs[0]["data"][report.PLOTLY_MIME]["layout"]["title"]["text"])
+        out[name] = texts
+    return out
+
+
+def test_honest_labels_in_every_tab_of_a_sampled_profile():
+    p = profile()
+    p.meta["duration"] = 0.12
+    for name, texts in every_title(report.Report(p)).items():
+        figs = texts[1:] if name in ("Icicle", "Sandwich", "Time order") else texts
+        for t in figs:
+            for want in ("wall time (s)", "backend synthetic", "100 Hz", "12 samples", "0.120 s"):
+                assert want in t, (name, want, t[:300])
+
+
+def test_honest_labels_and_approximate_in_every_tab_of_a_real_cprofile(tmp_path):
+    """cProfile traces calls: titles say "N calls", and its rebuilt stacks say approximate everywhere."""
+    import cProfile
+    from profmagic.formats import pstats as fmt
+
+    def leaf(n):
+        return sum(i * i for i in range(n))
+
+    def root():
+        return leaf(20000) + leaf(10000)
+    pr = cProfile.Profile()
+    pr.enable()
+    root()
+    pr.disable()
+    pr.dump_stats(str(tmp_path / "run.pstats"))
+    p = fmt.read((tmp_path / "run.pstats").read_bytes())
+    assert p.meta.get("approximate")
+    calls = f"{int(p.stacks['calls'].sum()):,} calls"
+    tabs = every_title(report.Report(p))
+    assert set(tabs) == {"Icicle", "Sandwich", "Time order", "Table", "Raw"}
+    for name, texts in tabs.items():
+        shown = texts if name in ("Time order", "Table", "Raw") else texts[1:]
+        for t in shown if name not in ("Time order",) else texts[:1]:
+            assert "approximate" in t.lower() and "backend pstats" in t, (name, t[:300])
+            assert calls in t and "samples" not in t.split("approximate")[0], (name, t[:300])
