@@ -18,7 +18,7 @@ from .profile import Profile
 
 MODES = ("wall", "cpu", "both")
 # Options that take a value: the line magic's statement starts after the last option.
-_VALUED = {"-b", "--backend", "--rate", "--mode", "-o", "--output", "--pid", "--duration"}
+_VALUED = {"-b", "--backend", "--backends", "--rate", "--mode", "-o", "--output", "--pid", "--duration"}
 
 
 def split_line(line: str) -> tuple[str, str]:
@@ -61,6 +61,14 @@ class ProfileMagics(Magics):
     @argument("--duration", type=float, default=None, metavar="S",
               help="with --pid: seconds to record (default: until interrupted)")
     @argument("--mode", default=None, help="wall, cpu or both (py-spy: wall means --idle)")
+    @argument("--rerun", action="store_true",
+              help="with --mode both on pyinstrument/cProfile (one clock per run): allow running the cell "
+                   "twice, once per clock")
+    @argument("--compare", action="store_true",
+              help="--mode both, shown as CPU and wall icicles side by side with an off-CPU table")
+    @argument("--backends", default=None, metavar="A,B,...",
+              help="run the cell once per backend (it runs N times) and show them side by side; "
+                   "returns a dict backend -> Profile")
     @argument("-o", "--output", default=None, metavar="FILE", help="write the speedscope JSON here")
     @argument("-q", "--quiet", action="store_true", help="no display; the Profile is still returned")
     @line_cell_magic
@@ -82,13 +90,52 @@ class ProfileMagics(Magics):
         if args.mode is not None and args.mode not in MODES:
             print(f"profmagic: unknown --mode {args.mode!r}; choose one of: {', '.join(MODES)}", file=sys.stderr)
             return None
+        if args.compare:
+            if args.mode not in (None, "both"):
+                print(f"profmagic: --compare shows CPU beside wall time: it needs --mode both, not "
+                      f"--mode {args.mode}", file=sys.stderr)
+                return None
+            args.mode = "both"
+        if args.backends is not None:
+            names = [b.strip() for b in args.backends.split(",") if b.strip()]
+            bad = [b for b in names if b not in recording.BACKENDS or b == "auto"]
+            if not names or bad:
+                print(f"profmagic: --backends takes a comma-separated list of: "
+                      + ", ".join(recording.BACKENDS[1:]) + (f" (unknown: {', '.join(bad)})" if bad else ""),
+                      file=sys.stderr)
+                return None
+            args.backends = list(dict.fromkeys(names))
         if args.pid is not None:
             return self.attach(code, args)
         if not code.strip():
             print("profmagic: nothing to profile: give a statement (%profile f()) or a cell (%%profile)",
                   file=sys.stderr)
             return None
+        if args.backends is not None:
+            return self.run_backends(code, args)
         return self.run(code, args)  # recording.Session warns when --gil overrides --idle
+
+    def run_backends(self, code: str, args):
+        """``--backends a,b,c``: the cell once per backend, shown side by side; a dict is returned."""
+        n = len(args.backends)
+        print(f"profmagic: WARNING: --backends runs the cell {n} times, once per backend "
+              f"({', '.join(args.backends)}); its side effects happen {n} times.", file=sys.stderr)
+        out = {}
+        quiet, output = args.quiet, args.output
+        for name in args.backends:
+            args.backend, args.quiet, args.output = name, True, None
+            try:
+                p = self.run(code, args)
+            finally:
+                args.quiet, args.output = quiet, output
+            if p is not None:
+                out[name] = Profile(p.frames, p.stacks, p.samples, p.meta, p.raw, p.metric)
+        if out and not args.quiet:
+            from IPython.display import display
+            from .views import compare
+            display(compare.side_by_side(out))
+        self.shell.user_ns["_profiles"] = out
+        return out
 
     def attach(self, code: str, args):
         """``%profile --pid 1234,5678 --duration 10``: record running processes, not code."""
@@ -137,7 +184,7 @@ class ProfileMagics(Magics):
         options = recording.make_options(
             rate=args.rate, idle=bool(args.idle or args.mode in ("wall", "both")), native=args.native,
             gil=args.gil, mode=args.mode or "wall", subprocesses=args.subprocesses,
-            all_threads=args.all_threads, cell_filename=filename)
+            all_threads=args.all_threads, cell_filename=filename, rerun=args.rerun)
         names = transforms.cell_names(getattr(ip.compile, "_filename_map", {}))
         handle = None
 
@@ -176,13 +223,28 @@ class ProfileMagics(Magics):
             profile = None
         if error is not None:
             if profile is not None and not args.quiet:
-                from IPython.display import display
-                display(profile)
+                _show(profile, args.compare)
             raise error
+        if profile is not None and args.compare and not args.quiet:
+            _show(profile, True)
+            args.quiet = True  # the comparison is the display; the Profile is still returned
         if profile is not None and args.quiet:
             profile = QuietProfile(profile.frames, profile.stacks, profile.samples, profile.meta,
                                    profile.raw, profile.metric)
         return profile
+
+
+def _show(profile: Profile, compare_view: bool) -> None:
+    """The report, or with --compare the CPU vs wall display (the report when wall is unknown)."""
+    from IPython.display import display
+    if compare_view:
+        from .views import compare
+        try:
+            display(compare.cpu_wall(profile))
+            return
+        except ValueError as e:   # e.g. perf: CPU time only
+            print(f"profmagic: --compare: {e}; showing the report instead", file=sys.stderr)
+    display(profile)
 
 
 def _save_failed(path: str, e: Exception) -> str:

@@ -49,14 +49,14 @@ def _per_sample_seconds(p: Profile) -> dict[str, float]:
     return out
 
 
-def combine_idle(wall: Profile, cpu: Profile) -> Profile:
+def combine_idle(wall: Profile, cpu: Profile, cpu_weights: bool | None = None) -> Profile:
     """One Profile with ``wall``, ``cpu`` (and so ``off_cpu``) per stack, from a py-spy ``--idle``
     recording (``wall``) and one without ``--idle`` (``cpu``) of the same run.
 
     A cpu recording calibrated to the cell's measured CPU time (``meta["calibrated"]``) keeps its
     weights; otherwise both count samples at the same rate, so its samples are weighted by the wall
     recording's seconds per sample of the same thread. A stack seen only by the cpu recording is
-    kept with wall = cpu.
+    kept with wall = cpu. ``cpu_weights=True`` keeps the cpu profile's own weights (merge_runs).
     """
     sps = _per_sample_seconds(wall)
     rate = float(wall.meta.get("rate") or 100.0)
@@ -66,7 +66,9 @@ def combine_idle(wall: Profile, cpu: Profile) -> Profile:
     acc: dict[tuple, list[float]] = {}
     wall_col = "wall" if "wall" in wall.metrics else None
     # A cpu recording calibrated to the cell's measured CPU time (recording.py) keeps its own weights.
-    cpu_col = "cpu" if cpu.meta.get("calibrated") and "cpu" in cpu.metrics else None
+    if cpu_weights is None:
+        cpu_weights = bool(cpu.meta.get("calibrated"))
+    cpu_col = "cpu" if cpu_weights and "cpu" in cpu.metrics else None
     for which, p in ((0, wall), (1, cpu)):
         frames = _key_frames(p)
         col = wall_col if which == 0 else cpu_col
@@ -94,6 +96,22 @@ def combine_idle(wall: Profile, cpu: Profile) -> Profile:
         cpu_only_seconds=cpu_only, cpu_samples=int(cpu.stacks["samples"].sum()),
         approximate="py-spy's idle detection decides on/off-CPU")
     return b.build(metric="wall", meta=meta, raw=wall.raw)
+
+
+def merge_runs(wall: Profile, cpu: Profile) -> Profile:
+    """``--mode both --rerun`` for one-clock backends: wall from the first run, cpu from the second,
+    matched by (thread, stack). A stack seen only in the cpu run keeps wall = cpu."""
+    p = combine_idle(wall, cpu, cpu_weights=True)
+    meta = {k: v for k, v in wall.meta.items() if k not in ("threads", "metric", "message")}
+    meta.update(mode="both", metric="wall", runs=2, cell_cpu=cpu.meta.get("cell_cpu"),
+                cpu_run={k: cpu.meta.get(k) for k in ("cell_wall", "cell_cpu", "sample_count", "timer")},
+                cpu_method=("two runs of the code: wall time from the first run, CPU time from the second, "
+                            "matched by stack"),
+                approximate="wall and CPU time come from two separate runs of the code (--rerun)",
+                cpu_only_seconds=p.meta.get("cpu_only_seconds"))
+    if "calls" in wall.stacks:
+        meta["calls_note"] = "call counts are in each run's own profile; the merged one keeps samples"
+    return p.replace(meta=meta)
 
 
 def is_blocking(name: str) -> bool | None:
@@ -132,18 +150,42 @@ def classify_native(profile: Profile, strip_native: bool = False) -> Profile:
     return b.build(metric="wall", meta=meta, raw=profile.raw)
 
 
-def calibrate_both(profile: Profile, thread: str, wall_s: float, cpu_s: float) -> Profile:
-    """Scale the wall and cpu columns so that ``thread`` sums to its measured ``wall_s`` and ``cpu_s``
-    (the cell's thread, as recording.py calibrates one-metric py-spy profiles). Raw counts stay."""
+def calibrate_both(profile: Profile, thread: str, wall_s: float, cpu_s: float,
+                   requested: float | None = None) -> Profile:
+    """Scale the wall and cpu columns so that ``thread`` (the cell's) sums to its measured ``wall_s``
+    and ``cpu_s``, as recording.py calibrates one-metric py-spy profiles. Raw counts stay.
+
+    The --idle recording samples the thread at every tick, so its samples over ``wall_s`` are the
+    per-thread effective rate (``meta["rate"]``). The cpu column gets its own factor only when the
+    thread has 5 or more on-CPU samples over at least 5 sampling periods of CPU, at no more than 4x
+    that rate (a runnable thread waiting for a core counts as active); otherwise (a cell thread that
+    mostly waits for threads it started) the wall factor, as both py-spy tick together."""
     st = profile.stacks.copy()
     mine = (st["thread"] == thread).to_numpy()
     meta = dict(profile.meta)
-    for col, target in (("wall", wall_s), ("cpu", cpu_s)):
-        have = float(np.nansum(st.loc[mine, col])) if col in st else 0.0
-        if have > 0 and target and target > 0:
-            st[col] = st[col] * (target / have)
-            meta[f"calibrated_{col}"] = float(target)
-    meta.update(calibrated=True, calibrated_against=thread)
+    requested = float(requested or meta.get("requested_rate") or meta.get("rate") or 100.0)
+    n_wall = float(st.loc[mine, "samples"].sum())
+    have_wall = float(np.nansum(st.loc[mine, "wall"]))
+    have_cpu = float(np.nansum(st.loc[mine, "cpu"]))
+    meta.update(requested_rate=requested, calibrated=False, calibrated_against=thread)
+    if n_wall < 5 or have_wall <= 0 or not wall_s or wall_s <= 0:
+        meta.update(rate=requested, calibration_note=(
+            f"not calibrated: the cell's thread has {n_wall:.0f} samples (under 5); weights are 1/requested rate"))
+        return profile.replace(stacks=st, meta=meta)
+    k_wall = wall_s / have_wall
+    n_cpu = have_cpu * n_wall / have_wall   # cpu weights are samples x the wall recording's s/sample
+    eff = n_wall / wall_s
+    if n_cpu >= 5 and cpu_s and cpu_s >= 5 / requested and n_cpu / cpu_s <= 4 * eff:
+        k_cpu = cpu_s / have_cpu
+        meta["calibrated_cpu"] = float(cpu_s)
+    else:
+        k_cpu = k_wall
+        meta["cpu_calibration_note"] = (
+            f"cpu weighted at the wall rate: the cell's thread has {n_cpu:.0f} on-CPU samples for "
+            f"{cpu_s:.3f} s of CPU, too few or too many to calibrate on")
+    st["wall"] = st["wall"] * k_wall
+    st["cpu"] = st["cpu"] * k_cpu
+    meta.update(calibrated=True, calibrated_wall=float(wall_s), rate=eff, calibrated_rate=eff)
     return profile.replace(stacks=st, meta=meta)
 
 

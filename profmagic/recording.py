@@ -16,14 +16,34 @@ import time
 from dataclasses import fields, replace
 from typing import Callable
 
+import numpy as np
+
 from . import backends, transforms
-from .backends.base import Options, thread_label
+from .backends.base import Capture, Options, thread_label
 from .errors import ProfilerError
 from .profile import Profile
 
 BACKENDS = ("auto",) + tuple(backends.names())
 # Samplers whose weights are 1/requested rate per sample: their seconds are calibrated to the cell.
 CALIBRATED = {"py-spy"}
+# One clock per run: --mode both runs the code twice, and only when asked (--rerun).
+ONE_CLOCK = {"pyinstrument", "cprofile"}
+# CPU time only: in --mode both their wall time is unknown (NaN), never zero.
+CPU_ONLY = {"perf": "perf samples cpu-clock, which counts on-CPU time only: a waiting thread is never "
+                    "sampled, so wall time is unknown"}
+# Calibrating on the cell thread's CPU time needs enough of it: at least MIN_PERIODS sampling
+# periods, and at most MAX_RATE_RATIO x the requested rate in samples per CPU second (py-spy counts a
+# runnable thread waiting for a core as active, so a loaded machine gives more; a thread that mostly
+# waits for threads it started leaks a few "active" samples over almost no CPU: 5776 Hz was seen).
+MIN_PERIODS = 5
+MAX_RATE_RATIO = 4.0
+
+
+def rerun_refused(backend: str) -> str:
+    return (f"{backend} measures one clock per run, so --mode both would run the code twice (once for "
+            "wall time, once for CPU time). The code may not be safe to run twice, so profmagic never "
+            "does it silently. Fix: add --rerun to allow the second run; or use --backend sampler "
+            "(or py-spy, eu-stack), which give both clocks from one run.")
 
 
 def resolve(name: str, options: Options) -> tuple[object, str]:
@@ -121,7 +141,13 @@ class Session:
             backend_options = replace(o, subprocesses=False)
         elif self.children_method == "py-spy" and self.name != "py-spy":
             raise ProfilerError("children='py-spy' needs --backend py-spy")
-        self.recorder = self.module.Recorder(backend_options)
+        if o.mode == "both" and self.name in ONE_CLOCK:
+            raise ProfilerError(rerun_refused(self.name))
+        if o.mode == "both" and self.name == "py-spy":
+            from . import pyspy_cpu   # two py-spy at once: --idle (wall) and without (cpu)
+            self.recorder = pyspy_cpu.PairRecorder(backend_options)
+        else:
+            self.recorder = self.module.Recorder(backend_options)
         try:
             if self.children is not None:
                 self.children.start()
@@ -155,7 +181,11 @@ class Session:
             if self.children is not None:
                 self.child_records = self.children.stop()
                 self.child_t0 = self.children.t0
-            profile = self.module.read(capture, self.options)
+            if isinstance(capture.meta.get("wall"), Capture):
+                from . import pyspy_cpu
+                profile = pyspy_cpu.read_pair(capture, self.options)
+            else:
+                profile = self.module.read(capture, self.options)
         finally:
             self.close()
         self.profile = self._transform(profile, cell_wall, cell_cpu)
@@ -179,19 +209,18 @@ class Session:
         cell_thread = fix[cell_thread]
         if o.cell_filename:
             p = transforms.trim_to_cell(p, o.cell_filename, threads=[cell_thread])
+        if o.mode == "both":
+            p = self._both(p)
         if self.name in CALIBRATED and mine:
-            # py-spy --idle samples the cell thread at every tick: calibrate to its wall time.
-            # Without --idle it samples it only while running: calibrate to its CPU time.
-            against = cell_wall if p.metric == "wall" else cell_cpu
-            p = transforms.calibrate(p, cell_thread, against)
+            p = self._calibrate(p, cell_thread, cell_wall, cell_cpu, requested_rate)
         if self.children_method is not None:
             p = self._with_children(p)
         if self.file_names:
             p = transforms.rename_files(p, self.file_names)
         meta = dict(p.meta)
         rate = meta.get("rate") or requested_rate
-        meta.update(backend=self.name, backend_choice=self.why, requested_rate=meta.get("requested_rate")
-                    or requested_rate, rate=rate, cell_wall=cell_wall, cell_cpu=cell_cpu,
+        meta.update(backend=self.name, backend_choice=self.why, requested_rate=requested_rate, rate=rate,
+                    cell_wall=cell_wall, cell_cpu=cell_cpu,
                     duration=cell_wall, pid=o.pid, cell_thread=cell_thread,
                     cell_thread_samples=int(p.stacks.loc[p.stacks["thread"] == cell_thread, "samples"].sum())
                     if len(p.stacks) else 0,
@@ -203,14 +232,48 @@ class Session:
             meta["partial"] = f"the code raised {type(self.error).__name__}; this profile covers it up to there"
         p = p.replace(meta=meta)
         if p.is_empty:
-            self.message = (f"profmagic: no samples: the code ran {cell_wall * 1e3:.1f} ms wall "
-                            f"({cell_cpu * 1e3:.1f} ms CPU) and {self.name} samples at {rate:g} Hz "
-                            f"(every {1e3 / rate:.1f} ms). Run it longer (e.g. in a loop) or raise --rate.")
-            if p.metric == "cpu" and cell_wall > 2 / rate:
-                self.message += " This backend counted only CPU time here; add --idle for wall time."
+            self.message = no_samples_message(self.name, cell_wall, cell_cpu, rate, p.metric)
             p.meta["message"] = self.message
         return p
 
+    def _both(self, p: Profile) -> Profile:
+        """--mode both: wall and cpu columns. What a backend cannot measure stays NaN, and is said."""
+        st = p.stacks
+        note = CPU_ONLY.get(self.name)
+        if note is not None:
+            if "cpu" not in st:
+                st = st.assign(cpu=st["wall"] if "wall" in st else np.nan)
+            st = st.assign(wall=np.nan)
+            return p.replace(stacks=st, metric="cpu",
+                             meta={**p.meta, "mode": "both", "unknown": {"wall": note}})
+        for m in ("wall", "cpu"):
+            if m not in st:
+                st = st.assign(**{m: np.nan})
+        return p.replace(stacks=st, meta={**p.meta, "mode": "both"})
+
+    def _calibrate(self, p: Profile, thread: str, cell_wall: float, cell_cpu: float,
+                   requested: float) -> Profile:
+        """Weigh py-spy's samples by the inverse of the cell thread's effective rate (its samples over
+        its measured time), so the seconds agree with %%time; the raw counts stay in ``samples``.
+        ``rate`` becomes that per-thread rate, the requested one stays in ``requested_rate``."""
+        from . import pyspy_cpu
+        if "cpu" in p.stacks and "wall" in p.stacks and p.meta.get("mode") == "both":
+            return pyspy_cpu.calibrate_both(p, thread, cell_wall, cell_cpu, requested)
+        # --idle samples the cell thread at every tick: its wall time. Without, only while it runs.
+        against = cell_wall if p.metric == "wall" else cell_cpu
+        st = p.stacks
+        n = int(st.loc[st["thread"] == thread, "samples"].sum()) if len(st) else 0
+        if p.metric == "cpu" and n >= 5 and (against < MIN_PERIODS / requested
+                                             or n / against > MAX_RATE_RATIO * requested):
+            why = (f"not calibrated: the cell's thread has {n} samples over {against * 1e3:.1f} ms of CPU time, "
+                   "too little CPU to calibrate on (it mostly waited); weights are 1/requested rate")
+            return p.replace(meta={**p.meta, "calibrated": False, "calibration_note": why,
+                                   "rate": requested})
+        p = transforms.calibrate(p, thread, against)
+        if not p.meta.get("calibrated"):
+            p = p.replace(meta={**p.meta, "rate": requested, "calibration_note": (
+                f"not calibrated: the cell's thread has {n} samples (under 5); weights are 1/requested rate")})
+        return p
 
     def _process_label(self, pid: int, name: str | None = None) -> str:
         from .multi import process_label
@@ -303,6 +366,19 @@ if "ipykernel" in sys.modules:  # imported in a kernel without %load_ext: the sn
     snapshot_kernel_threads()
 
 
+def no_samples_message(backend: str, cell_wall: float, cell_cpu: float, rate: float, metric: str) -> str:
+    msg = (f"profmagic: no samples: the code ran {cell_wall * 1e3:.1f} ms wall ({cell_cpu * 1e3:.1f} ms CPU) "
+           f"and {backend} samples at {rate:g} Hz (every {1e3 / rate:.1f} ms).")
+    if backend == "py-spy" and cell_cpu > 2 / rate:
+        return (msg + f" The code used {cell_cpu * 1e3:.0f} ms of CPU, more than two sampling periods, so "
+                "py-spy should have seen it: py-spy could not read this stack (py-spy 0.4 records nothing "
+                "for very deep stacks, such as 10,000-deep recursion). Use --backend sampler instead.")
+    msg += " Run it longer (e.g. in a loop) or raise --rate."
+    if metric == "cpu" and cell_wall > 2 / rate:
+        msg += " This backend counted only CPU time here; add --idle for wall time."
+    return msg
+
+
 def _ended(state: str | None) -> bool:
     return state is None or state in ("Z", "X")
 
@@ -330,6 +406,10 @@ def record(backend: str, options: Options, run_callable: Callable[[], object], *
 def run(backend: str, options: Options, run_callable: Callable[[], object],
         **session_kw) -> tuple[Profile | None, BaseException | None]:
     """(profile, the exception the code raised or None). KeyboardInterrupt included."""
+    if options.mode == "both" and backend in ONE_CLOCK:
+        if not options.extra.get("rerun"):
+            raise ProfilerError(rerun_refused(backend))
+        return run_twice(backend, options, run_callable, **session_kw)
     s = Session(backend, options, **session_kw)
     s.start()
     error = None
@@ -344,12 +424,38 @@ def run(backend: str, options: Options, run_callable: Callable[[], object],
     return profile, error
 
 
+RERUN_WARNING = ("WARNING: --rerun: {backend} measures one clock per run, so the code runs TWICE: first for "
+                 "wall time, then for CPU time. Its side effects happen twice. The two metrics come "
+                 "from two different runs.")
+
+
+def run_twice(backend: str, options: Options, run_callable: Callable[[], object],
+              **session_kw) -> tuple[Profile | None, BaseException | None]:
+    """--mode both --rerun: run once with the wall clock and once with the CPU clock, then merge by
+    stack. Never silent: it warns before the first run. A first run that raises is not repeated."""
+    from . import pyspy_cpu
+    print("profmagic: " + RERUN_WARNING.format(backend=backend), file=sys.stderr)
+    wall, error = run(backend, replace(options, mode="wall", extra=dict(options.extra)), run_callable,
+                      **session_kw)
+    if error is not None or wall is None:
+        return wall, error
+    cpu, error = run(backend, replace(options, mode="cpu", extra=dict(options.extra)), run_callable,
+                     **session_kw)
+    if cpu is None or error is not None:
+        return wall, error
+    return pyspy_cpu.merge_runs(wall, cpu), None
+
+
 class profile:
     """Context manager: ``with profmagic.profile("py-spy", idle=True) as rec: work()``; then
     ``rec.profile``. Exceptions from the block propagate after the profile is built."""
 
     def __init__(self, backend: str = "auto", **options):
         announce = options.pop("announce", lambda text: print(text, file=sys.stderr))
+        if options.get("mode") == "both" and backend in ONE_CLOCK:
+            raise ProfilerError(rerun_refused(backend).replace(
+                "add --rerun to allow the second run", "a with block cannot run twice: profile a function "
+                "with profmagic.recording.record(backend, options, fn) and rerun=True, or %%profile --rerun"))
         self.session = Session(backend, make_options(**options), announce=announce)
         self.profile: Profile | None = None
 

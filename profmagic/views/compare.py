@@ -12,26 +12,49 @@ Unknown (NaN) weights are counted and said, never drawn as zeros.
 """
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
-import plotly.io as pio
 
 from ..profile import Profile
 from . import GREY, PALETTE, esc, metric_label
 from . import icicle as I
 from . import tree as T
 
-# How the HTML displays load plotly.js: "cdn" keeps every output small.
-INCLUDE_PLOTLYJS = "cdn"
+# Figures go out as plotly's own mime type, drawn by the renderer the front end already has (no
+# plotly.js in the output, no network); each carries a static SVG twin as text/html for viewers
+# without it (nbconvert, GitHub), as report.py does.
+PLOTLY_MIME = "application/vnd.plotly.v1+json"
 
 
 # ----------------------------------------------------------------------------------------------
 # shared helpers
 # ----------------------------------------------------------------------------------------------
-def _fig_html(fig: go.Figure) -> str:
-    return pio.to_html(fig, full_html=False, include_plotlyjs=INCLUDE_PLOTLYJS,
-                       config={"displaylogo": False})
+def _svg_row(panels: list[tuple[str, str]]) -> str:
+    """Static icicles side by side: (escaped caption, svg or escaped message) each; no script."""
+    cells = "".join(f"<div style='flex:1 1 0;min-width:0;overflow-x:auto'><div style='font:12px sans-serif;"
+                    f"margin:2px 0'><b>{cap}</b></div>{body}</div>" for cap, body in panels)
+    return f"<div class='profmagic-svg-row' style='display:flex;gap:8px'>{cells}</div>"
+
+
+def _svg(p: Profile, metric: str, width: int) -> str:
+    try:
+        return I.svg(p, metric, width=width)
+    except Exception as e:  # the table and verdict still help; say what failed
+        return f"<p>(icicle unavailable: {esc(e, 300)})</p>"
+
+
+def _display(parts: list[dict]) -> None:
+    """Each part as its own output: HTML pieces, and figures as plotly mime + static twin."""
+    from IPython.display import display
+    for bundle in parts:
+        display(bundle, raw=True)
+
+
+def _figure_bundle(fig: go.Figure, static_html: str) -> dict:
+    return {PLOTLY_MIME: json.loads(fig.to_json()), "text/html": static_html, "text/plain": "<plotly figure>"}
 
 
 def _table_html(df: pd.DataFrame, floatfmt: str = "{:.4g}") -> str:
@@ -275,12 +298,25 @@ class Comparison:
     def __repr__(self) -> str:
         return f"<Comparison {self.summary()}; {len(self.table)} functions>"
 
-    def _repr_mimebundle_(self, include=None, exclude=None):
+    def _parts(self) -> tuple[str, str, str]:
         t = self.table.head(30)
-        html = (f"<div class='profmagic-compare'><p>{esc(self.summary(), 1000)}</p>"
-                f"{_fig_html(self.figure)}"
-                f"<p>Per-function change ({esc(self.unit)}), largest first</p>{_table_html(t)}</div>")
-        return {"text/plain": repr(self) + "\n" + t.to_string(), "text/html": html}
+        head = f"<div class='profmagic-compare'><p>{esc(self.summary(), 1000)}</p></div>"
+        pic = _svg_row([(f"{esc(self.labels[0])} ({esc(metric_label(self.metric))})",
+                         _svg(self.before, self.metric, 560)),
+                        (f"{esc(self.labels[1])} ({esc(metric_label(self.metric))}; the colours of "
+                         "change are in the live view)", _svg(self.after, self.metric, 560))])
+        table = (f"<div class='profmagic-compare-table'><p>Per-function change ({esc(self.unit)}), "
+                 f"largest first</p>{_table_html(t)}</div>")
+        return head, pic, table
+
+    def _ipython_display_(self):
+        head, pic, table = self._parts()
+        _display([{"text/html": head}, _figure_bundle(self.figure, pic), {"text/html": table}])
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        head, pic, table = self._parts()
+        return {"text/plain": repr(self) + "\n" + self.table.head(30).to_string(),
+                "text/html": head + pic + table}
 
 
 def compare(a: Profile, b: Profile, normalize: bool = False, metric: str | None = None, *,
@@ -440,11 +476,25 @@ class CpuWall:
     def __repr__(self) -> str:
         return f"<CpuWall {self.verdict}>"
 
+    def _parts(self) -> tuple[str, str, str]:
+        p = self.profile
+        head = (f"<div class='profmagic-cpuwall'><p><b>{esc(self.verdict, 1000)}</b><br>"
+                f"<span style='font-size:12px'>{esc(p.describe(), 400)}</span></p></div>")
+        cpu = (_svg(p, "cpu", 560) if self.cpu_known else
+               f"<p>CPU time unknown for backend {esc(p.meta.get('backend', '?'))}</p>")
+        pic = _svg_row([(esc(metric_label("cpu")), cpu), (esc(metric_label("wall")), _svg(p, "wall", 560))])
+        table = (f"<div class='profmagic-cpuwall-table'><p>Functions by off-CPU time</p>"
+                 f"{_table_html(self.table.head(30))}</div>")
+        return head, pic, table
+
+    def _ipython_display_(self):
+        head, pic, table = self._parts()
+        _display([{"text/html": head}, _figure_bundle(self.figure, pic), {"text/html": table}])
+
     def _repr_mimebundle_(self, include=None, exclude=None):
-        t = self.table.head(30)
-        html = (f"<div class='profmagic-cpuwall'><p><b>{esc(self.verdict, 1000)}</b></p>"
-                f"{_fig_html(self.figure)}{_table_html(t)}</div>")
-        return {"text/plain": self.verdict + "\n" + t.to_string(na_rep="unknown"), "text/html": html}
+        head, pic, table = self._parts()
+        return {"text/plain": self.verdict + "\n" + self.table.head(30).to_string(na_rep="unknown"),
+                "text/html": head + pic + table}
 
 
 def cpu_wall(profile: Profile, thread: str | None = None, **kw) -> CpuWall:
@@ -541,12 +591,28 @@ class SideBySide:
     def __repr__(self) -> str:
         return f"<SideBySide {', '.join(f'{n} ({m})' for n, m in self.metrics.items())}>"
 
+    def _parts(self) -> tuple[str, str]:
+        panels = []
+        width = max(280, 1100 // max(1, len(self.profiles)))
+        for name, p in self.profiles.items():
+            m = self.metrics[name]
+            cap = f"{esc(name)}<br><span style='font-weight:normal'>{esc(p.describe(), 200)}</span>"
+            if m == "unknown":
+                panels.append((cap, f"<p>{esc(metric_label(self.metric))} unknown for this backend</p>"))
+            else:
+                panels.append((cap, _svg(p, m, width)))
+        table = (f"<div class='profmagic-backends'><p>Top functions per backend, share of each backend's "
+                 f"total</p>{_table_html(self.wide(), '{:.1f}')}</div>")
+        return _svg_row(panels), table
+
+    def _ipython_display_(self):
+        pic, table = self._parts()
+        _display([_figure_bundle(self.figure, pic), {"text/html": table}])
+
     def _repr_mimebundle_(self, include=None, exclude=None):
-        w = self.wide()
-        html = (f"<div class='profmagic-backends'>{_fig_html(self.figure)}"
-                f"<p>Top functions per backend, share of each backend's total</p>"
-                f"{_table_html(w, '{:.1f}')}</div>")
-        return {"text/plain": repr(self) + "\n" + w.to_string(na_rep="unknown"), "text/html": html}
+        pic, table = self._parts()
+        return {"text/plain": repr(self) + "\n" + self.wide().to_string(na_rep="unknown"),
+                "text/html": pic + table}
 
 
 def side_by_side(profiles: dict, metric: str | None = None, top: int = 10, **kw) -> SideBySide:
