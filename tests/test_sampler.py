@@ -231,15 +231,21 @@ def test_cpu_split_where_the_stack_changes():
     fb, fn = b.frame("busy", "w.py", 1, "python"), b.frame("nap", "w.py", 5, "python")
     sb, sn = b.stack("T", [fb]), b.stack("T", [fn])
     other = b.stack("U", [fn])
+    # V's busy rate before the change was under-measured (0.5 < the change's 0.6): u is clipped to
+    # 1, so the interval counts as all busy and its CPU stays with busy.
+    vb, vn = b.stack("V", [fb]), b.stack("V", [fn])
     t = 0.0
-    for sid, c in [(sb, 0.010), (sb, 0.010), (sn, 0.006), (sn, 0.0), (sn, 0.0)]:
+    for (sid, c), (vid, vc) in zip([(sb, 0.010), (sb, 0.010), (sn, 0.006), (sn, 0.0), (sn, 0.0)],
+                                   [(vb, 0.005), (vb, 0.005), (vn, 0.006), (vn, 0.0), (vn, 0.0)]):
         t += 0.01
         b.add(sid, samples=1, time=t, wall=0.01, cpu=c)
         b.add(other, samples=1, time=t, wall=0.01, cpu=0.001)
+        b.add(vid, samples=1, time=t, wall=0.01, cpu=vc)
     p = sampler.split_cpu_at_stack_changes(b.build(metric="wall"))
     cpu = dict(zip(p.stacks.index, p.stacks["cpu"]))
     assert cpu[sb] == pytest.approx(0.026) and cpu[sn] == pytest.approx(0.0, abs=1e-12)
     assert cpu[other] == pytest.approx(0.005)
+    assert cpu[vb] == pytest.approx(0.016) and cpu[vn] == pytest.approx(0.0, abs=1e-12)
     mine = p.samples[p.samples["thread"] == "T"]["cpu"].tolist()
     assert mine == pytest.approx([0.010, 0.016, 0.0, 0.0, 0.0])
     assert p.samples["cpu"].sum() == pytest.approx(p.stacks["cpu"].sum())
