@@ -39,8 +39,21 @@ def part_b(seconds):
 def busy_outer():
     part_a(0.8)
     part_b(0.4)
+
+def spin_child(seconds):
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        pass
 '''
 PROFILE_CELL = "%%profile --backend sampler\nbusy_outer()"
+CHILD_SPINS = (0.3, 0.9)
+RANKS_CELL = f'''%%profile --subprocesses --backend sampler
+import multiprocessing as mp
+ws = [mp.get_context("fork").Process(target=spin_child, args=(d,), name=f"spinner{{i}}")
+      for i, d in enumerate({CHILD_SPINS!r})]
+for w in ws: w.start()
+for w in ws: w.join()
+'''
 EVIL_IMG = '<img src=x onerror="window.__xss=1">'
 EVIL_SCRIPT = '</script><script>window.__xss=2</script>'
 EVIL_THREAD = '<svg onload="window.__xss=3">'
@@ -67,6 +80,7 @@ def root(tmp_path_factory):
     B.write_notebook(str(d / "report.ipynb"), [
         WORKLOAD, PROFILE_CELL,
         "import profmagic\nprofmagic.load('evil.speedscope.json')",
+        RANKS_CELL,
     ])
     return d
 
@@ -83,7 +97,7 @@ def page(root, browser):
         pg = lab.open(browser, "report.ipynb")
         pg.dialogs = []
         pg.on("dialog", lambda d: (pg.dialogs.append(d.message), d.dismiss()))
-        for i in range(3):
+        for i in range(4):
             B.run_cell(pg, i)
         yield pg
         pg.close()
@@ -161,6 +175,72 @@ def test_sandwich_pick_function(page):
     B.screenshot(page, "report-sandwich.png", cell(page, 1))
 
 
+def visible_titles(w) -> str:
+    return w.evaluate("e => Array.from(e.querySelectorAll('.js-plotly-plot')).filter(p => p.offsetParent)"
+                      ".map(p => p.querySelector('.gtitle').textContent).join(' | ')")
+
+
+def test_click_in_icicle_then_show_in_sandwich(page):
+    """plotly's click event on an icicle box reaches Python (the report's click bridge);
+    "show in Sandwich" then opens that function's callers and callees."""
+    w = cell(page, 1).locator(".profmagic-widget")
+    w.get_by_role("tab", name="Icicle").click()
+    slice_texts(w)
+    plot = w.locator(".js-plotly-plot").first
+    box = slice_box(plot, "busy_inner")
+    assert box, slice_texts(w)
+    page.mouse.click(box["x"] + min(20, box["width"] / 2), box["y"] + box["height"] / 2)
+    w.locator(".profmagic-clicked", has_text="busy_inner").wait_for(timeout=30_000)
+    button = w.locator(".profmagic-to-sandwich")
+    assert button.is_enabled()
+    button.click()
+    page.wait_for_function("e => Array.from(e.querySelectorAll('.js-plotly-plot')).filter(p => p.offsetParent)"
+                           ".some(p => /callers.*busy_inner/.test(p.querySelector('.gtitle').textContent))",
+                           arg=w.element_handle(), timeout=60_000)
+    assert w.get_by_role("tab", name="Sandwich").get_attribute("aria-selected") == "true"
+    texts = slice_texts(w)
+    assert {"busy_inner", "part_a", "part_b", "busy_outer"} <= set(texts), texts  # both callers
+    B.screenshot(page, "report-click-to-sandwich.png", cell(page, 1))
+
+
+def test_ranks_tab_one_bar_per_process_and_its_icicle(page):
+    """A real --subprocesses recording of 2 forked workers: the Ranks tab shows one bar per
+    process and the one-line "differs most"; a click on a process shows its icicle."""
+    c = cell(page, 3)
+    w = c.locator(".profmagic-widget")
+    w.wait_for(timeout=60_000)
+    w.get_by_role("tab", name="Ranks").click()
+    ranks = w.locator(".profmagic-ranks")
+    ranks.wait_for(timeout=60_000)
+    ranks.scroll_into_view_if_needed()
+    page.wait_for_function("e => e.querySelectorAll('.js-plotly-plot g.point').length > 0",
+                           arg=ranks.element_handle(), timeout=60_000)
+    bars = ranks.locator(".js-plotly-plot").first
+    procs = bars.evaluate("e => Array.from(e.querySelectorAll('.ytick text')).map(t => t.textContent)")
+    assert sum("spinner" in p for p in procs) == len(CHILD_SPINS), procs
+    per_trace = bars.evaluate("e => Array.from(e.querySelectorAll('g.trace.bars'))"
+                              ".map(t => t.querySelectorAll('g.point').length)")
+    assert per_trace and all(n == len(procs) for n in per_trace), (per_trace, procs)
+    assert "differs most" in ranks.text_content()
+    # The worker that spun longest (known from the cell) has the longest bar.
+    widths = bars.evaluate("""e => { const out = {}; const ys = Array.from(e.querySelectorAll('.ytick text'))
+        .map(t => t.textContent); for (const tr of e.querySelectorAll('g.trace.bars')) {
+        tr.querySelectorAll('g.point').forEach((p, i) => { const r = p.querySelector('path').getBoundingClientRect();
+        out[ys[i]] = (out[ys[i]] || 0) + r.width; }); } return out; }""")
+    spin = {p: widths[p] for p in widths if "spinner" in p}
+    assert max(spin, key=spin.get).split("spinner")[1].startswith(str(len(CHILD_SPINS) - 1)), widths
+    B.screenshot(page, "report-ranks.png", c)
+    # Click the longest spinner: its icicle, with the function it ran.
+    button = ranks.locator(".profmagic-ranks-pick button", has_text=f"spinner{len(CHILD_SPINS) - 1}")
+    button.click()
+    page.wait_for_function(f"e => ({VISIBLE_SLICES})(e).includes('spin_child')",
+                           arg=ranks.element_handle(), timeout=60_000)
+    assert "busy_outer" not in slice_texts(ranks)
+    titles = visible_titles(ranks)
+    assert "Icicle" in titles and "sampler" in titles and "samples" in titles, titles
+    B.screenshot(page, "report-ranks-icicle.png", c)
+
+
 def test_speedscope_download(page, tmp_path):
     w = cell(page, 1).locator(".profmagic-widget")
     w.get_by_role("tab", name="Raw").click()
@@ -234,12 +314,18 @@ def test_static_fallback_offline_after_nbconvert(root, browser):
     pg.route("http*://**", lambda route: route.abort())  # offline
     pg.goto("file://" + out)
     svgs = pg.locator("svg.profmagic-icicle")
-    assert svgs.count() == 2
+    assert svgs.count() == 3
     labels = svgs.nth(0).evaluate("s => Array.from(s.querySelectorAll('text')).map(t => t.textContent)")
     assert {"busy_outer", "part_a"} <= set(labels), labels
     evil = svgs.nth(1).evaluate("s => Array.from(s.querySelectorAll('text, title')).map(t => t.textContent)")
     assert any(EVIL_IMG in t for t in evil) and any(EVIL_SCRIPT in t for t in evil)
     assert svgs.nth(0).is_visible()
+    # The multi-process cell's ranks, as script-free HTML: one bar row per process, the one line.
+    rows = pg.locator("table.profmagic-ranks-bars tr.profmagic-rank-bar")
+    names = [t for t in rows.all_text_contents()]
+    assert sum("spinner" in t for t in names) == len(CHILD_SPINS), names
+    assert pg.locator(".profmagic-differs").first.is_visible()
+    assert "differs most" in pg.locator(".profmagic-differs").first.text_content()
     B.screenshot(pg, "report-static.png", svgs.nth(0))
     assert pg.evaluate("typeof window.__xss") == "undefined" and dialogs == []
     pg.close()

@@ -12,7 +12,7 @@ import pytest
 
 from profmagic import multi, report
 from profmagic.profile import StackBuilder
-from profmagic.views import ranks
+from profmagic.views import fmt, ranks
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -110,3 +110,39 @@ def test_static_ranks_html_is_offline(many):
 def test_single_process_has_no_ranks_tab():
     r = report.Report(worker(0))
     assert "Ranks" not in r.TABS and "Processes side by side" not in report.static_html(worker(0))
+
+
+def spinner(seconds: float, pid: int):
+    """A worker that only spins: main -> spin, 10 ms samples on CPU."""
+    b = StackBuilder()
+    sid = b.stack('Thread 1 "MainThread"', (b.frame("main", "w.py", 1, "python"), b.frame("spin", "w.py", 3)))
+    n = round(seconds / 0.01)
+    for k in range(n):
+        b.add(sid, time=k * 0.01, wall=0.01, cpu=0.01)
+    return b.build(metric="wall", meta={"backend": "sampler", "rate": 100.0, "duration": n * 0.01, "pid": pid})
+
+
+@pytest.mark.parametrize("spins", [(0.3, 0.9), (0.4, 0.4, 1.2, 0.4)])
+def test_alike_processes_differ_by_their_total(spins):
+    """Same code in the same proportions: the one line names the process whose total is furthest
+    from the others' median (two processes always tie on their function shares)."""
+    labels = [f"spinner{i}" for i in range(len(spins))]
+    p = multi.concat([spinner(s, 10 + i) for i, s in enumerate(spins)], key="process", labels=labels)
+    line = ranks.differs_most(p)
+
+    def gap(i):  # relative distance from the others' median
+        med = np.median([s for j, s in enumerate(spins) if j != i])
+        return abs(spins[i] - med) / med
+    odd = max(range(len(spins)), key=gap)
+    assert line.startswith(f"spinner{odd} differs most, in wall time (s): {fmt('wall', spins[odd])} vs"), line
+    assert "spend their time alike" in line
+
+
+def test_ranks_figures_have_honest_titles(many):
+    p, labels = many
+    want = ("wall time (s)", "backend sampler", "100 Hz", f"{p.sample_count} samples", f"{p.duration:.3f} s")
+    for fig in (ranks.bars(p), ranks.heat(p)):
+        assert all(w in fig.layout.title.text for w in want), fig.layout.title.text
+    sub = ranks.process_profile(p, labels[0])
+    t = sub.icicle().layout.title.text
+    assert all(w in t for w in ("wall time (s)", "backend sampler", "100 Hz", f"{sub.sample_count} samples")), t

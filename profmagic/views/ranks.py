@@ -108,8 +108,9 @@ def heat(profile: Profile, metric: str | None = None, top: int = 15) -> go.Figur
 def differs_most(profile: Profile, metric: str | None = None) -> str:
     """One line: the process whose self-time shares (a distribution over functions) are furthest,
     in total variation distance, from the median of the others'; and the function whose total
-    share differs most. Compares the children only
-    when there are at least two (the parent runs different code by design)."""
+    share differs most. Where all processes spend their time alike (or tie, as two always do),
+    the one whose total is furthest from the others' median. Compares the children only when
+    there are at least two (the parent runs different code by design)."""
     metric = metric or profile.metric
     procs = processes(profile)
     info = profile.meta.get("processes") or {}
@@ -124,15 +125,28 @@ def differs_most(profile: Profile, metric: str | None = None) -> str:
     for p in peers:
         others = own.drop(columns=[p]).median(axis=1)
         dist[p] = 0.5 * float((own[p] - others).abs().sum())
-    worst = max(dist, key=dist.get)
+    totals = by_process(profile)
+    m = metric if metric in totals else "samples"
+
+    def total_gap(p):  # how far p's total is from the others' median, relative
+        med = float(totals.loc[[q for q in peers if q != p], m].median())
+        v = float(totals.at[p, m])
+        return abs(v - med) / med if med and med == med and v == v else 0.0
+    top = max(dist.values())
+    if top < 0.05:  # same code in the same proportions (or two peers, a symmetric distance): by total
+        worst = max(peers, key=total_gap)
+    else:  # ties (two peers are always tied) broken by the total
+        worst = max(peers, key=lambda p: (round(dist[p], 2), total_gap(p)))
+    med_total = float(totals.loc[[p for p in peers if p != worst], m].median())
+    if top < 0.05:
+        return (f"{worst} differs most, in {metric_label(m)}: {fmt(m, float(totals.at[worst, m]))} vs a median "
+                f"{fmt(m, med_total)} in the others; the processes spend their time alike "
+                f"(function shares within {top:.2f} of 1)")
     share, _ = shares(profile, metric, top=10 ** 9)
     share = share[peers]
     others = share.drop(columns=[worst]).median(axis=1)
     diff = share[worst] - others
     fn = diff.abs().idxmax()
-    totals = by_process(profile)
-    m = metric if metric in totals else "samples"
-    med_total = float(totals.loc[[p for p in peers if p != worst], m].median())
     return (f"{worst} differs most (distance {dist[worst]:.2f} of 1 from the others' median): "
             f"{fn.split('  ')[0]} takes {share.at[fn, worst]:.0%} of it vs {others[fn]:.0%} in the others; "
             f"its {metric_label(m)} {fmt(m, float(totals.at[worst, m]))} vs a median {fmt(m, med_total)}")
