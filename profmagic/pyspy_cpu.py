@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 
 import numpy as np
+import pandas as pd
 
 from .profile import Profile, StackBuilder
 
@@ -33,7 +34,7 @@ _ADDRESS = re.compile(r"^(0x)?[0-9a-f]{6,}$", re.I)
 
 def _key_frames(p: Profile):
     fr = p.frames
-    return {fid: (n, f, None if l is None or l != l else int(l), str(k))
+    return {fid: (n, f, None if pd.isna(l) else int(l), str(k))
             for fid, n, f, l, k in zip(fr.index, fr["name"], fr["file"], fr["line"], fr["kind"])}
 
 
@@ -75,19 +76,20 @@ def combine_idle(wall: Profile, cpu: Profile, cpu_weights: bool | None = None) -
         ws = p.stacks[col].to_numpy(float) if col else None
         for i, (th, st, n) in enumerate(zip(p.stacks["thread"], p.stacks["stack"], p.stacks["samples"])):
             key = (th, tuple(frames[f] for f in st))
-            v = acc.setdefault(key, [0.0, 0.0, 0.0])  # wall s, cpu s, wall samples
+            v = acc.setdefault(key, [0.0, 0.0, 0.0, False])  # wall s, cpu s, wall samples, seen in wall
             if which == 0:
                 v[0] += ws[i] if ws is not None else n * sps.get(th, 1.0 / rate)
                 v[2] += n
+                v[3] = True
             else:
                 v[1] += ws[i] if ws is not None else n * sps.get(th, 1.0 / rate)
     cpu_only = 0.0
-    for (th, frames), (w, c, n) in acc.items():
-        if n == 0:  # the wall recording missed this stack: it ran, so its wall is at least its cpu
+    for (th, frames), (w, c, n, seen) in acc.items():
+        if not seen:  # the wall recording missed this stack: it ran, so its wall is at least its cpu
             cpu_only += c
             w = c
         sid = b.stack(th, [b.frame(*f) for f in frames])
-        b.add(sid, samples=n if n else max(1, int(round(c / sps.get(th, 1.0 / rate)))), wall=w, cpu=c)
+        b.add(sid, samples=n if seen else max(1, int(round(c / sps.get(th, 1.0 / rate)))), wall=w, cpu=c)
     meta = {k: v for k, v in wall.meta.items() if k not in ("threads", "metric")}
     meta.update(mode="both", metric="wall", cpu_method=(
         "two py-spy recordings at once, --idle (wall) and without (cpu)"
