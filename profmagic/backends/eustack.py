@@ -32,6 +32,7 @@ _SYSCALLS = {  # x86_64 numbers of the calls a waiting thread usually sits in
     45: "recvfrom", 46: "sendmsg", 47: "recvmsg", 61: "wait4", 202: "futex", 230: "clock_nanosleep",
     232: "epoll_wait", 270: "pselect6", 271: "ppoll", 281: "epoll_pwait", 17: "pread64", 19: "readv",
     43: "accept", 288: "accept4", 247: "waitid", 34: "pause", 128: "rt_sigtimedwait",
+    219: "restart_syscall",  # a timed wait (nanosleep, poll, futex) resumed after eu-stack stopped it
 }
 
 

@@ -52,6 +52,7 @@ _SRC = re.compile(r"^\s+(\S.*?):(\d+)(?::\d+)?\s*$")
 _MODULE = re.compile(r"^(.*?) - ((?:/|\[).*)$")
 _T = re.compile(r"^# t=([0-9.eE+-]+)\s*$")
 ON_CPU_STATES = ("R",)
+RESTART = ("restart_syscall", "219")  # x86_64: a timed wait resumed after a ptrace stop
 
 # The CPython interpreter's own frames: eval loop, call glue and vectorcall trampolines.
 INTERP = re.compile(
@@ -118,7 +119,9 @@ def _weigh(blocks: list[dict], snap_times: list[float], interval: float | None, 
     we saw. The state read with each snapshot is noisy: it is read just after eu-stack detaches, and
     a thread stopped inside nanosleep is often runnable by then (measured on a 5 ms busy / 15 ms
     sleep C thread: 20% of its nanosleep samples read R, and giving them CPU put 9 points of CPU on
-    the sleep). So a stack counts as on-CPU when most of its samples read R. The delta goes to the end
+    the sleep; with 5 ms sleeps, 57%). So a stack counts as on-CPU when most of its samples read R
+    and fewer than 1 in 10 were resuming a timed wait (``restart_syscall``: the thread was stopped
+    inside nanosleep/poll/futex; a busy stack never shows it: 0 of 434 samples). The delta goes to the end
     of the interval if that stack is on-CPU (after a sleep, the CPU is the start of what runs now),
     else to the start if that one is (the tail of a busy stack before it slept). With neither end
     on-CPU the thread ran only between them, in a stack not seen; that CPU is shared by the thread's
@@ -128,7 +131,7 @@ def _weigh(blocks: list[dict], snap_times: list[float], interval: float | None, 
     prev_snap = {t: (snap_times[i - 1] if i else None) for i, t in enumerate(snap_times)}
     last: dict[str, dict] = {}
     unseen: dict[str, float] = {}
-    runs: dict[tuple, int] = {}  # (tid, frames) -> samples in R minus samples not in R
+    runs: dict[tuple, list[int]] = {}
     for bl in blocks:
         f = bl["facts"]
         try:
@@ -139,7 +142,10 @@ def _weigh(blocks: list[dict], snap_times: list[float], interval: float | None, 
         bl["on_cpu"] = f.get("state", "?") in ON_CPU_STATES
         bl["cpu"] = 0.0
         k = (bl["tid"], bl["fids"])
-        runs[k] = runs.get(k, 0) + (1 if bl["on_cpu"] else -1)
+        n = runs.setdefault(k, [0, 0, 0])  # samples, in R, resuming a timed wait
+        n[0] += 1
+        n[1] += bl["on_cpu"]
+        n[2] += f.get("syscall") in RESTART
         tid_, t = bl["tid"], bl["time"]
         prev = last.get(tid_)
         if prev is not None:
@@ -151,7 +157,8 @@ def _weigh(blocks: list[dict], snap_times: list[float], interval: float | None, 
         bl["prev"] = prev
         last[tid_] = bl
     for bl in blocks:
-        bl["cpu_stack"] = runs[(bl["tid"], bl["fids"])] > 0
+        n, r, waits = runs[(bl["tid"], bl["fids"])]
+        bl["cpu_stack"] = r > n / 2 and waits < n / 10
     for bl in blocks:
         prev, d = bl.pop("prev"), bl["cpu_delta"]
         if bl["cpu_stack"]:
@@ -297,7 +304,7 @@ def read(data: bytes, source: str = "<input>", raw_names: bool = False, fold: bo
         meta["metrics"] = ["wall", "cpu"]
         meta["wall_attribution"] = "each sample weighs the time since its thread's previous snapshot"
         meta["cpu_attribution"] = ("each snapshot's CPU delta (schedstat run_ns) goes to the end of its "
-                                   "interval if that stack is mostly seen in state R, else to the start if "
+                                   "interval if that stack is mostly seen in state R and not in a timed wait, else to the start if "
                                    "that one is; else it is shared by the thread's mostly-R stacks")
         p = b.build(metric="wall", meta=meta, raw=Raw(data, NAME))
         p.samples["state"] = [bl["facts"].get("state", "?") for bl in blocks]
