@@ -68,6 +68,17 @@ class Lab:
         page.goto(f"{self.base}/lab/tree/{notebook}?token={self.token}&reset")
         page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
         page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60_000)
+        # On a loaded machine JupyterLab sometimes asks "Select Kernel" for a notebook whose kernelspec
+        # it has not listed yet; the dialog would swallow every click. Accept the notebook's kernel.
+        dialog = page.locator(".jp-Dialog", has_text="Select Kernel")
+        for _ in range(3):
+            try:
+                dialog.wait_for(timeout=1500)
+            except Exception:
+                break
+            dialog.locator(".jp-mod-accept").click()
+            dialog.wait_for(state="detached", timeout=30_000)
+            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60_000)
         return page
 
     def logs(self) -> str:
