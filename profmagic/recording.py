@@ -211,8 +211,12 @@ class Session:
             p = transforms.trim_to_cell(p, o.cell_filename, threads=[cell_thread])
         if o.mode == "both":
             p = self._both(p)
-        if self.name in CALIBRATED and mine:
-            p = self._calibrate(p, cell_thread, cell_wall, cell_cpu, requested_rate)
+        if self.name in CALIBRATED:
+            if mine:
+                p = self._calibrate(p, cell_thread, cell_wall, cell_cpu, requested_rate)
+            else:
+                p = p.replace(meta={**p.meta, "calibrated": False, "rate": requested_rate, "calibration_note":
+                                    "not calibrated: the cell's thread has no samples; weights are 1/requested rate"})
         if self.children_method is not None:
             p = self._with_children(p)
         if self.file_names:

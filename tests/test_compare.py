@@ -149,3 +149,77 @@ def test_backends_side_by_side_table_and_icicles():
     assert only_cpu.metrics["other"] == "unknown"
     assert "unknown" in only_cpu._repr_mimebundle_()["text/html"]
     assert pd.isna(only_cpu.wide()["other"]).all()
+
+
+def test_no_cdn_anywhere_in_the_package():
+    """Notebooks must work offline (closed network, nbconvert): nothing may load script from a CDN."""
+    import os
+    root = os.path.dirname(profmagic.__file__)
+    hits = []
+    for d, _, files in os.walk(root):
+        for f in files:
+            if f.endswith((".py", ".html", ".js", ".json", ".txt", ".css")):
+                text = open(os.path.join(d, f), encoding="utf-8", errors="replace").read()
+                hits += [(f, bad) for bad in ("cdn.", "unpkg", "https://cdn") if bad in text]
+    assert hits == []
+
+
+def test_displays_are_plotly_mime_with_static_svg_twin():
+    """Live: plotly's own mime type (the front end draws it, no plotly.js shipped); nbconvert/GitHub:
+    the text/html twin holds static SVG icicles, no script."""
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+    InteractiveShell.instance()
+    a, b = profmagic.load(BEFORE.encode(), format="folded"), profmagic.load(AFTER.encode(), format="folded")
+    for view, n_svg in ((C.compare(a, b), 2), (C.side_by_side({"x": a, "y": b}), 2)):
+        with capture_output() as cap:
+            view._ipython_display_()
+        bundles = [o.data for o in cap.outputs]
+        figs = [d for d in bundles if C.PLOTLY_MIME in d]
+        assert len(figs) == 1 and figs[0]["text/html"].count("<svg") == n_svg
+        html = "".join(d.get("text/html", "") for d in bundles)
+        assert "<script" not in html and "<table" in html
+        static = view._repr_mimebundle_()["text/html"]
+        assert static.count("<svg") == n_svg and "<script" not in static
+
+
+def test_merge_runs_wall_from_one_cpu_from_the_other():
+    from profmagic.pyspy_cpu import merge_runs
+    b = StackBuilder()
+    f = [b.frame(n, "a.py", i + 1, "python") for i, n in enumerate(["main", "work", "nap"])]
+    b.add(b.stack("T", [f[0], f[1]]), samples=0, wall=0.30)
+    b.add(b.stack("T", [f[0], f[2]]), samples=0, wall=0.60)
+    wall = b.build(metric="wall", meta={"backend": "cprofile", "rate": 100.0})
+    c = StackBuilder()
+    g = [c.frame(n, "a.py", i + 1, "python") for i, n in enumerate(["main", "work", "nap", "gc"])]
+    c.add(c.stack("T", [g[0], g[1]]), samples=0, cpu=0.25)
+    c.add(c.stack("T", [g[0], g[2]]), samples=0, cpu=0.001)
+    c.add(c.stack("T", [g[0], g[3]]), samples=0, cpu=0.01)   # seen in the cpu run only
+    cpu = c.build(metric="cpu", meta={"backend": "cprofile", "cell_cpu": 0.261})
+    p = merge_runs(wall, cpu)
+    fn = {m: dict(zip(p.functions(m)["name"], p.functions(m)["total"])) for m in ("wall", "cpu", "off_cpu")}
+    assert fn["wall"] == pytest.approx({"main": 0.91, "work": 0.30, "nap": 0.60, "gc": 0.01})
+    assert fn["cpu"] == pytest.approx({"main": 0.261, "work": 0.25, "nap": 0.001, "gc": 0.01})
+    assert fn["off_cpu"]["nap"] == pytest.approx(0.599)
+    assert p.meta["runs"] == 2 and "two separate runs" in p.meta["approximate"]
+    assert list(p.stacks["samples"][:2]) == [0, 0]   # cProfile has no samples: none invented
+
+
+def test_calibrate_both_uses_the_wall_factor_for_a_thread_that_barely_ran():
+    from profmagic.pyspy_cpu import calibrate_both
+    b = StackBuilder()
+    f = [b.frame(n, "a.py", i + 1, "python") for i, n in enumerate(["main", "join", "spin"])]
+    b.add(b.stack("cell", [f[0], f[1]]), samples=100, wall=1.0, cpu=0.02)   # 2 on-CPU samples
+    b.add(b.stack("worker", [f[2]]), samples=100, wall=1.0, cpu=0.9)
+    p = b.build(metric="wall", meta={"rate": 100.0})
+    q = calibrate_both(p, "cell", wall_s=1.25, cpu_s=0.001, requested=100.0)
+    assert q.meta["rate"] == pytest.approx(80.0) and q.meta["requested_rate"] == 100.0
+    w = q.stacks.set_index("thread")
+    assert w.loc["worker", "wall"] == pytest.approx(1.25)
+    assert w.loc["worker", "cpu"] == pytest.approx(0.9 * 1.25)   # not 0.9 * 0.001 / 0.02
+    assert "cpu weighted at the wall rate" in q.meta["cpu_calibration_note"]
+    # Enough CPU on the cell thread: its own factor.
+    b2 = StackBuilder()
+    b2.add(b2.stack("cell", [b2.frame("spin", "a.py", 1, "python")]), samples=100, wall=1.0, cpu=0.5)
+    r = calibrate_both(b2.build(metric="wall", meta={"rate": 100.0}), "cell", 1.0, 0.45, 100.0)
+    assert r.stacks["cpu"].sum() == pytest.approx(0.45) and r.stacks["wall"].sum() == pytest.approx(1.0)
