@@ -49,12 +49,11 @@ def tid_cpu_clock(native_id: int) -> int:
 
 def split_cpu_at_stack_changes(profile):
     """A sample's CPU delta covers the whole interval since the thread's previous sample; given all
-    to the stack seen at its end, the tail of a busy function lands on the sleep after it (measured
-    in bench/groundtruth.py: 2.6 points). Where the stack changed, split the delta between the
-    previous and the current sample, assuming each stack kept the CPU rate of its neighbouring
-    interval: rate_i = u*rate_prev + (1-u)*rate_next gives u, the share still in the previous stack
-    (bench/groundtruth.py measures it: the CPU error on the sleep after a busy function, 2.6 points
-    unsplit, is at most 1 point split; bench/RESULTS.md).
+    to the stack seen at its end, the tail of a busy function lands on the sleep after it. Where the
+    stack changed, split the delta between the previous and the current sample, assuming each stack
+    kept the CPU rate of its neighbouring interval: rate_i = u*rate_prev + (1-u)*rate_next gives u,
+    the share still in the previous stack (bench/groundtruth.py: CPU error 2.6 points unsplit,
+    at most 1 point split; bench/RESULTS.md).
     Per-sample ``cpu`` and the stacks' ``cpu`` totals are both updated; each thread's sum is kept."""
     import numpy as np
     sm = profile.samples
