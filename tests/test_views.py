@@ -260,3 +260,20 @@ def test_static_svg_widths_and_escaping():
         kids = t.children(parent)
         np.testing.assert_allclose(x[kids], x[parent] + np.r_[0, np.cumsum(w[kids])[:-1]], atol=1e-12)
     assert json.dumps(len(s))  # a string, bounded by max_nodes
+
+
+@pytest.mark.parametrize("metric", ["wall", "cpu", "samples"])
+def test_every_view_title_names_metric_backend_rate_count_duration_and_approximate(metric):
+    """Honest labels in every view: icicle, sandwich table, sandwich of a function, time order."""
+    from profmagic.profile import METRIC_LABELS
+    p = random_profile(seed=9)
+    p.meta.update(duration=4.25, approximate="made up for this test")
+    fn = int(p.functions().index[0])
+    figs = {"icicle": p.icicle(metric=metric), "table": p.sandwich(metric=metric),
+            "sandwich": p.sandwich(fn, metric=metric), "time": p.timeline(metric=metric),
+            "icicle thread": p.icicle(metric=metric, thread="A")}
+    for name, fig in figs.items():
+        t = fig.layout.title.text
+        for want in (METRIC_LABELS[metric], "backend synthetic", "100 Hz", f"{p.sample_count:,} samples",
+                     "4.250 s", "approximate: made up for this test"):
+            assert want in t, (name, want, t)
