@@ -167,14 +167,9 @@ def test_no_cdn_anywhere_in_the_package():
 def test_displays_are_plotly_mime_with_static_svg_twin():
     """Live: plotly's own mime type (the front end draws it, no plotly.js shipped); nbconvert/GitHub:
     the text/html twin holds static SVG icicles, no script."""
-    from IPython.core.interactiveshell import InteractiveShell
-    from IPython.utils.capture import capture_output
-    InteractiveShell.instance()
     a, b = profmagic.load(BEFORE.encode(), format="folded"), profmagic.load(AFTER.encode(), format="folded")
     for view, n_svg in ((C.compare(a, b), 2), (C.side_by_side({"x": a, "y": b}), 2)):
-        with capture_output() as cap:
-            view._ipython_display_()
-        bundles = [o.data for o in cap.outputs]
+        bundles = view.outputs()   # what _ipython_display_ displays, one output each
         figs = [d for d in bundles if C.PLOTLY_MIME in d]
         assert len(figs) == 1 and figs[0]["text/html"].count("<svg") == n_svg
         html = "".join(d.get("text/html", "") for d in bundles)

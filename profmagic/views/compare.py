@@ -309,9 +309,13 @@ class Comparison:
                  f"largest first</p>{_table_html(t)}</div>")
         return head, pic, table
 
-    def _ipython_display_(self):
+    def outputs(self) -> list[dict]:
+        """The display as separate outputs: header, figure (plotly mime + SVG twin), table."""
         head, pic, table = self._parts()
-        _display([{"text/html": head}, _figure_bundle(self.figure, pic), {"text/html": table}])
+        return [{"text/html": head}, _figure_bundle(self.figure, pic), {"text/html": table}]
+
+    def _ipython_display_(self):
+        _display(self.outputs())
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         head, pic, table = self._parts()
@@ -487,9 +491,13 @@ class CpuWall:
                  f"{_table_html(self.table.head(30))}</div>")
         return head, pic, table
 
-    def _ipython_display_(self):
+    def outputs(self) -> list[dict]:
+        """The display as separate outputs: header, figure (plotly mime + SVG twin), table."""
         head, pic, table = self._parts()
-        _display([{"text/html": head}, _figure_bundle(self.figure, pic), {"text/html": table}])
+        return [{"text/html": head}, _figure_bundle(self.figure, pic), {"text/html": table}]
+
+    def _ipython_display_(self):
+        _display(self.outputs())
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         head, pic, table = self._parts()
@@ -605,9 +613,13 @@ class SideBySide:
                  f"total</p>{_table_html(self.wide(), '{:.1f}')}</div>")
         return _svg_row(panels), table
 
-    def _ipython_display_(self):
+    def outputs(self) -> list[dict]:
+        """The display as separate outputs: figure (plotly mime + SVG twin), table."""
         pic, table = self._parts()
-        _display([_figure_bundle(self.figure, pic), {"text/html": table}])
+        return [_figure_bundle(self.figure, pic), {"text/html": table}]
+
+    def _ipython_display_(self):
+        _display(self.outputs())
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         pic, table = self._parts()
