@@ -332,7 +332,7 @@ class Session:
 # The kernel's own threads (IOPub, heartbeat, control, ZMQ's I/O threads...), by name, for those it
 # starts after the extension was loaded.
 _KERNEL_THREAD = re.compile(r"^(IOPub|Heartbeat|Control|Shell channel|HistorySavingThread|ParentPoller"
-                            r"|_watch_pipe_fd|ZMQbg/|Thread-\d+ \(_watch_pipe_fd\))")
+                            r"|_watch_pipe_fd|ZMQbg/|Thread-\d+ \(_watch_pipe_fd\)|subshell-)")
 _kernel_tids: set[int] | None = None
 
 
