@@ -87,6 +87,22 @@ def _common_metric(profiles, metric: str | None) -> str:
     return "samples"
 
 
+class _Display:
+    """Shared display of the comparison views: header, figure (plotly mime + static SVG twin) and
+    table as separate outputs; ``_parts()`` gives their HTML, ``_text()`` the plain-text form."""
+
+    def outputs(self) -> list[dict]:
+        head, pic, table = self._parts()
+        return ([{"text/html": head}] if head else []) + [_figure_bundle(self.figure, pic), {"text/html": table}]
+
+    def _ipython_display_(self):
+        _display(self.outputs())
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        head, pic, table = self._parts()
+        return {"text/plain": self._text(), "text/html": head + pic + table}
+
+
 class Union:
     """Call trees of several profiles over one node set: function keys are (name, file)."""
 
@@ -160,7 +176,7 @@ def _keep(parent, depth, width, thr, max_nodes):
 # ----------------------------------------------------------------------------------------------
 # compare(before, after)
 # ----------------------------------------------------------------------------------------------
-class Comparison:
+class Comparison(_Display):
     """The result of ``compare``: ``table`` (per-function deltas), ``figure`` (differential icicle)."""
 
     def __init__(self, before: Profile, after: Profile, metric: str, normalize: bool,
@@ -309,18 +325,8 @@ class Comparison:
                  f"largest first</p>{_table_html(t)}</div>")
         return head, pic, table
 
-    def outputs(self) -> list[dict]:
-        """The display as separate outputs: header, figure (plotly mime + SVG twin), table."""
-        head, pic, table = self._parts()
-        return [{"text/html": head}, _figure_bundle(self.figure, pic), {"text/html": table}]
-
-    def _ipython_display_(self):
-        _display(self.outputs())
-
-    def _repr_mimebundle_(self, include=None, exclude=None):
-        head, pic, table = self._parts()
-        return {"text/plain": repr(self) + "\n" + self.table.head(30).to_string(),
-                "text/html": head + pic + table}
+    def _text(self) -> str:
+        return repr(self) + "\n" + self.table.head(30).to_string()
 
 
 def compare(a: Profile, b: Profile, normalize: bool = False, metric: str | None = None, *,
@@ -356,7 +362,7 @@ def _recolour(tr: go.Icicle, t: T.Tree, code: np.ndarray, scale: list, n: int) -
     tr.marker = dict(colors=c.tolist(), colorscale=scale, cmin=0, cmax=n, showscale=False)
 
 
-class CpuWall:
+class CpuWall(_Display):
     """One profile with wall and cpu: ``table``, ``verdict``, ``figure`` (two icicles)."""
 
     def __init__(self, profile: Profile, thread: str | None = None, min_share: float = 0.0,
@@ -491,18 +497,8 @@ class CpuWall:
                  f"{_table_html(self.table.head(30))}</div>")
         return head, pic, table
 
-    def outputs(self) -> list[dict]:
-        """The display as separate outputs: header, figure (plotly mime + SVG twin), table."""
-        head, pic, table = self._parts()
-        return [{"text/html": head}, _figure_bundle(self.figure, pic), {"text/html": table}]
-
-    def _ipython_display_(self):
-        _display(self.outputs())
-
-    def _repr_mimebundle_(self, include=None, exclude=None):
-        head, pic, table = self._parts()
-        return {"text/plain": self.verdict + "\n" + self.table.head(30).to_string(na_rep="unknown"),
-                "text/html": head + pic + table}
+    def _text(self) -> str:
+        return self.verdict + "\n" + self.table.head(30).to_string(na_rep="unknown")
 
 
 def cpu_wall(profile: Profile, thread: str | None = None, **kw) -> CpuWall:
@@ -513,7 +509,7 @@ def cpu_wall(profile: Profile, thread: str | None = None, **kw) -> CpuWall:
 # ----------------------------------------------------------------------------------------------
 # Backends side by side
 # ----------------------------------------------------------------------------------------------
-class SideBySide:
+class SideBySide(_Display):
     """One icicle per backend, and ``table``: the top functions of each (share of its total)."""
 
     def __init__(self, profiles: dict, metric: str | None = None, top: int = 10,
@@ -599,7 +595,7 @@ class SideBySide:
     def __repr__(self) -> str:
         return f"<SideBySide {', '.join(f'{n} ({m})' for n, m in self.metrics.items())}>"
 
-    def _parts(self) -> tuple[str, str]:
+    def _parts(self) -> tuple[str, str, str]:
         panels = []
         width = max(280, 1100 // max(1, len(self.profiles)))
         for name, p in self.profiles.items():
@@ -611,20 +607,10 @@ class SideBySide:
                 panels.append((cap, _svg(p, m, width)))
         table = (f"<div class='profmagic-backends'><p>Top functions per backend, share of each backend's "
                  f"total</p>{_table_html(self.wide(), '{:.1f}')}</div>")
-        return _svg_row(panels), table
+        return "", _svg_row(panels), table
 
-    def outputs(self) -> list[dict]:
-        """The display as separate outputs: figure (plotly mime + SVG twin), table."""
-        pic, table = self._parts()
-        return [_figure_bundle(self.figure, pic), {"text/html": table}]
-
-    def _ipython_display_(self):
-        _display(self.outputs())
-
-    def _repr_mimebundle_(self, include=None, exclude=None):
-        pic, table = self._parts()
-        return {"text/plain": repr(self) + "\n" + self.wide().to_string(na_rep="unknown"),
-                "text/html": pic + table}
+    def _text(self) -> str:
+        return repr(self) + "\n" + self.wide().to_string(na_rep="unknown")
 
 
 def side_by_side(profiles: dict, metric: str | None = None, top: int = 10, **kw) -> SideBySide:
