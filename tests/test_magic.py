@@ -7,6 +7,7 @@ import os
 import tempfile
 
 import pytest
+import workloads
 
 pytestmark = [pytest.mark.kernel, pytest.mark.timeout(300)]
 
@@ -14,13 +15,7 @@ SETUP = '''
 %load_ext profmagic
 import time, threading, asyncio
 import profmagic
-def busy(t=0.3):
-    end = time.perf_counter() + t
-    while time.perf_counter() < end:
-        pass
-def nap(t=0.6):
-    time.sleep(t)
-'''
+''' + workloads.SOURCE
 
 # What the tests ask of each profile, computed in the kernel and sent back as a literal.
 SUMMARY = '''

@@ -6,6 +6,7 @@ import threading
 import time
 
 import pytest
+from workloads import busy, nap
 
 import profmagic
 from profmagic import recording
@@ -14,14 +15,6 @@ from profmagic.errors import ProfilerError
 pytestmark = pytest.mark.timeout(120)
 
 
-def busy(t=0.3):
-    end = time.perf_counter() + t
-    while time.perf_counter() < end:
-        pass
-
-
-def nap(t=0.6):
-    time.sleep(t)
 
 
 def shares(p):

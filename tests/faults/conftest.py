@@ -14,6 +14,7 @@ import tempfile
 import time
 
 import pytest
+import workloads
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ERRORS_MD = os.path.join(ROOT, "docs", "errors.md")
@@ -26,11 +27,7 @@ SETUP = '''
 %load_ext profmagic
 import time, os, sys, threading, asyncio
 import profmagic
-def busy(t=0.3):
-    end = time.perf_counter() + t
-    while time.perf_counter() < end:
-        pass
-'''
+''' + workloads.SOURCE
 
 
 # -- docs/errors.md ------------------------------------------------------------------------------

@@ -46,10 +46,10 @@ def test_recursion_10000_deep(clean):
     # The report renders such a stack.
     r = k.run("_b = _profile._repr_mimebundle_()\nprint(sorted(_b))")
     assert r.error is None, r.error
-    # py-spy 0.4 cannot read stacks this deep: it records nothing and says so.
+    # py-spy 0.4 cannot read stacks this deep: it records nothing, says so and points to the sampler.
     r = k.run("%%profile -b py-spy\ndeep(10000)")
     assert r.error is None, r.error
-    documented("no-samples", r.stderr)
+    documented("no-samples-deep-stack", r.stderr)
 
 
 def test_200_threads(clean):
