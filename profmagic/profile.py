@@ -304,7 +304,7 @@ class Profile:
         return out
 
     def functions(self, metric: str | None = None) -> pd.DataFrame:
-        """One row per function: name, file, self, total (heaviest total first).
+        """One row per function on any stack: name, file, self, total (heaviest total first).
 
         Total counts once per stack even when the function recurses; self goes to the leaf.
         """
@@ -315,10 +315,12 @@ class Profile:
         nfn = int(fn_of_frame.max()) + 1 if len(fn_of_frame) else 0
         total = np.zeros(nfn)
         selfw = np.zeros(nfn)
+        present = np.zeros(nfn, dtype=bool)
         if len(fids):
             fn = fn_of_frame[fids]
             pair = np.unique(rows * nfn + fn)  # one entry per (row, function)
             np.add.at(total, pair % nfn, w[pair // nfn])
+            present[pair % nfn] = True
             nonempty = lengths > 0
             ends = np.cumsum(lengths)[nonempty] - 1
             np.add.at(selfw, fn[ends], w[nonempty])
@@ -333,7 +335,8 @@ class Profile:
         if metric == "samples" and np.all(out["total"] == np.round(out["total"])):
             out["self"] = out["self"].astype(np.int64)
             out["total"] = out["total"].astype(np.int64)
-        out = out[out["total"] > 0] if len(out) else out
+        # Every function on some stack, even at 0 in this metric (a sleep has 0 s of CPU, not no row).
+        out = out[present[out.index.to_numpy()]] if len(out) else out
         return out.sort_values(["total", "self"], ascending=False, kind="stable")
 
     @staticmethod

@@ -361,9 +361,12 @@ def snapshot_kernel_threads() -> None:
 def not_users_threads() -> set[int]:
     """Threads to drop unless --all-threads: in a kernel, those alive when profmagic was imported or
     loaded, and those named like the kernel's. Threads the user started in earlier cells stay (a C++
-    worker created by a previous cell is exactly what the case study needs). Outside a kernel: none."""
+    worker created by a previous cell is exactly what the case study needs). Outside a kernel: every
+    thread alive when recording starts, so a ``with profmagic.profile()`` block shows its own."""
     live = _native_threads()
-    return (set(_kernel_tids or ()) & set(live)) | {tid for tid, name in live.items() if _KERNEL_THREAD.match(name)}
+    if _kernel_tids is None:
+        return set(live)
+    return (_kernel_tids & set(live)) | {tid for tid, name in live.items() if _KERNEL_THREAD.match(name)}
 
 
 if "ipykernel" in sys.modules:  # imported in a kernel without %load_ext: the snapshot is taken now

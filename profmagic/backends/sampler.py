@@ -54,7 +54,10 @@ def split_cpu_at_stack_changes(profile):
     kept the CPU rate of its neighbouring interval: rate_i = u*rate_prev + (1-u)*rate_next gives u,
     the share still in the previous stack (bench/groundtruth.py: CPU error 2.6 points unsplit,
     at most 1 point split; bench/RESULTS.md).
-    Per-sample ``cpu`` and the stacks' ``cpu`` totals are both updated; each thread's sum is kept."""
+    The interval's wall time is split at the same point. Then no sample keeps more CPU than its wall
+    time (the excess moves to the next sample).
+    Per-sample ``cpu`` and the stacks' ``cpu`` totals are both updated; each thread's sum is kept
+    but for a last excess, which is dropped."""
     import numpy as np
     sm = profile.samples
     if sm is None or not len(sm) or "cpu" not in sm or "wall" not in sm:
@@ -62,6 +65,7 @@ def split_cpu_at_stack_changes(profile):
     orig = sm["cpu"].to_numpy(np.float64)
     new = orig.copy()
     wall = sm["wall"].to_numpy(np.float64)
+    new_wall = wall.copy()
     stack = sm["stack"].to_numpy()
     c0 = np.nan_to_num(orig)
     rate = np.clip(np.divide(c0, wall, out=np.zeros_like(c0), where=wall > 0), 0.0, 1.0)
@@ -78,12 +82,25 @@ def split_cpu_at_stack_changes(profile):
             prev = orig[i] * (u * rp / den if den > 0 else u)
             new[j] += prev
             new[i] -= prev
+            # The same boundary splits the interval's wall time: u of it was still the previous stack.
+            new_wall[j] += u * wall[i]
+            new_wall[i] -= u * wall[i]
+        # A CPU clock read a moment after the pass can exceed the pass's wall time: carry the excess
+        # to the next sample, so no stack has cpu > wall and cpu + off-CPU = wall holds per thread.
+        carry = 0.0
+        for i in idx:
+            if math.isnan(new[i]):
+                continue
+            c = new[i] + carry
+            new[i], carry = (new_wall[i], c - new_wall[i]) if c > new_wall[i] else (c, 0.0)
     moved = np.nan_to_num(new - orig)
-    if not moved.any():
+    moved_wall = new_wall - wall
+    if not moved.any() and not moved_wall.any():
         return profile
     stacks = profile.stacks.copy()
-    stacks["cpu"] = stacks["cpu"].to_numpy(np.float64) + np.bincount(stack, weights=moved, minlength=len(stacks))
-    return profile.replace(stacks=stacks, samples=sm.assign(cpu=new))
+    for col, delta in (("cpu", moved), ("wall", moved_wall)):
+        stacks[col] = stacks[col].to_numpy(np.float64) + np.bincount(stack, weights=delta, minlength=len(stacks))
+    return profile.replace(stacks=stacks, samples=sm.assign(cpu=new, wall=new_wall))
 
 
 class _Thread:

@@ -409,6 +409,8 @@ def from_dict(doc, source: str = "<input>", metric: str = "wall", raw: Raw | Non
     for m, col in extra_cols.items():
         stacks_df[m] = np.concatenate(col) if col else np.zeros(0)
     samples_df = pd.concat(s_parts, ignore_index=True) if s_parts else None
+    if samples_df is not None and len(s_parts) > 1:  # one part per thread: interleave them in time order
+        samples_df = samples_df.sort_values("time", kind="stable").reset_index(drop=True)
     time_units = units - {"none", "bytes"}
     meta = {"format": NAME, "source": source, "exporter": doc.get("exporter"), "name": doc.get("name"),
             "units": sorted(units), "threads": threads}
