@@ -10,7 +10,8 @@ CLOCK_THREAD_CPUTIME_ID) time: that is the truth. Each backend and mode records 
 fresh child; the error is the function's share of its thread's time (in the metric) minus the true
 share, in percentage points, and each thread's seconds are compared with its measured wall (or CPU) time.
 
-Run:  .venv/bin/python bench/groundtruth.py            (writes the section to bench/RESULTS.md)
+Run:  .venv/bin/python bench/groundtruth.py            (replaces its section of bench/RESULTS.md,
+                                                         keeping the hand-written ### subsections)
       .venv/bin/python bench/groundtruth.py --no-write --scenarios balanced --backends sampler
 """
 from __future__ import annotations
@@ -384,11 +385,40 @@ def main(argv=None):
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"rows": rows, "missing": missing}, f, indent=1, default=str)
-    if not a.no_write:
-        path = HERE / "RESULTS.md"
-        with open(path, "a") as f:
-            f.write(("\n" if path.exists() and path.stat().st_size else "") + text)
+    partial = a.scenarios != ",".join(SCENARIOS) or a.backends != ",".join(c["name"] for c in CONFIGS)
+    if partial and not a.no_write:
+        print("A partial run is not written to RESULTS.md (it would replace the full tables); use --json.")
+    elif not a.no_write:
+        write_section(HERE / "RESULTS.md", text)
     return 0
+
+
+SECTION = "## Accuracy against ground truth (issue 6)"
+GENERATED = ("### Worst attribution error", "### Each thread's seconds", "### Per function:")
+
+
+def write_section(path: Path, text: str) -> None:
+    """Replace this benchmark's section of RESULTS.md (append it if absent). Hand-written ``###``
+    subsections of the old section (findings) are kept, after the new section's introduction."""
+    old = path.read_text() if path.exists() else ""
+    lines = old.split("\n")
+    start = next((i for i, ln in enumerate(lines) if ln.strip() == SECTION), None)
+    if start is None:
+        path.write_text(old + ("\n" if old and not old.endswith("\n") else "") + ("\n" if old else "") + text)
+        return
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    kept, keep = [], False
+    for ln in lines[start + 1:end]:
+        if ln.startswith("### "):
+            keep = not ln.startswith(GENERATED)
+        if keep:
+            kept.append(ln)
+    new = text.rstrip("\n").split("\n")
+    first_sub = next((i for i, ln in enumerate(new) if ln.startswith("### ")), len(new))
+    kept = "\n".join(kept).strip("\n")
+    body = new[:first_sub] + ([kept, ""] if kept else []) + new[first_sub:]
+    tail = lines[end:]
+    path.write_text("\n".join(lines[:start] + body + ([""] + tail if tail else [""])))
 
 
 def report(rows, missing, a, elapsed) -> str:

@@ -107,6 +107,16 @@ def fold_python(frames: list[tuple[str, str | None, int | None, str]]):
     return out
 
 
+def on_cpu(facts: dict) -> bool:
+    """Was the thread running when eu-stack stopped it? ``insys`` (the recorder saw the leaf pc just
+    after a ``syscall`` instruction: the thread was inside a call) says it directly; without it the
+    state read after eu-stack detached is the guess (often R for a thread stopped in nanosleep)."""
+    insys = facts.get("insys")
+    if insys in ("0", "1"):
+        return insys == "0"
+    return facts.get("state", "?") in ON_CPU_STATES
+
+
 def _weigh(blocks: list[dict], snap_times: list[float], interval: float | None, source: str) -> None:
     """Set ``wall``, ``cpu``, ``cpu_delta`` and ``on_cpu`` on each block of a sampled capture.
 
@@ -139,7 +149,7 @@ def _weigh(blocks: list[dict], snap_times: list[float], interval: float | None, 
         except ValueError:
             raise ProfileFormatError(f"cpu_ns={f.get('cpu_ns')!r} is not an integer",
                                      source=source, line=bl["line"]) from None
-        bl["on_cpu"] = f.get("state", "?") in ON_CPU_STATES
+        bl["on_cpu"] = on_cpu(f)
         bl["cpu"] = 0.0
         k = (bl["tid"], bl["fids"])
         n = runs.setdefault(k, [0, 0, 0])  # samples, in R, resuming a timed wait
