@@ -152,16 +152,23 @@ def classify_native(profile: Profile, strip_native: bool = False) -> Profile:
     return b.build(metric="wall", meta=meta, raw=profile.raw)
 
 
+def runnable_seconds(cpu: float, wall: float, delay: float | None) -> float:
+    """Time a thread was in state R (on a core or waiting for one): CPU + run-queue wait, at most wall."""
+    return wall if delay is None else min(wall, cpu + delay)
+
+
 def calibrate_both(profile: Profile, thread: str, wall_s: float, cpu_s: float,
-                   requested: float | None = None) -> Profile:
+                   requested: float | None = None, run_delay: float | None = None) -> Profile:
     """Scale the wall and cpu columns so that ``thread`` (the cell's) sums to its measured ``wall_s``
     and ``cpu_s``, as recording.py calibrates one-metric py-spy profiles. Raw counts stay.
 
     The --idle recording samples the thread at every tick, so its samples over ``wall_s`` are the
     per-thread effective rate (``meta["rate"]``). The cpu column gets its own factor only when the
     thread has 5 or more on-CPU samples over at least 5 sampling periods of CPU, at no more than 4x
-    that rate (a runnable thread waiting for a core counts as active); otherwise (a cell thread that
-    mostly waits for threads it started) the wall factor, as both py-spy tick together."""
+    that rate over the time it was runnable: py-spy counts a thread waiting for a core as active, so
+    the bound is over CPU + ``run_delay`` (its run-queue seconds, recording.run_delay), or over
+    ``wall_s`` when that is unknown. Otherwise (a cell thread that mostly waits for threads it
+    started) the wall factor, as both py-spy tick together."""
     st = profile.stacks.copy()
     mine = (st["thread"] == thread).to_numpy()
     meta = dict(profile.meta)
@@ -177,7 +184,8 @@ def calibrate_both(profile: Profile, thread: str, wall_s: float, cpu_s: float,
     k_wall = wall_s / have_wall
     n_cpu = have_cpu * n_wall / have_wall   # cpu weights are samples x the wall recording's s/sample
     eff = n_wall / wall_s
-    if n_cpu >= 5 and cpu_s and cpu_s >= 5 / requested and n_cpu / cpu_s <= 4 * eff:
+    runnable = runnable_seconds(cpu_s or 0.0, wall_s, run_delay)
+    if n_cpu >= 5 and cpu_s and cpu_s >= 5 / requested and n_cpu / runnable <= 4 * eff:
         k_cpu = cpu_s / have_cpu
         meta["calibrated_cpu"] = float(cpu_s)
     else:

@@ -21,6 +21,7 @@ import numpy as np
 from . import backends, transforms
 from .backends.base import Capture, Options, thread_label
 from .errors import ProfilerError
+from .pyspy_cpu import runnable_seconds
 from .profile import Profile
 
 BACKENDS = ("auto",) + tuple(backends.names())
@@ -32,11 +33,22 @@ ONE_CLOCK = {"pyinstrument", "cprofile"}
 CPU_ONLY = {"perf": "perf samples cpu-clock, which counts on-CPU time only: a waiting thread is never "
                     "sampled, so wall time is unknown"}
 # Calibrating on the cell thread's CPU time needs enough of it: at least MIN_PERIODS sampling
-# periods, and at most MAX_RATE_RATIO x the requested rate in samples per CPU second (py-spy counts a
-# runnable thread waiting for a core as active, so a loaded machine gives more; a thread that mostly
-# waits for threads it started leaks a few "active" samples over almost no CPU: 5776 Hz was seen).
+# periods (a thread that mostly waits for threads it started leaks a few "active" samples over almost
+# no CPU: 5776 Hz was seen), and at most MAX_RATE_RATIO x the requested rate in samples per second the
+# thread was runnable. py-spy without --idle counts a thread in state R as active, and R is on a core
+# or waiting for one: on a loaded machine a 0.3 s CPU spin gave 180 such samples at 100 Hz, so the
+# bound is over CPU + run-queue time (/proc schedstat), or over wall time where that is unknown.
 MIN_PERIODS = 5
 MAX_RATE_RATIO = 4.0
+
+
+def run_delay() -> float | None:
+    """Seconds the calling thread has waited on a run queue (runnable, not on a core), or None."""
+    try:
+        with open(f"/proc/self/task/{threading.get_native_id()}/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def rerun_refused(backend: str) -> str:
@@ -107,6 +119,7 @@ class Session:
         self.error: BaseException | None = None
         self.children = None          # childsampler.Children while --subprocesses records children
         self.child_records: dict | None = None
+        self.t_delay = self.cell_delay = None   # run-queue seconds (run_delay): at start, then over the cell
 
     @property
     def children_method(self) -> str | None:
@@ -157,6 +170,7 @@ class Session:
             raise
         self.t_wall = time.perf_counter()
         self.t_cpu = time.thread_time()
+        self.t_delay = run_delay()
 
     def warn(self, text: str) -> None:
         print(f"profmagic: {text}", file=sys.stderr)
@@ -175,6 +189,8 @@ class Session:
         """Stop, read and transform. Call from the thread that ran the code, right after it."""
         cell_wall = time.perf_counter() - self.t_wall
         cell_cpu = time.thread_time() - self.t_cpu
+        delay = run_delay()
+        self.cell_delay = None if delay is None or self.t_delay is None else delay - self.t_delay
         self.error = error
         try:
             capture = self.recorder.stop()
@@ -224,7 +240,7 @@ class Session:
         meta = dict(p.meta)
         rate = meta.get("rate") or requested_rate
         meta.update(backend=self.name, backend_choice=self.why, requested_rate=requested_rate, rate=rate,
-                    cell_wall=cell_wall, cell_cpu=cell_cpu,
+                    cell_wall=cell_wall, cell_cpu=cell_cpu, cell_run_delay=self.cell_delay,
                     duration=cell_wall, pid=o.pid, cell_thread=cell_thread,
                     cell_thread_samples=int(p.stacks.loc[p.stacks["thread"] == cell_thread, "samples"].sum())
                     if len(p.stacks) else 0,
@@ -261,14 +277,16 @@ class Session:
         its measured time), so the seconds agree with %%time; the raw counts stay in ``samples``.
         ``rate`` becomes that per-thread rate, the requested one stays in ``requested_rate``."""
         from . import pyspy_cpu
+        delay = self.cell_delay
         if "cpu" in p.stacks and "wall" in p.stacks and p.meta.get("mode") == "both":
-            return pyspy_cpu.calibrate_both(p, thread, cell_wall, cell_cpu, requested)
+            return pyspy_cpu.calibrate_both(p, thread, cell_wall, cell_cpu, requested, run_delay=delay)
         # --idle samples the cell thread at every tick: its wall time. Without, only while it runs.
         against = cell_wall if p.metric == "wall" else cell_cpu
         st = p.stacks
         n = int(st.loc[st["thread"] == thread, "samples"].sum()) if len(st) else 0
+        runnable = runnable_seconds(cell_cpu, cell_wall, delay)
         if p.metric == "cpu" and n >= 5 and (against < MIN_PERIODS / requested
-                                             or n / against > MAX_RATE_RATIO * requested):
+                                             or n / runnable > MAX_RATE_RATIO * requested):
             why = (f"not calibrated: the cell's thread has {n} samples over {against * 1e3:.1f} ms of CPU time, "
                    "too little CPU to calibrate on (it mostly waited); weights are 1/requested rate")
             return p.replace(meta={**p.meta, "calibrated": False, "calibration_note": why,

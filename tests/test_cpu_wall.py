@@ -169,6 +169,31 @@ def test_pyspy_two_recordings_combined():
     assert float(np.median(naps)) == pytest.approx(1.0, rel=0.15), f"wall(nap)/measured: {naps}"
 
 
+def _both_profile(n_wall, n_cpu):
+    """The cell thread of a py-spy pair: ``n_wall`` --idle samples, ``n_cpu`` of them also without
+    --idle, and a second thread with 50 of each; weights 1/100 s a sample, as read_pair gives."""
+    b = StackBuilder()
+    f = [b.frame("spin", "a.py", 1, "python"), b.frame("nap", "a.py", 2, "python")]
+    b.add(b.stack("cell", [f[0]]), samples=n_cpu, wall=n_cpu / 100, cpu=n_cpu / 100)
+    b.add(b.stack("cell", [f[1]]), samples=n_wall - n_cpu, wall=(n_wall - n_cpu) / 100, cpu=0.0)
+    b.add(b.stack("other", [f[0]]), samples=50, wall=0.5, cpu=0.5)
+    return b.build(metric="wall", meta={"backend": "py-spy", "rate": 100.0, "mode": "both"})
+
+
+def test_calibrate_both_counts_waiting_for_a_core_as_runnable():
+    """py-spy without --idle counts a thread waiting for a core as active: at load 4, a 0.3 s CPU
+    spin got 135 such samples at 100 Hz (450 per CPU second), over the 1.35 s it was runnable
+    (CPU + run-queue time). That is calibrated to the measured 0.3 s; a thread that waited for its
+    threads (6 samples, 1 ms CPU, 1 ms on a run queue) is not."""
+    from profmagic.pyspy_cpu import calibrate_both
+    q = calibrate_both(_both_profile(200, 135), "cell", 2.0, 0.3, 100, run_delay=1.05)
+    assert q.meta["calibrated_cpu"] == 0.3
+    assert q.stacks.loc[q.stacks["thread"] == "cell", "cpu"].sum() == pytest.approx(0.3)
+    q = calibrate_both(_both_profile(200, 6), "cell", 2.0, 0.001, 100, run_delay=0.001)
+    assert "calibrated_cpu" not in q.meta and "too few or too many" in q.meta["cpu_calibration_note"]
+    assert q.stacks.loc[q.stacks["thread"] == "other", "cpu"].sum() == pytest.approx(0.5)  # wall factor 1
+
+
 def _cworker():
     spec = importlib.util.spec_from_file_location("groundtruth", os.path.join(ROOT, "bench", "groundtruth.py"))
     mod = importlib.util.module_from_spec(spec)
@@ -224,16 +249,17 @@ def test_pyspy_pair_recorder_cleans_up_and_calibrates():
     import threading
     from profmagic.backends.base import Options
     from profmagic.pyspy_cpu import PairRecorder, calibrate_both, read_pair
+    from profmagic.recording import run_delay
     o = Options(rate=100)
     rec = PairRecorder(o)
     try:
         rec.start()
         procs = [r.proc for r in rec.recorders]
         tmps = [r.tmp.path for r in rec.recorders]
-        w0, c0 = time.perf_counter(), time.thread_time()
+        w0, c0, d0 = time.perf_counter(), time.thread_time(), run_delay()
         spin(0.3)
         nap(0.6)
-        wall_s, cpu_s = time.perf_counter() - w0, time.thread_time() - c0
+        wall_s, cpu_s, delay = time.perf_counter() - w0, time.thread_time() - c0, run_delay() - d0
         cap = rec.stop()
     finally:
         rec.close()
@@ -242,7 +268,7 @@ def test_pyspy_pair_recorder_cleans_up_and_calibrates():
     p = read_pair(cap, o)
     me = [t for t in p.threads if t.startswith(f"Thread {threading.get_native_id()} ")]
     assert me, p.threads
-    q = calibrate_both(p, me[0], wall_s, cpu_s)
+    q = calibrate_both(p, me[0], wall_s, cpu_s, run_delay=delay)
     mine = q.stacks[q.stacks["thread"] == me[0]]
     assert mine["wall"].sum() == pytest.approx(wall_s)
     assert mine["cpu"].sum() == pytest.approx(cpu_s)
