@@ -29,16 +29,17 @@ def knl(kernel, tmp_path_factory):
 def profile_of(k, backend):
     r = k.run(CELL.format(backend=backend), timeout=180)
     assert r.error is None, r.error
-    facts = k.value("""(lambda p: {
+    # NaN (a metric a backend cannot measure, e.g. py-spy's CPU) is None: the value crosses as a literal.
+    facts = k.value("""(lambda p, num=(lambda x: float(x) if x == x else None): {
         'threads': p.threads,
         'metric': p.metric,
         'cell_thread': p.meta['cell_thread'],
         'busy_ms': lib.cthread_busy_total_ms(), 'sleep_ms': lib.cthread_sleep_total_ms(),
         'by_thread': {t: {'names': sorted({p.frames.at[f, 'name'] for s in p.stacks.loc[p.stacks.thread == t, 'stack'] for f in s}),
                           'kinds': sorted({str(p.frames.at[f, 'kind']) for s in p.stacks.loc[p.stacks.thread == t, 'stack'] for f in s}),
-                          'total': float(p.weights().loc[p.stacks.thread == t].sum())} for t in p.threads},
-        'fn': {r['name']: (float(r['self']), float(r['total'])) for _, r in p.functions().iterrows()},
-        'fn_cpu': {r['name']: float(r['total']) for _, r in p.functions('cpu').iterrows()} if 'cpu' in p.metrics else None,
+                          'total': num(p.weights().loc[p.stacks.thread == t].sum())} for t in p.threads},
+        'fn': {r['name']: (num(r['self']), num(r['total'])) for _, r in p.functions().iterrows()},
+        'fn_cpu': {r['name']: num(r['total']) for _, r in p.functions('cpu').iterrows()} if 'cpu' in p.metrics else None,
     })(_profile)""")
     return facts
 
