@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import profmagic
+from workloads import nap, spin
 from profmagic.profile import StackBuilder
 from profmagic.views import compare as C
 
@@ -91,18 +92,6 @@ def test_escaped_names_in_cpu_wall():
 
 
 # -- real runs ------------------------------------------------------------------------------------------
-def spin(seconds):
-    end = time.thread_time() + seconds
-    x = 0
-    while time.thread_time() < end:
-        x += 1
-    return x
-
-
-def nap(seconds):
-    time.sleep(seconds)
-
-
 def _fn_totals(p, metric):
     f = p.functions(metric)
     return {n: float(v) for n, v in zip(f["name"], f["total"])}

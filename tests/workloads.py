@@ -1,5 +1,6 @@
-"""The known workloads tests profile: busy() spins on the CPU, nap() sleeps. ``SOURCE`` is the same
-code for a kernel to run."""
+"""The known workloads tests profile: busy() spins on the CPU for a wall time, spin() for a CPU
+time (the same CPU however loaded the machine is), nap() sleeps. ``SOURCE`` is the same code for a
+kernel to run."""
 import inspect
 import time
 
@@ -10,8 +11,14 @@ def busy(t=0.3):
         pass
 
 
+def spin(t=0.3):
+    end = time.thread_time() + t
+    while time.thread_time() < end:
+        pass
+
+
 def nap(t=0.6):
     time.sleep(t)
 
 
-SOURCE = "import time\n" + inspect.getsource(busy) + inspect.getsource(nap)
+SOURCE = "import time\n" + inspect.getsource(busy) + inspect.getsource(spin) + inspect.getsource(nap)
