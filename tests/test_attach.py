@@ -12,16 +12,21 @@ from profmagic.errors import ProfilerError
 
 pytestmark = pytest.mark.timeout(120)
 
+# Spins for argv[1] seconds; with argv[2] == "go", only after reading a line (sent once py-spy samples it).
 TARGET = ("import sys, time\n"
           "def known_attach_target(d):\n"
           "    t = time.perf_counter()\n"
           "    while time.perf_counter() - t < d: pass\n"
+          "def waiting():\n"
+          "    sys.stdin.readline()\n"
           "print('ready', flush=True)\n"
+          "if sys.argv[2:] == ['go']: waiting()\n"
           "known_attach_target(float(sys.argv[1]))\n")
 
 
-def start(seconds: float) -> subprocess.Popen:
-    p = subprocess.Popen([sys.executable, "-c", TARGET, str(seconds)], stdout=subprocess.PIPE)
+def start(seconds: float, *extra: str) -> subprocess.Popen:
+    p = subprocess.Popen([sys.executable, "-c", TARGET, str(seconds), *extra], stdout=subprocess.PIPE,
+                         stdin=subprocess.PIPE)
     assert p.stdout.readline() == b"ready\n"
     return p
 
@@ -29,11 +34,12 @@ def start(seconds: float) -> subprocess.Popen:
 @pytest.fixture
 def procs():
     made = []
-    yield lambda s: made.append(start(s)) or made[-1]
+    yield lambda *a: made.append(start(*a)) or made[-1]
     for p in made:
         p.kill()
         p.wait()
         p.stdout.close()
+        p.stdin.close()
 
 
 def test_attach_one_second_records_known_function(procs):
@@ -51,8 +57,15 @@ def test_attach_one_second_records_known_function(procs):
 
 
 def test_attach_two_one_ends_during_recording(procs):
-    long, short = procs(60), procs(0.5)
-    prof = attach(f"{long.pid},{short.pid}", 1.5)
+    # The short one spins 0.5 s from when both py-spy sample (announce): started before, it ended
+    # while a loaded machine was still starting py-spy, which then could not attach.
+    long, short = procs(60), procs(0.5, "go")
+
+    def go(_):
+        short.stdin.write(b"go\n")
+        short.stdin.flush()
+
+    prof = attach(f"{long.pid},{short.pid}", 1.5, announce=go)
     info = prof.meta["processes"]
     by_pid = {v["pid"]: v for v in info.values()}
     assert by_pid[short.pid]["ended"] is True and by_pid[long.pid]["ended"] is False
