@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import browser as B
+import workloads
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
@@ -12,18 +13,7 @@ why = B.missing()
 if why:
     pytest.skip(why, allow_module_level=True)
 
-SETUP = '''\
-%load_ext profmagic
-import time
-
-def spin(t=0.3):
-    end = time.thread_time() + t
-    while time.thread_time() < end:
-        pass
-
-def nap(t=0.6):
-    time.sleep(t)
-'''
+SETUP = "%load_ext profmagic\n" + workloads.SOURCE
 COMPARE = "%%profile --compare --backend sampler\nspin()\nnap()"
 
 

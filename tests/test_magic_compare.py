@@ -4,6 +4,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
+import workloads
 
 from profmagic.backends import eustack, perf, pyspy
 
@@ -14,12 +15,7 @@ SETUP = r'''
 import time
 RUNS = 0
 TRUTH = {}
-def spin(t=0.3):
-    end = time.thread_time() + t
-    while time.thread_time() < end:
-        pass
-def nap(t=0.6):
-    time.sleep(t)
+''' + workloads.SOURCE + r'''
 def work():
     """spin then nap, each measured: the truth the profile is checked against."""
     global RUNS

@@ -61,8 +61,8 @@ def record_child(child, idle):
     rec = pyspy.Recorder(opts)
     try:
         rec.start()
-        # Its own session: an interrupt to our process group does not reach it.
-        assert os.getsid(rec.proc.pid) == rec.proc.pid
+        # Its own process group (an interrupt to ours does not reach it), in our session (CPU group).
+        assert os.getpgid(rec.proc.pid) == rec.proc.pid and os.getsid(rec.proc.pid) == os.getsid(0)
         assert "--idle" in rec.command() if idle else "--idle" not in rec.command()
         tmp = rec.tmp.path
         go(child)

@@ -20,7 +20,7 @@ import time
 from urllib.parse import quote
 
 from ..errors import ProfilerError
-from .base import Capture, Options, TempDir, reap
+from .base import OWN_GROUP, Capture, Options, TempDir, ptrace_scope, reap
 
 NAME = "eu-stack"
 FORMAT = "eu-stack"
@@ -37,20 +37,12 @@ _SYSCALLS = {  # x86_64 numbers of the calls a waiting thread usually sits in
 }
 
 
-def _ptrace_scope() -> int | None:
-    try:
-        with open("/proc/sys/kernel/yama/ptrace_scope") as f:
-            return int(f.read().strip())
-    except (OSError, ValueError):
-        return None
-
-
 def available() -> tuple[bool, str]:
     missing = [t for t in ("eu-stack", "eu-addr2line") if shutil.which(t) is None]
     if missing:
         return False, (f"{' and '.join(missing)} not found. Fix: install elfutils "
                        "(apt-get install elfutils, dnf install elfutils).")
-    scope = _ptrace_scope()
+    scope = ptrace_scope()
     if scope == 3:
         return False, ("ptrace is disabled (/proc/sys/kernel/yama/ptrace_scope = 3), so eu-stack cannot "
                        "attach. Fix: reboot with a lower ptrace_scope; or use --backend perf.")
@@ -99,8 +91,8 @@ class Recorder:
             [sys.executable, "-m", "profmagic.backends.eustack", "--pid", str(o.pid),
              "--rate", str(o.rate), "--out", self.out],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-            start_new_session=True, env=env)
-        if o.pid == os.getpid() and _ptrace_scope() == 1:
+            **OWN_GROUP, env=env)
+        if o.pid == os.getpid() and ptrace_scope() == 1:
             _allow_ptrace(self.proc.pid)
         # Wait for the helper's first snapshot: only then is it really sampling.
         line = b""
@@ -216,6 +208,8 @@ def raise_priority() -> str:
     """Give this process (and the eu-stack children it spawns, which inherit it) a core as soon as
     its timer fires, whatever the target does: realtime SCHED_RR at the lowest priority (1), else a
     negative nice. Returns what was set, for the capture's header."""
+    if os.environ.get("PROFMAGIC_EUSTACK_PRIORITY") == "normal":
+        return "normal(asked)"
     try:
         os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(1))
         return "SCHED_RR:1"

@@ -5,8 +5,8 @@ Measured with perf 6.1 on this machine kind:
 * ``-e cpu-clock`` (no hardware events here), ``--call-graph dwarf`` (CPython has no frame
   pointers), ``--no-bpf-event`` (stops in 0-10 ms instead of ~0.6 s), ``-D -1
   --control=fifo:CTL,ACK``: perf starts disabled; ``enable`` is written right before the cell and
-  its ``ack`` awaited (~120 ms after start), ``disable`` right after. perf runs in its own session
-  and is stopped with SIGINT; ``perf script`` turns the data into text for ``formats/perf_script``.
+  its ``ack`` awaited (~120 ms after start), ``disable`` right after. perf runs in its own process
+  group and is stopped with SIGINT; ``perf script`` turns the data into text for ``formats/perf_script``.
 * Python frames, by what the target interpreter allows (``meta["python_mode"]``):
   ``perf_jit`` (3.13 started with ``-X perf_jit``): ``perf record -k 1`` + ``perf inject --jit``
   give mixed Python and C stacks. CPython buffers its ``/tmp/jit-PID.dump``, so code jitted
@@ -31,7 +31,7 @@ import sys
 import time
 
 from ..errors import ProfilerError
-from .base import Capture, Options, TempDir, reap, thread_label
+from .base import OWN_GROUP, Capture, Options, TempDir, reap, thread_label
 
 NAME = "perf"
 FORMAT = "perf_script"
@@ -176,7 +176,7 @@ class Recorder:
             cmd[2:2] = ["-k", "1"]
         with open(self.tmp.file("perf.err"), "wb") as err:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
-                                         start_new_session=True)
+                                         **OWN_GROUP)
         self.enabled_at = self._ctl("enable")
 
     def stop(self) -> Capture:

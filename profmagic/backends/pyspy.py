@@ -17,7 +17,7 @@ import sys
 import time
 
 from ..errors import ProfilerError
-from .base import Capture, Options, TempDir, reap
+from .base import OWN_GROUP, Capture, Options, TempDir, ptrace_scope, reap
 
 NAME = "py-spy"
 PR_SET_PTRACER = 0x59616D61
@@ -36,14 +36,6 @@ def binary() -> str | None:
     if os.access(here, os.X_OK):
         return here
     return shutil.which("py-spy")
-
-
-def ptrace_scope() -> int | None:
-    try:
-        with open("/proc/sys/kernel/yama/ptrace_scope") as f:
-            return int(f.read().strip())
-    except (OSError, ValueError):
-        return None
 
 
 def available() -> tuple[bool, str]:
@@ -129,9 +121,8 @@ class Recorder:
             raise ProfilerError("py-spy is not installed: `pip install py-spy`; or use --backend sampler")
         self.tmp = TempDir()
         self.output = self.tmp.file("py-spy.speedscope.json")
-        # Own session: the user's interrupt (SIGINT to the kernel's process group) must not kill it.
         self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, start_new_session=True)
+                                     stderr=subprocess.PIPE, **OWN_GROUP)
         allow_tracer(self.proc.pid)
         self._wait_ready()
 

@@ -20,7 +20,7 @@ import subprocess
 import time
 
 from ..errors import ProfilerError
-from .base import Capture, Options, TempDir, reap
+from .base import OWN_GROUP, Capture, Options, TempDir, reap
 
 NAME = "systemtap"
 FORMAT = "stap"
@@ -97,7 +97,7 @@ class Recorder:
         with open(self.out, "wb") as out, open(self.tmp.file("stap.err"), "wb") as err:
             self.proc = subprocess.Popen(["stap", "-x", str(self.options.pid), "-d", exe, "--ldd", script],
                                          stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                         start_new_session=True)
+                                         **OWN_GROUP)
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
             with open(self.out, "rb") as f:

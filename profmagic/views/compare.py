@@ -91,6 +91,15 @@ class _Display:
     """Shared display of the comparison views: header, figure (plotly mime + static SVG twin) and
     table as separate outputs; ``_parts()`` gives their HTML, ``_text()`` the plain-text form."""
 
+    _figure = None
+
+    @property
+    def figure(self) -> go.Figure:
+        """The plotly figure, built on first use by the subclass's ``_make_figure()``."""
+        if self._figure is None:
+            self._figure = self._make_figure()
+        return self._figure
+
     def outputs(self) -> list[dict]:
         head, pic, table = self._parts()
         return ([{"text/html": head}] if head else []) + [_figure_bundle(self.figure, pic), {"text/html": table}]
@@ -220,13 +229,6 @@ class Comparison(_Display):
         cols = ["name", "file", "total_before", "total_after", "delta_total", "change_pct",
                 "self_before", "self_after", "delta_self", "side"]
         return m[cols].reset_index(drop=True)
-
-    # -- figure -----------------------------------------------------------------------------------
-    @property
-    def figure(self) -> go.Figure:
-        if self._figure is None:
-            self._figure = self._make_figure()
-        return self._figure
 
     def _make_figure(self) -> go.Figure:
         u = Union([self.before, self.after], [self._wa, self._wb])
@@ -444,12 +446,6 @@ class CpuWall(_Display):
             return f"{head}, mostly in {names[caller_frame[x]]} waiting in {ys} ({part:.0f}% of it)"
         return f"{head}, mostly waiting in {ys} ({part:.0f}% of it)"
 
-    @property
-    def figure(self) -> go.Figure:
-        if self._figure is None:
-            self._figure = self._make_figure()
-        return self._figure
-
     def _make_figure(self) -> go.Figure:
         p = self.profile
         ft = T.function_table(p)
@@ -562,12 +558,6 @@ class SideBySide(_Display):
             by = (f.groupby("name")["total"].max() / tot * 100.0) if tot else pd.Series(dtype=float)
             out[f"{name} ({m}) %"] = [float(by.get(n, 0.0)) for n in names]
         return out
-
-    @property
-    def figure(self) -> go.Figure:
-        if self._figure is None:
-            self._figure = self._make_figure()
-        return self._figure
 
     def _make_figure(self) -> go.Figure:
         fig = go.Figure()
