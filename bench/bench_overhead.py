@@ -16,6 +16,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+from results import write_section  # noqa: E402  (bench/ is on the path as the script's folder)
 
 CELL = "s = 0\nfor i in range(4_000_000):\n    s += i * i\n"   # CPU-bound, fixed work
 SETUP = f'''
@@ -45,7 +46,7 @@ BACKENDS = [("py-spy", "--idle"), ("py-spy", ""), ("sampler", "--mode both"), ("
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--write", action="store_true", help="append the table to bench/RESULTS.md")
+    ap.add_argument("--write", action="store_true", help="write the table to its section of bench/RESULTS.md")
     a = ap.parse_args()
     from kernel import Kernel
     k = Kernel()
@@ -63,7 +64,7 @@ def main() -> None:
             rows.append((backend, extra, res, ""))
     finally:
         k.close()
-    lines = [f"| backend | options | cell ratio (median, min–max) | magic fixed s (median) | total ratio (median) | bare s |",
+    lines = ["| backend | options | cell ratio (median, min–max) | magic fixed s (median) | total ratio (median) | bare s |",
              "|---|---|---|---|---|---|"]
     for backend, extra, res, err in rows:
         if res is None:
@@ -76,7 +77,6 @@ def main() -> None:
     table = "\n".join(lines)
     print(table)
     if a.write:
-        path = os.path.join(HERE, "RESULTS.md")
         text = (f"\n## %%profile overhead (issue 3)\n\n"
                 f"Command: `.venv/bin/python bench/bench_overhead.py --rounds {a.rounds} --write` "
                 f"(real ipykernel, Python {sys.version.split()[0]}, 2 shared cores, 100 Hz).\n"
@@ -85,8 +85,7 @@ def main() -> None:
                 f"cell ratio = the cell's wall time under the profiler / bare; magic fixed = whole %%profile "
                 f"call − the cell's own wall time (start, attach, stop, read, transforms); "
                 f"total ratio = whole call / bare.\n\n{table}\n")
-        with open(path, "a") as f:
-            f.write(text)
+        write_section(text)
 
 
 if __name__ == "__main__":

@@ -4,28 +4,14 @@ printed; with PROFMAGIC_WRITE_RESULTS=1 they replace this test's section of benc
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
 pytestmark = [pytest.mark.kernel, pytest.mark.timeout(400)]
 BACKENDS = ["py-spy", "sampler", "pyinstrument", "cprofile"]
 CELLS = 200
-RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "RESULTS.md")
 SECTION = "## Long-session stability (issue 8)"
-
-
-def write_section(text: str) -> None:
-    """Replace this test's section of bench/RESULTS.md (or add it)."""
-    with open(RESULTS, encoding="utf-8") as f:
-        old = f.read()
-    start = old.find(SECTION)
-    if start < 0:
-        new = old.rstrip("\n") + "\n" + text
-    else:
-        end = old.find("\n## ", start + len(SECTION))
-        new = old[:start].rstrip("\n") + "\n" + text + (old[end:] if end >= 0 else "")
-    with open(RESULTS, "w", encoding="utf-8") as f:
-        f.write(new)
 
 
 def rss_mb(pid: int) -> float:
@@ -62,6 +48,8 @@ def test_200_cells(k):
             f"| 20 | {rss20:.1f} | {fd20} | {th20} |\n| {CELLS} | {rss200:.1f} | {fd200} | {th200} |\n\n"
             f"RSS growth cell 20 → {CELLS}: {rss200 - rss20:+.1f} MB (limit 50 MB).\n")
     if os.environ.get("PROFMAGIC_WRITE_RESULTS"):  # a test run must not grow the results file
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+        from results import write_section
         write_section(text)
     print(text)
     assert rss200 - rss20 < 50, text
