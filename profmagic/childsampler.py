@@ -56,7 +56,7 @@ _active: tuple[str, float] | None = None   # (dir, rate) while a recording in th
 
 
 def tid_cpu_clock(native_id: int) -> int:
-    """The kernel's per-thread CPU clock id for a Linux tid (as in backends/sampler.py)."""
+    """The kernel's per-thread CPU clock id for a Linux tid (what glibc builds from pd->tid)."""
     return (~native_id << 3) | 6
 
 

@@ -100,7 +100,7 @@ class ProfileMagics(Magics):
             names = [b.strip() for b in args.backends.split(",") if b.strip()]
             bad = [b for b in names if b not in recording.BACKENDS or b == "auto"]
             if not names or bad:
-                print(f"profmagic: --backends takes a comma-separated list of: "
+                print("profmagic: --backends takes a comma-separated list of: "
                       + ", ".join(recording.BACKENDS[1:]) + (f" (unknown: {', '.join(bad)})" if bad else ""),
                       file=sys.stderr)
                 return None

@@ -230,7 +230,7 @@ def by_process(profile: Profile) -> pd.DataFrame:
 def read_child(data: bytes, source: str = "<child>", t0: float = 0.0) -> Profile:
     """One child's ``<pid>.jsonl`` as a Profile (wall and cpu per sample; time from ``t0``, the
     parent's start). A torn last line (the child was killed mid-write) is dropped and counted."""
-    from .backends.base import thread_label
+    from .threads import thread_label
     b = StackBuilder()
     head = None
     ids: dict[int, int] = {}
@@ -263,7 +263,7 @@ def read_child(data: bytes, source: str = "<child>", t0: float = 0.0) -> Profile
                 name = rec[1]
             elif kind == "s":
                 _, t, nid, tname, wall, cpu, stack = rec
-                sid = b.stack(thread_label(nid, tname) if nid is not None else f'Thread ? "{tname}"',
+                sid = b.stack(thread_label(nid, tname),
                               [ids[f] for f in stack])
                 b.add(sid, samples=1, time=t - t0, wall=float(wall),
                       cpu=float("nan") if cpu is None else float(cpu))

@@ -10,7 +10,7 @@ from typing import Callable, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from .backends.base import thread_native_id
+from .threads import thread_native_id
 from .profile import TIME_METRICS, Profile
 
 

@@ -15,7 +15,6 @@ A backend module (``backends/<tool>.py``) exposes:
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -104,16 +103,5 @@ def reap(proc: subprocess.Popen | None, sig: int = signal.SIGINT, timeout: float
     return proc.returncode
 
 
-# Thread labels. py-spy names each thread `Thread <native tid> "<name>"`; in-process backends use the
-# same form so that transforms can tell the cell's thread from the kernel's by native id.
-_THREAD_RE = re.compile(r'^Thread (\d+)(?: "(.*)")?')
-
-
-def thread_label(native_id: int, name: str | None = None) -> str:
-    return f'Thread {native_id} "{name}"' if name is not None else f"Thread {native_id}"
-
-
-def thread_native_id(label: str) -> int | None:
-    """The native thread id in a `Thread <tid> "<name>"` label, or None when it has none."""
-    m = _THREAD_RE.match(str(label))
-    return int(m.group(1)) if m else None
+# Thread labels: formats and transforms use them too.
+from ..threads import thread_label, thread_native_id  # noqa: E402,F401

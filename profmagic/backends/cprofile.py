@@ -83,7 +83,7 @@ class Recorder:
         duration = time.perf_counter() - self._t0
         self._prof.create_stats()
         data = marshal.dumps(self._prof.stats)
-        from .sampler import thread_label
+        from .base import thread_label
         meta = {
             "backend": NAME,
             "metric": self.options.mode,

@@ -80,7 +80,7 @@ class Recorder:
 
     def stop(self) -> Capture:
         import pyinstrument
-        from .sampler import thread_label
+        from .base import thread_label
         if self._prof is None:
             raise ProfilerError("pyinstrument was never started")
         try:

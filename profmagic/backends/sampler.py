@@ -22,7 +22,8 @@ import threading
 import time
 
 from ..errors import ProfilerError
-from .base import Capture, Options
+from ..childsampler import tid_cpu_clock
+from .base import Capture, Options, thread_label
 
 NAME = "sampler"
 _THREAD_LABEL = re.compile(r'^Thread (\d+) "')
@@ -35,16 +36,6 @@ def available() -> tuple[bool, str]:
         return False, ("this platform has no per-thread CPU clocks (time.pthread_getcpuclockid); "
                        "use --backend pyinstrument or cprofile")
     return True, "built-in sampler: samples every Python thread from inside the process; needs no ptrace"
-
-
-def thread_label(native_id: int | None, name: str) -> str:
-    """py-spy's speedscope thread name, so the same transforms apply."""
-    return f'Thread {native_id if native_id is not None else "?"} "{name}"'
-
-
-def tid_cpu_clock(native_id: int) -> int:
-    """The kernel's per-thread CPU clock id for a Linux tid (what glibc builds from pd->tid)."""
-    return (~native_id << 3) | 6
 
 
 def split_cpu_at_stack_changes(profile):

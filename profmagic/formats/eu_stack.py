@@ -37,7 +37,7 @@ from urllib.parse import unquote
 
 import numpy as np
 
-from ..backends.base import thread_label
+from ..threads import thread_label
 from ..errors import ProfileFormatError
 from ..profile import Profile, Raw, StackBuilder
 from .folded import decode

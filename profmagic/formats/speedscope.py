@@ -342,7 +342,7 @@ def from_dict(doc, source: str = "<input>", metric: str = "wall", raw: Raw | Non
         metric = "wall"
     units = set()
     threads: list[str] = []
-    rows_thread, rows_stack, rows_w, rows_n = [], [], [], []
+    rows_thread, rows_stack, rows_n = [], [], []
     extra_cols: dict[str, list] = {}
     s_parts = []
     base = 0

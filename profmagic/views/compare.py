@@ -63,17 +63,6 @@ def _table_html(df: pd.DataFrame, floatfmt: str = "{:.4g}") -> str:
                       float_format=lambda v: floatfmt.format(v), classes="profmagic-table")
 
 
-def _weights(p: Profile, metric: str) -> tuple[np.ndarray, int]:
-    """Weights per stacks row with NaN as 0, and how many rows were unknown."""
-    if metric not in p.metrics:
-        backend = p.meta.get("backend") or p.meta.get("format") or "this source"
-        raise ValueError(f"{backend} cannot measure {metric_label(metric)}; "
-                         f"this profile has: {', '.join(p.metrics)}")
-    w = p.weights(metric).to_numpy(dtype=np.float64)
-    nan = np.isnan(w)
-    return np.where(nan, 0.0, w), int(nan.sum())
-
-
 def _common_metric(profiles, metric: str | None) -> str:
     if metric is not None:
         for name, p in profiles:
@@ -192,8 +181,8 @@ class Comparison(_Display):
                  labels: tuple[str, str], min_share: float, max_nodes: int):
         self.before, self.after = before, after
         self.metric, self.normalize, self.labels = metric, normalize, labels
-        wa, self.unknown_before = _weights(before, metric)
-        wb, self.unknown_after = _weights(after, metric)
+        wa, self.unknown_before = T.metric_weights(before, metric)
+        wb, self.unknown_after = T.metric_weights(after, metric)
         self.total_before, self.total_after = float(wa.sum()), float(wb.sum())
         if normalize:
             wa = wa / self.total_before if self.total_before else wa
