@@ -18,7 +18,7 @@ import pandas as pd
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from profmagic import multi  # noqa: E402
-from profmagic.profile import Profile, make_frames  # noqa: E402
+from profmagic.model import Profile, make_frames  # noqa: E402
 
 RANKS, SAMPLES, STACKS, FRAMES, DEPTH = 64, 100_000, 2_000, 600, 30
 

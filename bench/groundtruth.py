@@ -159,7 +159,7 @@ def main_loop(scenario: str, duration: float):
 # ---------------------------------------------------------------------------------------------------
 def _options(spec: dict, **kw):
     from profmagic.backends.base import Options
-    o = Options(rate=RATE, mode=spec.get("mode", "wall"), idle=spec.get("idle", False),
+    o = Options(rate=RATE, mode=spec.get("mode", "wall"), idle=spec.get("idle"),
                 native=spec.get("native", False), all_threads=True, **kw)
     o.extra.update(spec.get("extra", {}))
     return o
@@ -253,29 +253,30 @@ def calibrated(p, truth: dict, metric: str):
         return None
     per = truth["main"]["thread"][0 if metric == "wall" else 1] / n
     st = p.stacks.assign(**{metric: p.stacks["samples"].to_numpy(float) * per})
-    return p.replace(stacks=st, meta={**p.meta, "calibrated": True}, metric=metric)
+    return p.replace(stacks=st, meta=p.meta.replace(calibrated=True), metric=metric)
 
 
 def derived(profiles: dict, truth: dict) -> dict:
     """Add the two py-spy CPU methods: (a) combine two recordings, (b) classify native leaves; and
     py-spy calibrated to the measured time of the main thread, as the magic does for the cell."""
-    from profmagic import pyspy_cpu
+    from native_leaves import classify_native
+    from profmagic.transforms import combine_idle
     out = dict(profiles)
     w, c = profiles.get("py-spy --idle"), profiles.get("py-spy (no --idle)")
     if w is not None and c is not None:
         wc, cc = calibrated(w, truth, "wall"), calibrated(c, truth, "cpu")
         if wc is not None and cc is not None:
-            out["py-spy both (a), calibrated as in %%profile"] = pyspy_cpu.combine_idle(wc, cc)
+            out["py-spy both (a), calibrated as in %%profile"] = combine_idle(wc, cc)
     nat = profiles.get("py-spy --idle --native")
     if nat is not None:
         nc = calibrated(nat, truth, "wall")
         if nc is not None:
-            out["py-spy both (b), calibrated as in %%profile"] = pyspy_cpu.classify_native(nc)
+            out["py-spy both (b), calibrated as in %%profile"] = classify_native(nc)
     if "py-spy --idle" in profiles and "py-spy (no --idle)" in profiles:
-        out["py-spy both (a: two recordings)"] = pyspy_cpu.combine_idle(
+        out["py-spy both (a: two recordings)"] = combine_idle(
             profiles["py-spy --idle"], profiles["py-spy (no --idle)"])
     if "py-spy --idle --native" in profiles:
-        out["py-spy both (b: native leaves)"] = pyspy_cpu.classify_native(profiles["py-spy --idle --native"])
+        out["py-spy both (b: native leaves)"] = classify_native(profiles["py-spy --idle --native"])
     return out
 
 

@@ -1,52 +1,59 @@
-"""profmagic: profile one notebook cell with real profilers and see it inline."""
+"""profmagic: profile one notebook cell with real profilers and see it inline.
+
+The root imports only the model and the errors; everything else loads on first use, so
+``profmagic.load(path)`` imports no recorder.
+"""
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
+from . import model as _model
 from .errors import ProfileFormatError, ProfilerError
-from .profile import Profile
+from .model import Profile
 
-__version__ = "0.1.0"
-__all__ = ["load", "Profile", "ProfileFormatError", "ProfilerError", "compare", "profile", "attach",
+__all__ = ["load", "save", "Profile", "ProfileFormatError", "ProfilerError", "compare", "profile", "attach",
            "load_ipython_extension", "__version__"]
 
 
-def load(source, format: str | None = None, **options) -> Profile:
-    """Read a profile from a path, bytes or str. The format is sniffed from the content when None.
+def __getattr__(name: str):
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+        try:
+            return version("profmagic")
+        except PackageNotFoundError:   # a source tree that was never installed
+            return "0+unknown"
+    raise AttributeError(f"module 'profmagic' has no attribute {name!r}")
 
-    A str is taken as content when it contains a newline or starts with ``{``; otherwise as a path.
-    A path with a glob pattern (``runs/*/rank*.json``) loads every match into one multi-process profile.
-    """
+
+def load(source, format: str | None = None, **options) -> Profile:
+    """Read a profile from a path, bytes, str or a ``Raw`` capture. The format is sniffed from the
+    content when None. A str is content when it contains a newline or starts with ``{``; otherwise
+    a path. A path with a glob pattern (``runs/*/rank*.json``) loads every match into one
+    multi-process profile."""
     from . import formats
-    if isinstance(source, (str, os.PathLike)):
-        s = os.fspath(source)
-        if "\n" not in s and not s.lstrip().startswith("{") and any(c in s for c in "*?[") \
-                and not os.path.exists(s):
-            from .multi import load_many
-            return load_many(s, format=format, **options)
-    name = "<input>"
-    if isinstance(source, os.PathLike) or (isinstance(source, str) and "\n" not in source
-                                           and not source.lstrip().startswith("{")):
-        name = os.fspath(source)
-        data = Path(name).read_bytes()
-    elif isinstance(source, str):
-        data = source.encode("utf-8")
-    elif isinstance(source, (bytes, bytearray, memoryview)):
-        data = bytes(source)
-    else:
-        raise TypeError(f"load() takes a path, bytes or str, not {type(source).__name__}")
-    return formats.read(data, format, source=name, **options)
+    return formats.load(source, format, **options)
+
+
+def save(profile: Profile, path: str) -> str:
+    """Write ``profile`` in the format ``path``'s extension names; returns the path."""
+    from . import formats
+    return formats.write_by_name(profile, path)
 
 
 def compare(a: Profile, b: Profile, **kw):
+    """Before/after: a differential icicle and a delta table."""
     from .views import compare as _compare
     return _compare.compare(a, b, **kw)
 
 
 def profile(backend: str = "auto", **options):
-    from .recording import profile as _profile
+    """Context manager: ``with profmagic.profile("sampler", mode="both") as rec: work()``."""
+    from .session import profile as _profile
     return _profile(backend, **options)
+
+
+def attach(pids, duration: float | None = 10.0, backend: str = "py-spy", **options) -> Profile:
+    """Record running processes for ``duration`` seconds (None: until Ctrl-C)."""
+    from .attaching import attach as _attach
+    return _attach(pids, duration, backend, **options)
 
 
 def load_ipython_extension(ipython):
@@ -59,4 +66,31 @@ def unload_ipython_extension(ipython):
     _unload(ipython)
 
 
-from .attach import attach  # noqa: E402  (eager: a lazy wrapper would be shadowed by the submodule)
+# -- what the model's convenience methods use (model.HOOKS) ------------------------------------------
+def _view(p: Profile, name: str, **kw):
+    import importlib
+    return importlib.import_module(f"{__name__}.views.{name}").figure(p, **kw)
+
+
+def _speedscope(p: Profile) -> dict:
+    from .formats import speedscope
+    return speedscope.to_dict(p)
+
+
+def _folded(p: Profile, metric: str | None = None) -> str:
+    from .formats import folded
+    return folded.write_text(p, metric=metric)
+
+
+def _mimebundle(p: Profile) -> dict:
+    from . import report
+    return report.mimebundle(p)
+
+
+def _concat(profiles, key: str = "rank", labels=None) -> Profile:
+    from .multi import concat
+    return concat(profiles, key=key, labels=labels)
+
+
+_model.HOOKS.update(save=save, view=_view, speedscope=_speedscope, folded=_folded, mimebundle=_mimebundle,
+                    concat=_concat)

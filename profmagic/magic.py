@@ -12,11 +12,10 @@ import threading
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from . import recording, transforms
+from . import session, transforms
+from .backends.base import MODES
 from .errors import ProfileFormatError, ProfilerError
-from .profile import Profile
-
-MODES = ("wall", "cpu", "both")
+from .model import Profile
 # Options that take a value: the line magic's statement starts after the last option.
 _VALUED = {"-b", "--backend", "--backends", "--rate", "--mode", "-o", "--output", "--pid", "--duration"}
 
@@ -43,12 +42,24 @@ class QuietProfile(Profile):
         return {"text/plain": repr(self)}
 
 
+def quiet(p: Profile) -> QuietProfile:
+    return QuietProfile(p.frames, p.stacks, p.samples, p.meta, p.raw, p.metric, threads=p.thread_table)
+
+
+def mode_of(args) -> str | None:
+    """The one clock option: ``--mode``; ``--idle`` is py-spy's spelling of ``--mode wall``; None
+    lets the backend choose (both clocks where one run gives them)."""
+    if args.mode is not None:
+        return args.mode
+    return "wall" if args.idle else None
+
+
 @magics_class
 class ProfileMagics(Magics):
 
     @magic_arguments()
     @argument("-b", "--backend", default="auto",
-              help="auto, " + ", ".join(recording.BACKENDS[1:]) + " (default auto: py-spy when it can attach, "
+              help="auto, " + ", ".join(session.BACKENDS[1:]) + " (default auto: py-spy when it can attach, "
                    "else the built-in sampler)")
     @argument("--idle", action="store_true", help="include waiting (off-CPU) samples: wall time")
     @argument("--native", action="store_true", help="C/C++ frames too (py-spy: blocking mode)")
@@ -83,9 +94,9 @@ class ProfileMagics(Magics):
         except Exception as e:  # UsageError: show it as the user's mistake
             print(f"profmagic: {e}", file=sys.stderr)
             return None
-        if args.backend not in recording.BACKENDS:
+        if args.backend not in session.BACKENDS:
             print(f"profmagic: unknown backend {args.backend!r}; choose one of: "
-                  + ", ".join(recording.BACKENDS), file=sys.stderr)
+                  + ", ".join(session.BACKENDS), file=sys.stderr)
             return None
         if args.mode is not None and args.mode not in MODES:
             print(f"profmagic: unknown --mode {args.mode!r}; choose one of: {', '.join(MODES)}", file=sys.stderr)
@@ -98,10 +109,10 @@ class ProfileMagics(Magics):
             args.mode = "both"
         if args.backends is not None:
             names = [b.strip() for b in args.backends.split(",") if b.strip()]
-            bad = [b for b in names if b not in recording.BACKENDS or b == "auto"]
+            bad = [b for b in names if b not in session.BACKENDS or b == "auto"]
             if not names or bad:
                 print("profmagic: --backends takes a comma-separated list of: "
-                      + ", ".join(recording.BACKENDS[1:]) + (f" (unknown: {', '.join(bad)})" if bad else ""),
+                      + ", ".join(session.BACKENDS[1:]) + (f" (unknown: {', '.join(bad)})" if bad else ""),
                       file=sys.stderr)
                 return None
             args.backends = list(dict.fromkeys(names))
@@ -113,7 +124,7 @@ class ProfileMagics(Magics):
             return None
         if args.backends is not None:
             return self.run_backends(code, args)
-        return self.run(code, args)  # recording.Session warns when --gil overrides --idle
+        return self.run(code, args)  # session.Session warns when --gil overrides --idle
 
     def run_backends(self, code: str, args):
         """``--backends a,b,c``: the cell once per backend, shown side by side; a dict is returned."""
@@ -129,7 +140,7 @@ class ProfileMagics(Magics):
             finally:
                 args.quiet, args.output = quiet, output
             if p is not None:
-                out[name] = Profile(p.frames, p.stacks, p.samples, p.meta, p.raw, p.metric)
+                out[name] = Profile(p.frames, p.stacks, p.samples, p.meta, p.raw, p.metric, threads=p.thread_table)
         if out and not args.quiet:
             from IPython.display import display
             from .views import compare
@@ -139,7 +150,7 @@ class ProfileMagics(Magics):
 
     def attach(self, code: str, args):
         """``%profile --pid 1234,5678 --duration 10``: record running processes, not code."""
-        from .attach import attach as attach_pids   # profmagic.attach may be the function, not the module
+        from .attaching import attach as attach_pids
         if code.strip():
             print("profmagic: --pid attaches to running processes; give no code with it", file=sys.stderr)
             return None
@@ -149,8 +160,8 @@ class ProfileMagics(Magics):
             handle = display({"text/plain": "attaching…"}, raw=True, display_id=True)
         try:
             profile = attach_pids(args.pid, args.duration, backend=args.backend, rate=args.rate,
-                                    idle=not args.gil and (args.idle or args.mode in (None, "wall", "both")),
-                                    native=args.native,
+                                  mode="cpu" if args.gil else ("wall" if args.idle else args.mode),
+                                  native=args.native,
                                     announce=(lambda t: handle.update({"text/plain": t}, raw=True)) if handle else None)
         except ProfilerError as e:
             print(f"profmagic: {e}", file=sys.stderr)
@@ -165,8 +176,7 @@ class ProfileMagics(Magics):
             except (OSError, ValueError) as e:
                 print(_save_failed(args.output, e), file=sys.stderr)
         if args.quiet:
-            return QuietProfile(profile.frames, profile.stacks, profile.samples, profile.meta,
-                                profile.raw, profile.metric)
+            return quiet(profile)
         return profile
 
     def run(self, code: str, args):
@@ -181,9 +191,8 @@ class ProfileMagics(Magics):
             ip.showsyntaxerror(filename)
             return None
         is_async = bool(compiled.co_flags & inspect.CO_COROUTINE)
-        options = recording.make_options(
-            rate=args.rate, idle=bool(args.idle or args.mode in ("wall", "both")), native=args.native,
-            gil=args.gil, mode=args.mode or "wall", subprocesses=args.subprocesses,
+        options = session.make_options(
+            rate=args.rate, native=args.native, gil=args.gil, mode=mode_of(args), subprocesses=args.subprocesses,
             all_threads=args.all_threads, cell_filename=filename, rerun=args.rerun)
         names = transforms.cell_names(getattr(ip.compile, "_filename_map", {}))
         handle = None
@@ -203,7 +212,7 @@ class ProfileMagics(Magics):
                          "event loop on a helper thread)…")
                 profile, error = _run_async(args.backend, options, compiled, ns, session_kw)
             else:
-                profile, error = recording.run(args.backend, options, lambda: exec(compiled, ns), **session_kw)
+                profile, error = session.run(args.backend, options, lambda: exec(compiled, ns), **session_kw)
         except (ProfilerError, ProfileFormatError) as e:  # a reader error here: the profiler's own file is bad
             if handle is not None:
                 handle.update({"text/plain": ""}, raw=True)
@@ -229,8 +238,7 @@ class ProfileMagics(Magics):
             _show(profile, True)
             args.quiet = True  # the comparison is the display; the Profile is still returned
         if profile is not None and args.quiet:
-            profile = QuietProfile(profile.frames, profile.stacks, profile.samples, profile.meta,
-                                   profile.raw, profile.metric)
+            profile = quiet(profile)
         return profile
 
 
@@ -267,7 +275,7 @@ def _run_async(backend, options, compiled, ns, session_kw):
 
     def work():
         try:
-            out["result"] = recording.run(backend, options, lambda: asyncio.run(main()), **session_kw)
+            out["result"] = session.run(backend, options, lambda: asyncio.run(main()), **session_kw)
         except BaseException as e:  # recorder errors: handed to the kernel thread
             out["error"] = e
 
@@ -291,6 +299,8 @@ def _run_async(backend, options, compiled, ns, session_kw):
 
 
 def load_ipython_extension(ipython) -> None:
+    from . import kernel
+    kernel.remember_threads()
     ipython.register_magics(ProfileMagics)
 
 

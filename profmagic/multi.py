@@ -1,22 +1,19 @@
-"""Many processes in one Profile: the ``process`` column, concat, load of a glob, child captures.
+"""Many processes in one Profile: process labels, concat, the per-process summary.
 
-A multi-process Profile is an ordinary Profile whose ``stacks`` carry a ``process`` column (a
-label such as ``pid 1234 · ForkPoolWorker-1``) and whose ``meta["processes"]`` maps each label
-to what is known about it (pid, argv, backend, whether it ended during the recording).
-Knows pandas; knows no profiler, no plotly, no IPython.
+A multi-process Profile is an ordinary Profile whose thread table gives each thread a ``process``
+(a label such as ``pid 1234 · ForkPoolWorker-1``, shown as the stacks' ``process`` column) and
+whose ``meta["processes"]`` maps each label to what is known about it (pid, argv, backend,
+whether it ended during the recording). Knows pandas; knows no profiler, no plotly, no IPython.
 """
 from __future__ import annotations
 
-import glob as _glob
 import json
 import os
-import re
 
 import numpy as np
 import pandas as pd
 
-from .errors import ProfileFormatError
-from .profile import METRICS, Profile, StackBuilder
+from .model import KINDS, METRICS, Profile, unique_labels
 
 PROCESS = "process"
 
@@ -28,25 +25,19 @@ def process_label(pid: int | None, name: str) -> str:
 def processes(profile: Profile) -> list[str]:
     """Process labels in first-seen order (meta first); [] for a single-process profile."""
     seen = list((profile.meta.get("processes") or {}).keys())
-    if PROCESS in profile.stacks:
-        for p in pd.unique(profile.stacks[PROCESS].dropna()):
-            if p not in seen:
-                seen.append(p)
+    for p in pd.unique(profile.thread_table[PROCESS].dropna()):
+        if p not in seen:
+            seen.append(p)
     return seen
 
 
 def with_process(profile: Profile, label: str, info: dict | None = None) -> Profile:
-    """Every row without a process gets ``label``; ``info`` goes to ``meta["processes"][label]``."""
-    st = profile.stacks.copy()
-    if PROCESS in st:
-        st[PROCESS] = st[PROCESS].where(st[PROCESS].notna(), label).astype(object)
-    else:
-        st[PROCESS] = pd.Series([label] * len(st), dtype=object)
-    meta = dict(profile.meta)
-    procs = dict(meta.get("processes") or {})
+    """Every thread without a process gets ``label``; ``info`` goes to ``meta["processes"][label]``."""
+    t = profile.thread_table.copy()
+    t[PROCESS] = t[PROCESS].where(t[PROCESS].notna(), label).astype(object)
+    procs = dict(profile.meta.processes)
     procs.setdefault(label, {}).update(info or {})
-    meta["processes"] = procs
-    return profile.replace(stacks=st, meta=meta)
+    return profile.replace(threads=t, meta=profile.meta.replace(processes=procs))
 
 
 def _label_for(p: Profile, i: int, key: str) -> str:
@@ -62,13 +53,15 @@ def concat(profiles, key: str = "rank", labels=None) -> Profile:
     """One Profile from many, keeping which one each stack came from.
 
     Each input's label (``labels[i]``; else ``meta[key]`` as ``"<key> <value>"``; else its source
-    file name; else ``"<key> <i>"``) goes into a column named ``key`` on every row of that input, and
-    into ``process`` where a row has no process yet. Frames are unified by (name, file, line, kind);
+    file name; else ``"<key> <i>"``) goes into the thread table: as ``rank`` (key "rank") and as
+    ``process`` where a thread has no process yet. Frames are unified by (name, file, line, kind);
     weights are not changed, so every total is the sum of the inputs' totals.
     """
     profiles = list(profiles)
     if not profiles:
         raise ValueError("concat() needs at least one profile")
+    if key not in ("rank", PROCESS):
+        raise ValueError(f"concat() labels profiles by 'rank' or 'process', not {key!r}")
     if labels is None:
         labels = [_label_for(p, i, key) for i, p in enumerate(profiles)]
     labels = [str(x) for x in labels]
@@ -81,49 +74,47 @@ def concat(profiles, key: str = "rank", labels=None) -> Profile:
     allf = pd.concat([p.frames.reset_index(drop=True) for p in profiles], ignore_index=True)
     line = allf["line"].astype("Int64")
     keys = pd.MultiIndex.from_arrays([allf["name"].astype(object), allf["file"].astype(object),
-                                      line.fillna(-1).astype(np.int64),
-                                      allf["kind"].astype(object)])
-    codes, uniq = pd.factorize(keys)
+                                      line.fillna(-1).astype(np.int64), allf["kind"].astype(object)])
+    codes, _ = pd.factorize(keys)
     first = pd.Series(np.arange(len(codes))).groupby(codes, sort=True).first().to_numpy()
     frames = allf.iloc[first].reset_index(drop=True)
-    frames["kind"] = pd.Categorical(frames["kind"].astype(object), categories=profiles[0].frames["kind"].cat.categories
-                                    if hasattr(profiles[0].frames["kind"], "cat") else None)
+    frames["kind"] = pd.Categorical(frames["kind"].astype(object), categories=KINDS)
     frames.index.name = "frame"
 
-    parts, samples, off_f, off_s = [], [], 0, 0
+    tables, parts, samples = [], [], []
+    off_f = off_s = off_t = 0
     for p, lab in zip(profiles, labels):
         fmap = np.full(int(p.frames.index.max()) + 1 if len(p.frames) else 0, -1, dtype=np.int64)
         fmap[p.frames.index.to_numpy()] = codes[off_f:off_f + len(p.frames)]
         off_f += len(p.frames)
-        st = p.stacks.copy()
-        st["stack"] = pd.Series([tuple(fmap[list(s)].tolist()) if len(s) else () for s in st["stack"]],
-                                dtype=object, index=st.index)
-        st[key] = lab
-        if PROCESS not in st:
-            st[PROCESS] = lab
-        else:
-            st[PROCESS] = st[PROCESS].where(st[PROCESS].notna(), lab)
+        t = p.thread_table.copy()
+        t[PROCESS] = t[PROCESS].where(t[PROCESS].notna(), lab).astype(object)
+        if key == "rank":
+            t["rank"] = lab
+        tables.append(t)
+        st = p.stacks.drop(columns=[c for c in ("process", "rank") if c in p.stacks])
+        st = st.assign(thread=p.thread_ids() + off_t,
+                       stack=pd.Series([tuple(fmap[list(s)].tolist()) if len(s) else () for s in st["stack"]],
+                                       dtype=object, index=st.index))
         parts.append(st)
         if p.samples is not None and len(p.samples):
-            s = p.samples.copy()
-            s["stack"] = s["stack"].to_numpy() + off_s
-            samples.append(s)
+            samples.append(p.samples.drop(columns=["thread"]).assign(stack=p.samples["stack"].to_numpy() + off_s))
         off_s += len(st)
+        off_t += len(t)
     stacks = pd.concat(parts, ignore_index=True)
-    for c in (key, PROCESS, "thread"):
-        stacks[c] = stacks[c].astype(object)
     if "samples" in stacks and stacks["samples"].notna().all():
         s = stacks["samples"].to_numpy(dtype=np.float64)
         if np.all(s == np.round(s)):
             stacks["samples"] = s.astype(np.int64)
     samples_df = pd.concat(samples, ignore_index=True) if samples and len(samples) == len(profiles) else None
+    table = pd.concat(tables, ignore_index=True)
+    table["label"] = unique_labels(table["label"].tolist(), table[PROCESS].tolist())
+    return Profile(frames, stacks, samples_df, _merged_meta(profiles, labels, key), None,
+                   common_metric(profiles), threads=table)
 
-    meta = _merged_meta(profiles, labels, key)
-    metric = _common_metric(profiles)
-    return Profile(frames, stacks, samples_df, meta, None, metric)
 
-
-def _common_metric(profiles) -> str:
+def common_metric(profiles) -> str:
+    """The metric every profile shares: their common primary one, else the first all of them know."""
     firsts = {p.metric for p in profiles}
     if len(firsts) == 1:
         return firsts.pop()
@@ -147,16 +138,12 @@ def _merged_meta(profiles, labels, key) -> dict:
         else:
             procs.setdefault(lab, {}).update({k: p.meta.get(k) for k in ("pid", "backend", "rate", "source")
                                               if p.meta.get(k) is not None})
-    threads = []
-    for p in profiles:
-        threads += [t for t in p.threads if t not in threads]
     durations = [p.duration for p in profiles if p.duration is not None]
     backends = {p.meta.get("backend", p.meta.get("format")) for p in profiles}
     meta = {
         "backend": backends.pop() if len(backends) == 1 else "mixed: " + ", ".join(sorted(map(str, backends))),
         "concat": {"key": key, "labels": labels},
         "processes": procs,
-        "threads": threads,
         "sample_count": int(sum(p.sample_count for p in profiles)),
     }
     for k in ("rate", "requested_rate", "metric_note", "cell"):
@@ -166,42 +153,6 @@ def _merged_meta(profiles, labels, key) -> dict:
     if durations:
         meta["duration"] = max(durations)
     return meta
-
-
-# -- many files ------------------------------------------------------------------------------
-def _natural(s: str):
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", s)]
-
-
-def load_many(pattern, key: str = "rank", format: str | None = None, **options) -> Profile:
-    """Every file matching the glob ``pattern`` (sorted naturally: rank2 before rank10), one
-    process each, concatenated. A file's label is ``"<key> <n>"`` when its path has ``<key><n>``
-    (``rank3.json`` -> ``rank 3``), else its path relative to the glob's fixed part."""
-    from . import load
-    base = os.path.dirname(os.fspath(pattern).split("*")[0].split("?")[0].split("[")[0])
-    rx = re.compile(rf"{re.escape(key)}[_-]?(\d+)", re.IGNORECASE)
-
-    def number(path):
-        m = rx.findall(os.path.relpath(path, base or "."))
-        return int(m[-1]) if m else None
-
-    paths = [p for p in _glob.glob(os.fspath(pattern), recursive=True) if os.path.isfile(p)]
-    if not paths:
-        raise FileNotFoundError(f"no file matches {os.fspath(pattern)!r}")
-    # By rank number where the names have one, then naturally (rank2 before rank10).
-    paths.sort(key=lambda p: (number(p) is None, number(p) or 0, _natural(p)))
-    labels, profiles = [], []
-    for path in paths:
-        n = number(path)
-        labels.append(f"{key} {n}" if n is not None else os.path.relpath(path, base or "."))
-        p = load(path, format=format, **options)
-        p.meta.setdefault("source", path)
-        profiles.append(p)
-    if len(set(labels)) != len(labels):   # two files with the same rank number in different runs
-        labels = [os.path.relpath(p, base or ".") for p in paths]
-    out = concat(profiles, key=key, labels=labels)
-    out.meta["sources"] = paths
-    return out
 
 
 # -- per-process summary ------------------------------------------------------------------------
@@ -224,62 +175,6 @@ def by_process(profile: Profile) -> pd.DataFrame:
     agg["ended_at"] = [(info.get(p) or {}).get("ended_at") for p in agg.index]
     agg.index.name = "process"
     return agg
-
-
-# -- child captures (childsampler.py's files) ------------------------------------------------------
-def read_child(data: bytes, source: str = "<child>", t0: float = 0.0) -> Profile:
-    """One child's ``<pid>.jsonl`` as a Profile (wall and cpu per sample; time from ``t0``, the
-    parent's start). A torn last line (the child was killed mid-write) is dropped and counted."""
-    from .threads import thread_label
-    b = StackBuilder()
-    head = None
-    ids: dict[int, int] = {}
-    name = None
-    torn = 0
-    last_t = None
-    lines = data.split(b"\n")
-    offset = 0
-    for n, raw in enumerate(lines, 1):
-        here, offset = offset, offset + len(raw) + 1
-        if not raw:
-            continue
-        try:
-            rec = json.loads(raw)
-        except ValueError:
-            if n == len(lines) or (n == len(lines) - 1 and not lines[-1]):
-                torn += 1
-                continue
-            raise ProfileFormatError("expected one JSON record per line", source=source, line=n, offset=here)
-        if head is None:
-            if not isinstance(rec, dict) or rec.get("v") != 1:
-                raise ProfileFormatError('expected the header {"v": 1, "pid": ...}', source=source, line=n)
-            head = rec
-            continue
-        try:
-            kind = rec[0]
-            if kind == "f":
-                ids[rec[1]] = b.frame(rec[2], rec[3], rec[4], "python")
-            elif kind == "n":
-                name = rec[1]
-            elif kind == "s":
-                _, t, nid, tname, wall, cpu, stack = rec
-                sid = b.stack(thread_label(nid, tname),
-                              [ids[f] for f in stack])
-                b.add(sid, samples=1, time=t - t0, wall=float(wall),
-                      cpu=float("nan") if cpu is None else float(cpu))
-                last_t = t
-            else:
-                raise ValueError(kind)
-        except (ValueError, TypeError, KeyError, IndexError) as e:
-            raise ProfileFormatError(f"expected a frame ['f', ...], name ['n', ...] or sample ['s', ...] "
-                                     f"record ({type(e).__name__}: {e})", source=source, line=n) from None
-    if head is None:
-        raise ProfileFormatError("empty child capture: no header line", source=source, offset=0)
-    meta = {"backend": "childsampler", "rate": head.get("rate"), "pid": head.get("pid"),
-            "ppid": head.get("ppid"), "argv": head.get("argv"), "process_name": name,
-            "started_at": head.get("t0", t0) - t0, "last_sample_at": None if last_t is None else last_t - t0,
-            "torn_lines": torn}
-    return b.build(metric="wall", meta=meta)
 
 
 def child_name(p: Profile) -> str:

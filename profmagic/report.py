@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from . import multi
-from .profile import METRIC_LABELS, Profile
+from .model import METRIC_LABELS, Profile
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 MAX_DATA_URI = 20 * 1024 * 1024  # larger captures are pointed to on disk

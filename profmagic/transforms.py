@@ -1,92 +1,173 @@
-"""Pure functions Profile -> Profile: trim to the cell, choose threads, calibrate, focus, prune, rename.
+"""Pure functions Profile -> Profile: choose threads, trim to the cell, calibrate, combine
+recordings, focus, prune, rename; and the processors a recording runs through (``Cell``).
 
 None of them mutates its input; each returns a new Profile whose meta records what was done.
 """
 from __future__ import annotations
 
-import re
+from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping
 
 import numpy as np
 import pandas as pd
 
-from .threads import thread_native_id
-from .profile import TIME_METRICS, Profile
+from .model import TIME_METRICS, Profile, StackBuilder, thread_table, unique_labels
+from .threads import thread_label
 
 
-def _time_columns(profile: Profile) -> list[str]:
-    return [m for m in TIME_METRICS if m in profile.stacks]
-
-
-def _with_stacks(profile: Profile, stacks: pd.DataFrame, meta_update: dict | None = None,
-                 keep_rows: np.ndarray | None = None, row_map: np.ndarray | None = None) -> Profile:
-    """A profile over new stack rows. ``keep_rows`` (bool per old row) or ``row_map`` (new row per old
-    row, -1 = dropped) carries the time-ordered samples along."""
-    samples = profile.samples
-    if samples is not None:
-        if row_map is None:
-            old_keep = keep_rows if keep_rows is not None else np.ones(len(profile.stacks), dtype=bool)
-            row_map = np.full(len(old_keep), -1, dtype=np.int64)
-            row_map[old_keep] = np.arange(int(old_keep.sum()))
-        new_ids = row_map[samples["stack"].to_numpy()]
-        samples = samples[new_ids >= 0].copy()
-        samples["stack"] = new_ids[new_ids >= 0]
-        samples["thread"] = stacks["thread"].to_numpy()[samples["stack"].to_numpy()] if len(samples) else \
-            samples["thread"]
-        samples = samples.reset_index(drop=True)
-    meta = dict(profile.meta)
-    present = set(stacks["thread"])
-    meta["threads"] = [t for t in profile.threads if t in present]
-    meta.update(meta_update or {})
-    return profile.replace(stacks=stacks.reset_index(drop=True), samples=samples, meta=meta)
-
-
-def _process_columns(profile: Profile) -> list[str]:
-    """Columns that say which process a row came from: ``process`` and a concat key (``rank``)."""
-    key = (profile.meta.get("concat") or {}).get("key")
-    return ["process"] + ([key] if key and key != "process" else [])
-
-
-def _regroup(profile: Profile, thread: np.ndarray, stack: list, keep: np.ndarray, note: dict) -> Profile:
-    """Rows with new (thread, stack) keys, merged where two old rows now coincide."""
+# -- rows ---------------------------------------------------------------------------------------
+def regroup(profile: Profile, thread: np.ndarray, stack: list, keep: np.ndarray, note: Mapping,
+            threads: pd.DataFrame | None = None) -> Profile:
+    """Rows with new (thread id, stack) keys, merged where two old rows now coincide. ``keep`` marks
+    the old rows that stay; ``threads`` replaces the thread table (``thread`` ids refer to it)."""
     old = profile.stacks
-    # Rows of different processes never merge, even when their thread labels and stacks coincide.
-    who = [c for c in _process_columns(profile) if c in old]
-    tags = list(zip(*(old[c].to_numpy() for c in who))) if who else None
     key_to_new: dict = {}
     row_map = np.full(len(old), -1, dtype=np.int64)
     for i in np.flatnonzero(keep):
-        k = (thread[i], stack[i], tags[i]) if who else (thread[i], stack[i])
-        row_map[i] = key_to_new.setdefault(k, len(key_to_new))
+        row_map[i] = key_to_new.setdefault((int(thread[i]), stack[i]), len(key_to_new))
     n = len(key_to_new)
     keys = list(key_to_new)
-    cols = {"thread": pd.Series([k[0] for k in keys], dtype=object),
+    cols = {"thread": np.asarray([k[0] for k in keys], dtype=np.int64),
             "stack": pd.Series([k[1] for k in keys], dtype=object)}
-    for j, c in enumerate(who):
-        cols[c] = pd.Series([k[2][j] for k in keys], dtype=object)
     sel = row_map >= 0
     for c in old.columns:
-        if c in ("thread", "stack") or c in who:
+        if c in ("thread", "stack", "process", "rank"):
             continue
         vals = old[c].to_numpy()
         if vals.dtype.kind in "fiu":
             v = vals[sel].astype(np.float64)
-            known = ~np.isnan(v)
             agg = np.bincount(row_map[sel], weights=np.nan_to_num(v), minlength=n)
-            has = np.bincount(row_map[sel], weights=known, minlength=n) > 0
+            has = np.bincount(row_map[sel], weights=~np.isnan(v), minlength=n) > 0
             out = np.where(has, agg, np.nan)
-            if vals.dtype.kind in "iu":
-                out = out.astype(np.int64)
-            cols[c] = out
+            cols[c] = out.astype(np.int64) if vals.dtype.kind in "iu" else out
         else:  # extra object columns: the first value wins
-            first = {}
+            first: dict = {}
             for i in np.flatnonzero(sel):
                 first.setdefault(row_map[i], vals[i])
             cols[c] = pd.Series([first.get(j) for j in range(n)], dtype=object)
-    return _with_stacks(profile, pd.DataFrame(cols), note, row_map=row_map)
+    samples = profile.samples
+    if samples is not None:
+        new_ids = row_map[samples["stack"].to_numpy()]
+        samples = samples[new_ids >= 0].assign(stack=new_ids[new_ids >= 0]).reset_index(drop=True)
+    return profile.replace(stacks=pd.DataFrame(cols), samples=samples,
+                           threads=profile.thread_table if threads is None else threads,
+                           meta=profile.meta.replace(**note))
 
 
-# -- the cell --------------------------------------------------------------------------------
+def _thread_rows(profile: Profile, labels: Iterable[str] | None) -> np.ndarray:
+    """A bool per stack row: is its thread one of ``labels`` (all when None)."""
+    if labels is None:
+        return np.ones(len(profile.stacks), dtype=bool)
+    want = set(labels)
+    ids = [i for i, lab in enumerate(profile.threads) if lab in want]
+    return np.isin(profile.thread_ids(), ids)
+
+
+def _by_label(profile: Profile, label: str) -> int | None:
+    try:
+        return profile.threads.index(label)
+    except ValueError:
+        return None
+
+
+# -- threads ------------------------------------------------------------------------------------
+def keep_threads(profile: Profile, keep: Iterable[str] | Callable[[str], bool]) -> Profile:
+    """Only the threads named in ``keep`` (or for which ``keep(label)`` is true)."""
+    pred = keep if callable(keep) else set(keep).__contains__
+    wanted = np.fromiter((bool(pred(t)) for t in profile.threads), dtype=bool, count=len(profile.threads))
+    dropped = [t for t, w in zip(profile.threads, wanted) if not w]
+    table = profile.thread_table[wanted].reset_index(drop=True)
+    remap = np.full(len(wanted), -1, dtype=np.int64)
+    remap[wanted] = np.arange(int(wanted.sum()))
+    rows = wanted[profile.thread_ids()] if len(profile.stacks) else np.zeros(0, dtype=bool)
+    sub = profile.subset(rows)
+    stacks = sub.stacks.assign(thread=remap[sub.thread_ids()])
+    meta = profile.meta.replace(dropped_threads=list(profile.meta.get("dropped_threads", [])) + dropped)
+    return sub.replace(stacks=stacks, threads=table, meta=meta)
+
+
+def cell_threads(profile: Profile, cell_tid: int, before: Iterable[int]) -> list[str]:
+    """Thread labels that belong to the cell: the thread that ran it and every thread whose native id
+    was not alive before it started (so threads the cell started, even those already finished).
+    A thread without a native id cannot be told apart and is kept."""
+    before = set(before) - {cell_tid}
+    out = []
+    for lab, tid in zip(profile.thread_table["label"], profile.thread_table["tid"]):
+        if tid is pd.NA or int(tid) == cell_tid or int(tid) not in before:
+            out.append(lab)
+    return out
+
+
+def drop_kernel_threads(profile: Profile, cell_tid: int, before: Iterable[int]) -> Profile:
+    return keep_threads(profile, cell_threads(profile, cell_tid, before))
+
+
+def relabel_threads(profile: Profile, names: Mapping[str, str]) -> Profile:
+    """Rename threads (old label -> new label); threads whose labels become equal merge (the first
+    one's other attributes are kept)."""
+    names = {a: b for a, b in names.items() if a != b}
+    if not names:
+        return profile
+    table = profile.thread_table
+    new_labels = [names.get(lab, lab) for lab in table["label"]]
+    first: dict[str, int] = {}
+    remap = np.empty(len(new_labels), dtype=np.int64)
+    rows = []
+    for i, lab in enumerate(new_labels):
+        j = first.get(lab)
+        if j is None:
+            j = first[lab] = len(rows)
+            row = table.iloc[i].to_dict()
+            row["label"] = lab
+            rows.append(row)
+        remap[i] = j
+    new_table = thread_table(rows)
+    old = profile.stacks
+    cell = profile.meta.get("cell_thread")
+    note = {"cell_thread": names.get(cell, cell)} if cell else {}
+    return regroup(profile, remap[profile.thread_ids()], list(old["stack"]), np.ones(len(old), dtype=bool),
+                   note, threads=new_table)
+
+
+def name_threads(profile: Profile, names: Mapping[int, str]) -> Profile:
+    """Threads whose native id is in ``names`` (tid -> current name) get that name and the label
+    ``Thread <tid> "<name>"``: profilers that cache names by pthread id can show a stale one."""
+    fix = {}
+    for lab, tid in zip(profile.thread_table["label"], profile.thread_table["tid"]):
+        if tid is not pd.NA and int(tid) in names:
+            fix[lab] = thread_label(int(tid), names[int(tid)])
+    out = relabel_threads(profile, fix)
+    t = out.thread_table.copy()
+    for i, tid in enumerate(t["tid"]):
+        if tid is not pd.NA and int(tid) in names:
+            t.at[i, "name"] = names[int(tid)]
+    return out.replace(threads=t)
+
+
+def drop_idle_threads(profile: Profile, metric: str | None = None) -> Profile:
+    """Drop threads whose every sample carries no weight in ``metric`` (default: cpu when known)."""
+    if metric is None:
+        metric = "cpu" if "cpu" in profile.metrics else profile.metric
+    w = profile.weights(metric).fillna(0).to_numpy()
+    busy = set(np.unique(profile.thread_ids()[w > 0]).tolist())
+    return keep_threads(profile, [lab for i, lab in enumerate(profile.threads) if i in busy])
+
+
+def group_processes(profile: Profile, label: Callable[[int], str]) -> Profile:
+    """Give every thread whose pid is known the process ``label(pid)`` (py-spy ``-s`` records the
+    pid of each thread); ``meta["processes"]`` gets each pid."""
+    t = profile.thread_table.copy()
+    procs = dict(profile.meta.processes)
+    for i, pid in enumerate(t["pid"]):
+        if pid is not pd.NA and t.at[i, "process"] is None:
+            lab = label(int(pid))
+            t.at[i, "process"] = lab
+            procs.setdefault(lab, {"pid": int(pid)})
+    t["label"] = unique_labels(t["label"].tolist(), t["process"].tolist())
+    return profile.replace(threads=t, meta=profile.meta.replace(processes=procs))
+
+
+# -- the cell ------------------------------------------------------------------------------------
 def trim_to_cell(profile: Profile, cell_filename: str, threads: Iterable[str] | None = None) -> Profile:
     """Cut every stack above its first frame from ``cell_filename`` (IPython's and the kernel's own
     frames). In ``threads`` (default: all), stacks with no cell frame are dropped: they were
@@ -99,104 +180,22 @@ def trim_to_cell(profile: Profile, cell_filename: str, threads: Iterable[str] | 
     names_files = bool(((fr["kind"] == "python") & (fr["file"] != "")).any())
     traced = "calls" in profile.stacks
     drop_outside = bool(in_cell) or (names_files and not traced)
-    strict = set(profile.threads if threads is None else threads) if drop_outside else set()
+    strict = _thread_rows(profile, threads) if drop_outside else np.zeros(len(profile.stacks), dtype=bool)
     old = profile.stacks
     new_stacks, keep = [], np.ones(len(old), dtype=bool)
-    for i, (t, s) in enumerate(zip(old["thread"], old["stack"])):
+    for i, s in enumerate(old["stack"]):
         cut = next((j for j, f in enumerate(s) if f in in_cell), None)
         if cut is None:
             new_stacks.append(s)
-            keep[i] = t not in strict
+            keep[i] = not strict[i]
         else:
             new_stacks.append(tuple(s[cut:]))
     dropped = int(old["samples"].to_numpy()[~keep].sum()) if len(old) else 0
-    return _regroup(profile, old["thread"].to_numpy(), new_stacks, keep,
-                    {"trimmed_to": cell_filename, "samples_outside_cell": dropped})
+    return regroup(profile, profile.thread_ids(), new_stacks, keep,
+                   {"trimmed_to": cell_filename, "samples_outside_cell": dropped})
 
 
-def keep_threads(profile: Profile, keep: Iterable[str] | Callable[[str], bool]) -> Profile:
-    """Only the threads named in ``keep`` (or for which ``keep(label)`` is true)."""
-    pred = keep if callable(keep) else set(keep).__contains__
-    mask = np.fromiter((bool(pred(t)) for t in profile.stacks["thread"]), dtype=bool, count=len(profile.stacks))
-    dropped = sorted(set(profile.stacks["thread"][~mask]))
-    meta = {"dropped_threads": list(profile.meta.get("dropped_threads", [])) + dropped}
-    return _with_stacks(profile, profile.stacks[mask], meta, keep_rows=mask)
-
-
-def cell_threads(profile: Profile, cell_native_id: int, before: Iterable[int]) -> list[str]:
-    """Thread labels that belong to the cell: the thread that ran it and every thread whose native id
-    was not alive before it started (so threads the cell started, even those already finished).
-    A label without a native id cannot be told apart and is kept."""
-    before = set(before) - {cell_native_id}
-    out = []
-    for t in profile.threads:
-        tid = thread_native_id(t)
-        if tid is None or tid == cell_native_id or tid not in before:
-            out.append(t)
-    return out
-
-
-def drop_kernel_threads(profile: Profile, cell_native_id: int, before: Iterable[int]) -> Profile:
-    return keep_threads(profile, cell_threads(profile, cell_native_id, before))
-
-
-def relabel_threads(profile: Profile, names: Mapping[str, str]) -> Profile:
-    """Rename threads (old label -> new label); labels that become equal merge."""
-    names = {a: b for a, b in names.items() if a != b}
-    if not names:
-        return profile
-    old = profile.stacks
-    thread = np.asarray([names.get(t, t) for t in old["thread"]], dtype=object)
-    out = _regroup(profile, thread, list(old["stack"]), np.ones(len(old), dtype=bool), {})
-    meta = dict(out.meta)
-    meta["threads"] = list(dict.fromkeys(names.get(t, t) for t in profile.threads))
-    for key in ("cell_thread",):
-        if key in meta:
-            meta[key] = names.get(meta[key], meta[key])
-    return out.replace(meta=meta)
-
-
-def drop_idle_threads(profile: Profile, metric: str | None = None) -> Profile:
-    """Drop threads whose every sample carries no weight in ``metric`` (default: cpu when known)."""
-    if metric is None:
-        metric = "cpu" if "cpu" in profile.metrics else profile.metric
-    w = profile.weights(metric).fillna(0)
-    busy = set(profile.stacks["thread"][(w > 0).to_numpy()])
-    return keep_threads(profile, busy)
-
-
-_PROCESS_THREAD = re.compile(r"^Process (\d+) (Thread .*)$")
-
-
-def split_processes(profile: Profile, label: Callable[[int], str] = lambda pid: f"pid {pid}") -> Profile:
-    """py-spy ``--subprocesses`` names threads ``Process <pid> Thread <tid> "<name>"``: move the
-    process into the ``process`` column (``label(pid)``) and keep ``Thread <tid> "<name>"``."""
-    old = profile.stacks
-    names, procs, pids = {}, {}, {}
-    for t in profile.threads:
-        m = _PROCESS_THREAD.match(str(t))
-        if m:
-            names[t], pids[t] = m.group(2), int(m.group(1))
-            procs[t] = label(pids[t])
-    if not names:
-        return profile
-    st = old.copy()
-    prev = st["process"] if "process" in st else pd.Series([None] * len(st), dtype=object)
-    st["process"] = pd.Series([procs.get(t, p) for t, p in zip(st["thread"], prev)], dtype=object)
-    st["thread"] = pd.Series([names.get(t, t) for t in st["thread"]], dtype=object)
-    samples = profile.samples
-    if samples is not None and len(samples):
-        samples = samples.assign(thread=st["thread"].to_numpy()[samples["stack"].to_numpy()])
-    meta = dict(profile.meta)
-    meta["threads"] = list(dict.fromkeys(names.get(t, t) for t in profile.threads))
-    procinfo = dict(meta.get("processes") or {})
-    for t, pid in pids.items():
-        procinfo.setdefault(procs[t], {"pid": pid})
-    meta["processes"] = procinfo
-    return profile.replace(stacks=st, samples=samples, meta=meta)
-
-
-# -- seconds that add up ---------------------------------------------------------------------
+# -- seconds that add up ---------------------------------------------------------------------------
 def calibrate(profile: Profile, thread: str, seconds: float, metric: str | None = None) -> Profile:
     """Reweight every sample by 1/effective rate, where the effective rate is ``thread``'s sample
     count divided by the measured ``seconds`` it ran. Raw counts stay in ``samples``.
@@ -206,29 +205,155 @@ def calibrate(profile: Profile, thread: str, seconds: float, metric: str | None 
     """
     metric = metric or profile.metric
     st = profile.stacks
-    n = int(st.loc[st["thread"] == thread, "samples"].sum()) if len(st) else 0
+    mine = _thread_rows(profile, [thread])
+    n = int(st.loc[mine, "samples"].sum()) if len(st) else 0
     if n < 5 or not seconds or seconds <= 0 or metric not in TIME_METRICS:
-        return profile.replace(meta={**profile.meta, "calibrated": False})
+        return profile.with_meta(calibrated=False)
     eff = n / seconds
     per = 1.0 / eff
-    st = st.copy()
-    st[metric] = st["samples"].to_numpy(dtype=np.float64) * per
+    st = st.assign(**{metric: st["samples"].to_numpy(dtype=np.float64) * per})
     samples = profile.samples
     if samples is not None and len(samples):
-        samples = samples.copy()
         old_total = float(profile.weights(metric).sum())
         k = (float(st[metric].sum()) / old_total) if old_total else 1.0
+        samples = samples.assign(time=samples["time"].to_numpy(dtype=np.float64) * k)
         if metric in samples:
-            samples[metric] = per
-        samples["time"] = samples["time"].to_numpy(dtype=np.float64) * k
-    meta = dict(profile.meta)
-    meta.update(calibrated=True, calibrated_against=thread, calibration_seconds=float(seconds),
-                rate=eff, calibrated_rate=eff)
-    meta.setdefault("requested_rate", profile.meta.get("rate"))
+            samples = samples.assign(**{metric: per})
+    meta = profile.meta.replace(calibrated=True, calibrated_against=thread, calibration_seconds=float(seconds),
+                                rate=eff, calibrated_rate=eff,
+                                requested_rate=profile.meta.requested_rate or profile.meta.rate)
     return profile.replace(stacks=st, samples=samples, meta=meta)
 
 
-# -- narrowing --------------------------------------------------------------------------------
+# -- two recordings of one run -----------------------------------------------------------------------
+def _key_frames(p: Profile) -> dict:
+    fr = p.frames
+    return {fid: (n, f, None if pd.isna(l) else int(l), str(k))
+            for fid, n, f, l, k in zip(fr.index, fr["name"], fr["file"], fr["line"], fr["kind"])}
+
+
+def _thread_attrs(p: Profile) -> list[dict]:
+    return [{k: (None if v is pd.NA else v) for k, v in row.items()} for row in p.thread_table.to_dict("records")]
+
+
+def _per_sample_seconds(p: Profile) -> dict[str, float]:
+    """Seconds one sample stands for, per thread: its wall (or cpu) weight over its sample count."""
+    col = "wall" if "wall" in p.metrics else ("cpu" if "cpu" in p.metrics else None)
+    rate = float(p.meta.get("rate") or 100.0)
+    out = {}
+    for th, g in p.stacks.groupby("thread", sort=False, observed=True):
+        n = float(g["samples"].sum())
+        w = float(g[col].sum()) if col else n / rate
+        out[th] = w / n if n else 1.0 / rate
+    return out
+
+
+def combine_idle(wall: Profile, cpu: Profile, cpu_weights: bool | None = None) -> Profile:
+    """One Profile with ``wall``, ``cpu`` (and so ``off_cpu``) per stack, from a recording of every
+    sample (``wall``: py-spy ``--idle``) and one of on-CPU samples only (``cpu``) of the same run.
+
+    A cpu recording calibrated to the cell's measured CPU time (``meta["calibrated"]``) keeps its
+    weights; otherwise both count samples at the same rate, so its samples are weighted by the wall
+    recording's seconds per sample of the same thread. A stack seen only by the cpu recording is
+    kept with wall = cpu. ``cpu_weights=True`` keeps the cpu profile's own weights (merge_runs).
+    """
+    sps = _per_sample_seconds(wall)
+    rate = float(wall.meta.get("rate") or 100.0)
+    b = StackBuilder()
+    for p in (wall, cpu):
+        for row in _thread_attrs(p):
+            b.thread(row.pop("label"), **row)
+    acc: dict[tuple, list[float]] = {}
+    wall_col = "wall" if "wall" in wall.metrics else None
+    if cpu_weights is None:
+        cpu_weights = bool(cpu.meta.get("calibrated"))
+    cpu_col = "cpu" if cpu_weights and "cpu" in cpu.metrics else None
+    for which, p in ((0, wall), (1, cpu)):
+        frames = _key_frames(p)
+        col = wall_col if which == 0 else cpu_col
+        ws = p.stacks[col].to_numpy(float) if col else None
+        for i, (th, st, n) in enumerate(zip(p.stacks["thread"], p.stacks["stack"], p.stacks["samples"])):
+            v = acc.setdefault((th, tuple(frames[f] for f in st)), [0.0, 0.0, 0.0, False])
+            if which == 0:   # wall s, cpu s, wall samples, seen in wall
+                v[0] += ws[i] if ws is not None else n * sps.get(th, 1.0 / rate)
+                v[2] += n
+                v[3] = True
+            else:
+                v[1] += ws[i] if ws is not None else n * sps.get(th, 1.0 / rate)
+    cpu_only = 0.0
+    for (th, frames), (w, c, n, seen) in acc.items():
+        if not seen:  # the wall recording missed this stack: it ran, so its wall is at least its cpu
+            cpu_only += c
+            w = c
+        sid = b.stack(th, [b.frame(*f) for f in frames])
+        b.add(sid, samples=n if seen else max(1, int(round(c / sps.get(th, 1.0 / rate)))), wall=w, cpu=c)
+    meta = wall.meta.replace(
+        mode="both", cpu_only_seconds=cpu_only, cpu_samples=int(cpu.stacks["samples"].sum()),
+        cpu_method=("two py-spy recordings at once, --idle (wall) and without (cpu)"
+                    + ("; cpu calibrated to the cell's CPU time" if cpu_col else
+                       "; cpu = non-idle samples x the --idle recording's seconds per sample")),
+        approximate="py-spy's idle detection decides on/off-CPU")
+    return b.build(metric="wall", meta=meta, raw=wall.raw)
+
+
+def merge_runs(wall: Profile, cpu: Profile) -> Profile:
+    """``--mode both --rerun`` for one-clock backends: wall from the first run, cpu from the second,
+    matched by (thread, stack). A stack seen only in the cpu run keeps wall = cpu."""
+    p = combine_idle(wall, cpu, cpu_weights=True)
+    meta = wall.meta.replace(
+        mode="both", runs=2, cell_cpu=cpu.meta.get("cell_cpu"), message=None,
+        cpu_run={k: cpu.meta.get(k) for k in ("cell_wall", "cell_cpu", "sample_count", "timer")},
+        cpu_method="two runs of the code: wall time from the first run, CPU time from the second, matched by stack",
+        approximate="wall and CPU time come from two separate runs of the code (--rerun)",
+        cpu_only_seconds=p.meta.get("cpu_only_seconds"),
+        calls_note="call counts are in each run's own profile; the merged one keeps samples"
+        if "calls" in wall.stacks else None)
+    return p.replace(meta=meta)
+
+
+def merge_thread_sources(primary: Profile, secondary: Profile, offset: float = 0.0) -> Profile:
+    """Every thread of ``primary``, and the threads of ``secondary`` whose native id ``primary`` does
+    not have (py-spy's Python threads, eu-stack's pure native ones). ``offset`` moves ``primary``'s
+    sample times onto ``secondary``'s clock. A metric one side lacks is NaN on its rows."""
+    taken = {int(t) for t in primary.thread_table["tid"] if t is not pd.NA}
+    b = StackBuilder()
+    sources = {}
+    for p, tool, off, keep in ((primary, primary.meta.get("backend"), offset, lambda tid: True),
+                               (secondary, secondary.meta.get("backend"), 0.0,
+                                lambda tid: tid is pd.NA or int(tid) not in taken)):
+        frames = _key_frames(p)
+        tids = p.thread_table["tid"].to_numpy(dtype=object)
+        attrs = _thread_attrs(p)
+        ids = p.thread_ids()
+        rowmap, fmap = {}, {}
+        cols = [c for c in ("wall", "cpu") if c in p.stacks]
+        for row, stack in enumerate(p.stacks["stack"]):
+            if not keep(tids[ids[row]]):
+                continue
+            a = dict(attrs[ids[row]])
+            a["backend"] = a.get("backend") or tool
+            th = b.thread(a.pop("label"), **a)
+            sources[b.threads[th]] = a["backend"]
+            fids = [fmap.setdefault(f, b.frame(*frames[f])) for f in stack]
+            extra = {"on_cpu": p.stacks.at[row, "on_cpu"]} if "on_cpu" in p.stacks else {}
+            rowmap[row] = b.stack(th, fids, **extra)
+        if p.samples is not None and len(p.samples):
+            s = p.samples
+            for i in range(len(s)):
+                row = int(s["stack"].iat[i])
+                if row in rowmap:
+                    w = {c: float(s[c].iat[i]) if c in s else np.nan for c in cols}
+                    w.update({c: np.nan for c in ("wall", "cpu") if c not in w})
+                    b.add(rowmap[row], samples=1, time=float(s["time"].iat[i]) + off, **w)
+        else:
+            for row, sid in rowmap.items():
+                w = {c: float(p.stacks.at[row, c]) if c in p.stacks else np.nan for c in ("wall", "cpu")}
+                b.add(sid, samples=int(p.stacks.at[row, "samples"]), **w)
+    meta = secondary.meta.replace(thread_sources=sources)
+    return b.build(metric="wall", meta=meta)
+
+
+# -- narrowing --------------------------------------------------------------------------------------
 def focus(profile: Profile, function: str) -> Profile:
     """Only the stacks through ``function`` (a frame name), each cut to start at its first call."""
     fr = profile.frames
@@ -241,7 +366,7 @@ def focus(profile: Profile, function: str) -> Profile:
         cut = next((j for j, f in enumerate(s) if f in ids), None)
         new_stacks.append(tuple(s[cut:]) if cut is not None else s)
         keep[i] = cut is not None
-    return _regroup(profile, old["thread"].to_numpy(), new_stacks, keep, {"focus": function})
+    return regroup(profile, profile.thread_ids(), new_stacks, keep, {"focus": function})
 
 
 def prune(profile: Profile, min_share: float = 0.005, metric: str | None = None) -> Profile:
@@ -252,34 +377,102 @@ def prune(profile: Profile, min_share: float = 0.005, metric: str | None = None)
     total = w.sum()
     if total <= 0:
         return profile
+    ids = profile.thread_ids()
     path_w: dict = {}
-    for t, s, x in zip(profile.stacks["thread"], profile.stacks["stack"], w):
+    for t, s, x in zip(ids, profile.stacks["stack"], w):
         for j in range(1, len(s) + 1):
             k = (t, s[:j])
             path_w[k] = path_w.get(k, 0.0) + x
     new_stacks = []
-    for t, s in zip(profile.stacks["thread"], profile.stacks["stack"]):
+    for t, s in zip(ids, profile.stacks["stack"]):
         j = len(s)
         while j > 1 and path_w[(t, s[:j])] < min_share * total:
             j -= 1
         new_stacks.append(tuple(s[:j]))
-    keep = np.ones(len(profile.stacks), dtype=bool)
-    return _regroup(profile, profile.stacks["thread"].to_numpy(), new_stacks, keep, {"pruned_below": min_share})
+    return regroup(profile, ids, new_stacks, np.ones(len(profile.stacks), dtype=bool), {"pruned_below": min_share})
 
 
-# -- display names -----------------------------------------------------------------------------
+# -- display names ------------------------------------------------------------------------------------
 def rename_files(profile: Profile, names: Mapping[str, str]) -> Profile:
     """Replace file names (e.g. the kernel's cell temp files by ``In[N]``); frames keep their ids."""
     if not names:
         return profile
-    fr = profile.frames.copy()
-    fr["file"] = [names.get(f, f) for f in fr["file"]]
-    meta = dict(profile.meta)
-    meta["renamed_files"] = {**meta.get("renamed_files", {}), **dict(names)}
-    return profile.replace(frames=fr, meta=meta)
+    fr = profile.frames.assign(file=[names.get(f, f) for f in profile.frames["file"]])
+    return profile.replace(frames=fr, meta=profile.meta.replace(
+        renamed_files={**profile.meta.get("renamed_files", {}), **dict(names)}))
 
 
 def cell_names(filename_map: Mapping[str, int]) -> dict[str, str]:
     """IPython's compile cache filename -> execution count, as display names ``In[N]``."""
     return {f: f"In[{n}]" for f, n in filename_map.items()}
 
+
+# -- the processors of a recording ---------------------------------------------------------------------
+@dataclass
+class Cell:
+    """What the processors know about the code that was recorded."""
+    tid: int                                  # native id of the thread that ran it
+    thread_name: str
+    filename: str | None = None               # the file it was compiled under (trim to it)
+    before: frozenset = frozenset()           # native ids of threads that are not the user's
+    keep_all_threads: bool = False
+    live_names: Mapping[int, str] = field(default_factory=dict)   # tid -> current thread name
+    file_names: Mapping[str, str] = field(default_factory=dict)   # cell file -> "In[N]"
+    mode: str = "wall"
+    unmeasured: Mapping[str, str] = field(default_factory=dict)   # clock -> why the backend cannot
+    wall: float = 0.0                         # measured around the code: seconds of wall time,
+    cpu: float = 0.0                          # of the thread's CPU time,
+    run_delay: float | None = None            # and of waiting for a core (None: unknown)
+
+
+def cell_thread(p: Profile, cell: Cell) -> str:
+    """The label of the cell's thread in ``p`` (by native id), or the label it would have."""
+    for lab, tid in zip(p.thread_table["label"], p.thread_table["tid"]):
+        if tid is not pd.NA and int(tid) == cell.tid:
+            return lab
+    return thread_label(cell.tid, cell.thread_name)
+
+
+def only_users_threads(p: Profile, cell: Cell) -> Profile:
+    return p if cell.keep_all_threads else drop_kernel_threads(p, cell.tid, cell.before)
+
+
+def live_thread_names(p: Profile, cell: Cell) -> Profile:
+    return name_threads(p, {**cell.live_names, cell.tid: cell.thread_name})
+
+
+def to_cell(p: Profile, cell: Cell) -> Profile:
+    if not cell.filename:
+        return p
+    return trim_to_cell(p, cell.filename, threads=[cell_thread(p, cell)])
+
+
+def clocks(p: Profile, cell: Cell) -> Profile:
+    """Under ``--mode both``, a wall and a cpu column: NaN (and said why) for a clock the backend
+    does not measure, never zero."""
+    if cell.mode != "both":
+        return p
+    st = p.stacks
+    unknown = dict(p.meta.unknown)
+    for m in TIME_METRICS:
+        if m in cell.unmeasured:
+            if m not in st or st[m].notna().any():
+                if m == p.metric and (set(TIME_METRICS) - {m}) - set(st):
+                    st = st.assign(**{(set(TIME_METRICS) - {m}).pop(): st[m]})
+                st = st.assign(**{m: np.nan})
+            unknown[m] = cell.unmeasured[m]
+        elif m not in st:
+            st = st.assign(**{m: np.nan})
+    metric = p.metric if p.metric not in cell.unmeasured else next(
+        (m for m in TIME_METRICS if m not in cell.unmeasured), "samples")
+    return p.replace(stacks=st, metric=metric, meta=p.meta.replace(mode="both", unknown=unknown))
+
+
+def named_files(p: Profile, cell: Cell) -> Profile:
+    return rename_files(p, cell.file_names)
+
+
+# The processors every recording runs, in order (session.py adds the backend's own after `clocks`).
+PROCESSORS: tuple[Callable[[Profile, Cell], Profile], ...] = (only_users_threads, live_thread_names, to_cell,
+                                                                  clocks)
+FINAL: tuple[Callable[[Profile, Cell], Profile], ...] = (named_files,)

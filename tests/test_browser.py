@@ -8,7 +8,7 @@ import os
 import pytest
 
 import browser as B
-from profmagic.profile import StackBuilder
+from profmagic.model import StackBuilder
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 

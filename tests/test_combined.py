@@ -8,7 +8,7 @@ import pytest
 
 from native.cbuild import build_cthread, load_cthread
 from profmagic.backends import combined
-from profmagic.backends.base import Options, thread_native_id
+from profmagic.backends.base import Options
 
 pytestmark = [pytest.mark.timeout(180),
               pytest.mark.skipif(not combined.available()[0], reason=f"cannot record: {combined.available()[1]}")]
@@ -39,7 +39,8 @@ def test_python_waiter_and_c_worker_in_one_profile(tmp_path):
     assert rec.eu.tmp.path is None
     p = combined.read(cap, Options(rate=50))
     src = p.meta["thread_sources"]
-    waiter_label = next(t for t in p.threads if thread_native_id(t) == waiter.native_id)
+    t = p.thread_table
+    waiter_label = t.loc[t["tid"] == waiter.native_id, "label"].iat[0]
     assert src[waiter_label] == "py-spy"
     assert any(n.endswith("wait_for_c_worker") for n in _names(p, waiter_label))  # py-spy gives qualnames
     c_threads = [t for t in p.threads if "cthread_main" in _names(p, t)]

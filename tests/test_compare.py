@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 import profmagic
-from profmagic.profile import StackBuilder
+from profmagic.model import StackBuilder
 from profmagic.views import compare as C
 
 pytestmark = pytest.mark.timeout(120)
@@ -179,7 +179,7 @@ def test_displays_are_plotly_mime_with_static_svg_twin():
 
 
 def test_merge_runs_wall_from_one_cpu_from_the_other():
-    from profmagic.pyspy_cpu import merge_runs
+    from profmagic.transforms import merge_runs
     b = StackBuilder()
     f = [b.frame(n, "a.py", i + 1, "python") for i, n in enumerate(["main", "work", "nap"])]
     b.add(b.stack("T", [f[0], f[1]]), samples=0, wall=0.30)
@@ -201,7 +201,7 @@ def test_merge_runs_wall_from_one_cpu_from_the_other():
 
 
 def test_calibrate_both_uses_the_wall_factor_for_a_thread_that_barely_ran():
-    from profmagic.pyspy_cpu import calibrate_both
+    from profmagic.backends.pyspy import calibrate_both
     b = StackBuilder()
     f = [b.frame(n, "a.py", i + 1, "python") for i, n in enumerate(["main", "join", "spin"])]
     b.add(b.stack("cell", [f[0], f[1]]), samples=100, wall=1.0, cpu=0.02)   # 2 on-CPU samples

@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 
 from profmagic import multi, transforms
+from profmagic.formats import children, load_many
 from profmagic.errors import ProfileFormatError
-from profmagic.profile import StackBuilder
+from profmagic.model import StackBuilder
 
 
 def rank_profile(r: int):
@@ -61,7 +62,7 @@ def test_load_glob(tmp_path):
         d = tmp_path / "runs" / f"node{r % 2}"
         d.mkdir(parents=True, exist_ok=True)
         rank_profile(r).save(d / f"rank{r}.json")
-    m = multi.load_many(str(tmp_path / "runs" / "*" / "rank*.json"))
+    m = load_many(str(tmp_path / "runs" / "*" / "rank*.json"))
     assert multi.processes(m) == ["rank 0", "rank 1", "rank 2", "rank 10"]   # natural order
     t = multi.by_process(m)
     assert t.at["rank 10", "samples"] == 11 + 103
@@ -71,10 +72,10 @@ def test_load_glob(tmp_path):
 
 def test_load_glob_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="no file matches"):
-        multi.load_many(str(tmp_path / "none*.json"))
+        load_many(str(tmp_path / "none*.json"))
     (tmp_path / "rank0.json").write_text('{"not": "a profile"}')
     with pytest.raises(ProfileFormatError):
-        multi.load_many(str(tmp_path / "rank*.json"))
+        load_many(str(tmp_path / "rank*.json"))
 
 
 def test_concat_rejects_duplicate_labels():
@@ -85,10 +86,10 @@ def test_concat_rejects_duplicate_labels():
 def test_child_capture_torn_last_line_is_dropped_not_fatal():
     data = (b'{"v":1,"pid":5,"ppid":1,"argv":["python"],"t0":10.0,"rate":100.0}\n'
             b'["f",0,"main","a.py",1]\n["s",10.1,5,"MainThread",0.01,0.01,[0]]\n["s",10.2,5,"Main')
-    p = multi.read_child(data, t0=10.0)
+    p = children.read(data, t0=10.0)
     assert p.sample_count == 1 and p.meta["torn_lines"] == 1
     with pytest.raises(ProfileFormatError, match="line 2"):
-        multi.read_child(data.replace(b'["f",0', b'["f" 0'), t0=10.0)
+        children.read(data.replace(b'["f",0', b'["f" 0'), t0=10.0)
 
 
 def test_ranks_view_on_concat():

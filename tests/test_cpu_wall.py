@@ -13,7 +13,7 @@ import pytest
 
 import profmagic
 from workloads import nap, spin
-from profmagic.profile import StackBuilder
+from profmagic.model import StackBuilder
 from profmagic.views import compare as C
 
 pytestmark = pytest.mark.timeout(180)
@@ -138,7 +138,7 @@ def test_pyspy_two_recordings_combined():
     machine its sample times jitter (nap got 0.32-0.75 s for 0.6 s in about 15 single recordings at
     load 4-8). So wall(nap) is the median of three recordings, within 15 %; the CPU split, which
     calibration ties to the measured CPU time, is checked on every recording within 10 %."""
-    from profmagic.pyspy_cpu import combine_idle
+    from profmagic.transforms import combine_idle
     quiet = dict(announce=lambda s: None, rate=100)
     naps = []
     for _ in range(3):
@@ -174,7 +174,7 @@ def test_calibrate_both_counts_waiting_for_a_core_as_runnable():
     spin got 135 such samples at 100 Hz (450 per CPU second), over the 1.35 s it was runnable
     (CPU + run-queue time). That is calibrated to the measured 0.3 s; a thread that waited for its
     threads (6 samples, 1 ms CPU, 1 ms on a run queue) is not."""
-    from profmagic.pyspy_cpu import calibrate_both
+    from profmagic.backends.pyspy import calibrate_both
     q = calibrate_both(_both_profile(200, 135), "cell", 2.0, 0.3, 100, run_delay=1.05)
     assert q.meta["calibrated_cpu"] == 0.3
     assert q.stacks.loc[q.stacks["thread"] == "cell", "cpu"].sum() == pytest.approx(0.3)
@@ -214,7 +214,7 @@ def _eustack_c_thread():
     c_tid = int(out[6])
     rows = p.stacks["thread"].astype(str).str.contains(rf"\b{c_tid}\b").to_numpy()
     assert rows.any(), f"the C thread {c_tid} is missing from {p.threads}"
-    q = p.replace(stacks=p.stacks[rows].reset_index(drop=True))
+    q = p.subset(rows)
     return _fn_totals(q, "cpu"), _fn_totals(q, "wall"), out
 
 
@@ -237,8 +237,8 @@ def test_pyspy_pair_recorder_cleans_up_and_calibrates():
     and after calibration the cell thread sums to its measured wall and CPU time."""
     import threading
     from profmagic.backends.base import Options
-    from profmagic.pyspy_cpu import PairRecorder, calibrate_both, read_pair
-    from profmagic.recording import run_delay
+    from profmagic.backends.pyspy import PairRecorder, calibrate_both, read as read_pair
+    from profmagic.procfs import run_delay
     o = Options(rate=100)
     rec = PairRecorder(o)
     try:

@@ -99,7 +99,7 @@ def test_python_frames_get_file_and_line():
 def test_write_roots_stacks_at_thread_names_when_several():
     p = profmagic.load(b"a;b 1\n")
     assert p.to_folded() == "a;b 1\n"
-    from profmagic.profile import StackBuilder
+    from profmagic.model import StackBuilder
     b = StackBuilder()
     f = b.frame("f;g")  # ';' in a name becomes ':' so the line still parses
     b.add(b.stack("T1", [f]), samples=2)

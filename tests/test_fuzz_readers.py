@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from profmagic import ProfileFormatError
 from profmagic.formats import eu_stack, folded, perf_script, pstats, pyinstrument, speedscope, stap
-from profmagic.profile import Profile
+from profmagic.model import Profile
 
 pytestmark = pytest.mark.timeout(300)
 CORPUS = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "shared", "corpus", "flamegraph"))

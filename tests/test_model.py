@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import profmagic
-from profmagic.profile import StackBuilder
+from profmagic.model import StackBuilder
 
 
 def _build(stacks, thread="t"):

@@ -10,7 +10,7 @@ from pyinstrument.stack_sampler import get_stack_sampler
 import profmagic
 from profmagic.backends import pyinstrument as backend
 from profmagic.backends.base import Options
-from profmagic.backends.sampler import thread_label
+from profmagic.threads import thread_label
 from profmagic.formats import pyinstrument as fmt
 from profmagic.formats import sniff
 from test_sampler import BUSY_CPU, by_name, check_wall_shares, clean_tmp, record, work  # noqa: F401

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from profmagic import multi, report
-from profmagic.profile import StackBuilder
+from profmagic.model import StackBuilder
 from profmagic.views import fmt, ranks
 
 pytestmark = pytest.mark.timeout(120)

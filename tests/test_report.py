@@ -8,7 +8,7 @@ import re
 import pytest
 
 from profmagic import report
-from profmagic.profile import Raw, StackBuilder
+from profmagic.model import Raw, StackBuilder
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -122,7 +122,7 @@ def test_time_order_tab_says_why_when_there_is_no_order():
 @pytest.mark.kernel
 def test_display_under_a_real_kernel(kernel):
     """In a kernel, the Profile displays as a static twin (for nbconvert) then the live widget."""
-    rep = kernel.run("from profmagic.profile import StackBuilder\n"
+    rep = kernel.run("from profmagic.model import StackBuilder\n"
                      "b = StackBuilder()\n"
                      "s = b.stack('T', (b.frame('main', 'a.py', 1, 'python'), b.frame('<b>x</b>', 'a.py', 2)))\n"
                      "b.add(s, wall=0.5)\n"
@@ -136,9 +136,8 @@ def test_display_under_a_real_kernel(kernel):
 
 
 def test_partial_and_message_are_shown():
-    p = profile()
-    p.meta["partial"] = "the code raised ZeroDivisionError; this profile covers it up to there"
-    p.meta["message"] = "py-spy missed the first 0.1 s"
+    p = profile().with_meta(partial="the code raised ZeroDivisionError; this profile covers it up to there",
+                            message="py-spy missed the first 0.1 s")
     for text in (report.static_html(p), report.Report(p).widget.children[0].value):
         assert "Partial: the code raised ZeroDivisionError; this profile covers it up to there" in text
         assert "py-spy missed the first 0.1 s" in text
@@ -198,8 +197,7 @@ def every_title(r: "report.Report") -> dict:
 
 
 def test_honest_labels_in_every_tab_of_a_sampled_profile():
-    p = profile()
-    p.meta["duration"] = 0.12
+    p = profile().with_meta(duration=0.12)
     for name, texts in every_title(report.Report(p)).items():
         figs = texts[1:] if name in ("Icicle", "Sandwich", "Time order") else texts
         for t in figs:

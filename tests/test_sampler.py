@@ -9,6 +9,8 @@ import time
 
 import pytest
 
+from profmagic.threads import thread_label
+
 import profmagic
 from profmagic.backends import sampler
 from profmagic.backends.base import Options
@@ -59,7 +61,7 @@ def by_name(profile, metric, thread=None):
     """{function name: total} in ``metric``, optionally for one thread."""
     p = profile
     if thread is not None:
-        p = p.replace(stacks=p.stacks[p.stacks["thread"] == thread])
+        p = p.subset(p.stacks["thread"] == thread)
     f = p.functions(metric)
     return dict(zip(f["name"], f["total"]))
 
@@ -112,7 +114,7 @@ def test_cpu_clock_from_tid_matches_pthread_clock():
 
 def test_wall_and_cpu_from_one_run(clean_tmp):
     p, cap = record(sampler, work, rate=100, mode="both")
-    me = sampler.thread_label(threading.get_native_id(), threading.current_thread().name)
+    me = thread_label(threading.get_native_id(), threading.current_thread().name)
     assert me in p.threads and p.meta["cell_thread"] == me
     assert set(p.metrics) >= {"wall", "cpu", "off_cpu"}
     wall, cpu = by_name(p, "wall", me), by_name(p, "cpu", me)
@@ -128,7 +130,7 @@ def test_wall_and_cpu_from_one_run(clean_tmp):
     assert "test_wall_and_cpu_from_one_run" in fr.index
     # Per-sample weights in time order, and the native id column.
     assert p.samples is not None and p.samples["time"].is_monotonic_increasing
-    assert (p.stacks.loc[p.stacks["thread"] == me, "native_id"] == threading.get_native_id()).all()
+    assert p.thread_table.set_index("label").at[me, "tid"] == threading.get_native_id()
     assert cap.format == "speedscope" and p.raw.format == "speedscope"
 
 
@@ -145,7 +147,7 @@ def test_achieved_rate_is_reported_not_the_requested_one(clean_tmp):
 
 def test_cpu_mode_makes_cpu_primary(clean_tmp):
     p, _ = record(sampler, work, rate=100, mode="cpu")
-    assert p.metric == "cpu" and p.meta["metric"] == "cpu"
+    assert p.metric == "cpu"
     cpu = by_name(p, None, p.meta["cell_thread"])
     assert cpu["busy"] == pytest.approx(BUSY_CPU, rel=0.10)
     assert cpu.get("nap", 0.0) < 0.02
@@ -176,14 +178,13 @@ def test_threads_that_start_and_end_while_recording(clean_tmp):
         nap(0.05)
 
     p, _ = record(sampler, body, rate=200, mode="both")
-    lab_early = sampler.thread_label(early.native_id, "ends-during")
-    lab_late = sampler.thread_label(late["t"].native_id, "starts-during")
+    lab_early = thread_label(early.native_id, "ends-during")
+    lab_late = thread_label(late["t"].native_id, "starts-during")
     assert lab_early in p.threads and lab_late in p.threads
     assert "ender" in by_name(p, "wall", lab_early)
     cpu_late = by_name(p, "cpu", lab_late)
     assert cpu_late["starter"] == pytest.approx(0.1, rel=0.25)
-    ids = p.stacks.loc[p.stacks["thread"] == lab_late, "native_id"]
-    assert (ids == late["t"].native_id).all()
+    assert p.thread_table.set_index("label").at[lab_late, "tid"] == late["t"].native_id
 
 
 class Boom(Exception):
@@ -226,7 +227,7 @@ def test_cpu_split_where_the_stack_changes():
     """An interval that ends in nap after busy: its CPU belongs to busy's tail. With busy at CPU rate
     1.0 before and nap at 0.0 after, a 0.6 rate means 60% of the interval was still busy: all of its
     6 ms go to the busy sample; the thread's total is unchanged and a stack that never changed keeps its CPU."""
-    from profmagic.profile import StackBuilder
+    from profmagic.model import StackBuilder
     b = StackBuilder()
     fb, fn = b.frame("busy", "w.py", 1, "python"), b.frame("nap", "w.py", 5, "python")
     sb, sn = b.stack("T", [fb]), b.stack("T", [fn])

@@ -13,7 +13,7 @@ import pytest
 import profmagic
 from profmagic import ProfileFormatError
 from profmagic.formats import speedscope
-from profmagic.profile import StackBuilder
+from profmagic.model import StackBuilder
 
 VENV_BIN = os.path.dirname(sys.executable)
 

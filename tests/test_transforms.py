@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 from profmagic import transforms as T
-from profmagic.backends.base import thread_label, thread_native_id
-from profmagic.profile import StackBuilder
+from profmagic.threads import thread_label
+from profmagic.model import StackBuilder
 
 CELL = "/tmp/ipykernel_1/123.py"
 MAIN = thread_label(100, "MainThread")
@@ -16,6 +16,8 @@ GONE = thread_label(201, "short")         # started by the cell, already finishe
 
 def build():
     b = StackBuilder()
+    for label, tid in ((MAIN, 100), (IOPUB, 101), (WORKER, 200), (GONE, 201)):
+        b.thread(label, tid=tid)
     boot = b.frame("_run_module_as_main", "<frozen runpy>", 1, "python")
     run_cell = b.frame("run_cell", "/x/IPython/core/interactiveshell.py", 3000, "python")
     mod = b.frame("<module>", CELL, 1, "python")
@@ -37,9 +39,12 @@ def build():
     return b.build(metric="wall", meta={"backend": "test", "rate": 100.0})
 
 
-def test_thread_labels():
-    assert thread_native_id(thread_label(42, 'a "b"')) == 42
-    assert thread_native_id("MainThread") is None
+def test_thread_ids_come_from_the_table_never_from_labels():
+    t = build().thread_table.set_index("label")
+    assert t.at[MAIN, "tid"] == 100 and t.at[GONE, "tid"] == 201
+    b = StackBuilder()
+    b.add(b.stack(thread_label(42, 'a "b"'), (b.frame("f"),)))
+    assert b.build().thread_table["tid"].isna().all()
 
 
 def test_cell_threads_keeps_cell_and_new_threads():

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from profmagic.profile import Profile, Raw, StackBuilder, make_frames
+from profmagic.model import Profile, Raw, StackBuilder, make_frames
 from profmagic.views import icicle, sandwich, timeline
 from profmagic.views import tree as T
 
@@ -227,8 +227,7 @@ def test_unknown_metric_is_said_not_zeroed():
 
 
 def test_approximate_is_in_the_title():
-    p = random_profile(seed=5)
-    p.meta["approximate"] = "stacks rebuilt from pstats caller pairs"
+    p = random_profile(seed=5).with_meta(approximate="stacks rebuilt from pstats caller pairs")
     assert "approximate: stacks rebuilt from pstats" in p.icicle().layout.title.text
 
 
@@ -265,9 +264,8 @@ def test_static_svg_widths_and_escaping():
 @pytest.mark.parametrize("metric", ["wall", "cpu", "samples"])
 def test_every_view_title_names_metric_backend_rate_count_duration_and_approximate(metric):
     """Honest labels in every view: icicle, sandwich table, sandwich of a function, time order."""
-    from profmagic.profile import METRIC_LABELS
-    p = random_profile(seed=9)
-    p.meta.update(duration=4.25, approximate="made up for this test")
+    from profmagic.model import METRIC_LABELS
+    p = random_profile(seed=9).with_meta(duration=4.25, approximate="made up for this test")
     fn = int(p.functions().index[0])
     figs = {"icicle": p.icicle(metric=metric), "table": p.sandwich(metric=metric),
             "sandwich": p.sandwich(fn, metric=metric), "time": p.timeline(metric=metric),

@@ -1,8 +1,11 @@
-"""The recorder interface every backend implements.
+"""The recorder interface every backend implements, and what a backend declares about itself.
 
 A backend module (``backends/<tool>.py``) exposes:
 
 - ``NAME``: the ``--backend`` value (``"py-spy"``, ``"sampler"``, ...).
+- ``CAPS``: its ``Capabilities``: which clocks it measures, how its samples are weighted, where
+  it runs, whether it can attach and whether it streams samples. ``session`` and ``attaching``
+  read these; nothing compares backend names.
 - ``available() -> (ok: bool, reason: str)``: can it record here? The reason names the cause
   and the fix when it cannot.
 - ``Recorder(options: Options)``: ``start()`` returns only once the profiler is really sampling;
@@ -20,17 +23,49 @@ import signal
 import subprocess
 import tempfile
 import threading
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
+from typing import Mapping
+
+MODES = ("wall", "cpu", "both")
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do. ``clocks``: the clocks one run can measure (``both`` needs two);
+    ``unmeasured``: clock -> why it cannot measure it; ``weights``: "measured" (each sample carries
+    the time it stands for) or "nominal" (1/rate per sample, calibrated to the cell's measured
+    time); ``inside``: it runs in the profiled process (else it records it from outside);
+    ``attach``: it can record another running process; ``streams``: samples exist during the run;
+    ``threads``: which threads it sees ("python", "all", or "cell": the cell's thread only);
+    ``one_clock_per_run``: both clocks need two runs of the code (``--rerun``)."""
+    clocks: tuple = ("wall", "cpu")
+    unmeasured: Mapping = field(default_factory=dict)
+    weights: str = "measured"
+    inside: bool = False
+    attach: bool = False
+    streams: bool = False
+    threads: str = "python"
+    one_clock_per_run: bool = False
+    native: bool = False          # names native (C/C++) frames
+
+
+def default_mode(caps: Capabilities, gil: bool = False) -> str:
+    """The clock when none was asked for: both where one run measures both, else the one it has."""
+    if gil:
+        return "cpu"
+    if len(caps.clocks) >= 2 and not caps.one_clock_per_run:
+        return "both"
+    return "wall" if "wall" in caps.clocks and "wall" not in caps.unmeasured else caps.clocks[0]
 
 
 @dataclass
 class Options:
-    """What the user asked for, plus where the cell runs."""
+    """What the user asked for, plus where the cell runs. ``idle`` is py-spy's spelling of the
+    clock: True means ``mode="wall"``, False ``mode="cpu"``."""
     rate: float = 100.0
-    idle: bool = False
     native: bool = False
     gil: bool = False
-    mode: str = "wall"            # wall | cpu | both
+    mode: str | None = "wall"     # wall | cpu | both; None: the backend's default_mode
     subprocesses: bool = False
     all_threads: bool = False
     pid: int = field(default_factory=os.getpid)          # the process to profile (the kernel)
@@ -38,6 +73,16 @@ class Options:
     thread_ident: int = field(default_factory=threading.get_ident)
     cell_filename: str | None = None                      # the file the cell was compiled under
     extra: dict = field(default_factory=dict)             # backend-specific options
+    idle: InitVar[bool | None] = None
+
+    def __post_init__(self, idle):
+        if idle is not None:
+            self.mode = "wall" if idle else "cpu"
+
+    @property
+    def wall(self) -> bool:
+        """Samples of waiting threads count (py-spy's --idle): wall time or both clocks."""
+        return self.mode in ("wall", "both")
 
 
 @dataclass
@@ -102,6 +147,3 @@ def reap(proc: subprocess.Popen | None, sig: int = signal.SIGINT, timeout: float
                 pass
     return proc.returncode
 
-
-# Thread labels: formats and transforms use them too.
-from ..threads import thread_label, thread_native_id  # noqa: E402,F401

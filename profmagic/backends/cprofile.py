@@ -16,9 +16,11 @@ import threading
 import time
 
 from ..errors import ProfilerError
-from .base import Capture, Options
+from ..threads import thread_label
+from .base import Capabilities, Capture, Options
 
 NAME = "cprofile"
+CAPS = Capabilities(clocks=("wall", "cpu"), weights="measured", inside=True, threads="cell", one_clock_per_run=True)
 TIMERS = {"wall": ("time.perf_counter", time.perf_counter), "cpu": ("time.thread_time", time.thread_time)}
 
 
@@ -83,7 +85,6 @@ class Recorder:
         duration = time.perf_counter() - self._t0
         self._prof.create_stats()
         data = marshal.dumps(self._prof.stats)
-        from .base import thread_label
         meta = {
             "backend": NAME,
             "metric": self.options.mode,
@@ -92,6 +93,8 @@ class Recorder:
             "rate": None,
             "duration": duration,
             "thread": thread_label(*self._thread),
+            "thread_attrs": {"tid": self._thread[0], "name": self._thread[1], "pid": self.options.pid,
+                             "backend": NAME, "python": True},
             "cell_thread": thread_label(*self._thread),
             "python": sys.version.split()[0],
             "pid": self.options.pid,
@@ -113,8 +116,7 @@ class Recorder:
 def read(capture: Capture, options: Options):
     from ..formats import pstats
     metric = capture.meta.get("metric") or options.mode
-    p = pstats.read(capture.data, source="<cprofile>", metric=metric,
-                    thread=capture.meta.get("thread") or "pstats")
-    meta = dict(p.meta)
-    meta.update(capture.meta)
-    return p.replace(meta=meta)
+    m = dict(capture.meta)
+    p = pstats.read(capture.data, source="<cprofile>", metric=metric, thread=m.get("thread") or "pstats",
+                    thread_attrs=m.pop("thread_attrs", None))
+    return p.replace(meta=p.meta.replace(**m))

@@ -20,9 +20,11 @@ import time
 from urllib.parse import quote
 
 from ..errors import ProfilerError
-from .base import OWN_GROUP, Capture, Options, TempDir, ptrace_scope, reap
+from .base import OWN_GROUP, Capabilities, Capture, Options, TempDir, ptrace_scope, reap
 
 NAME = "eu-stack"
+CAPS = Capabilities(clocks=("wall", "cpu"), weights="measured", inside=False, attach=True, streams=True,
+                    threads="all", native=True)
 FORMAT = "eu-stack"
 READY_TIMEOUT = 30.0
 MIN_SLEEP = 0.2  # the helper sleeps at least this share of the interval after every snapshot
@@ -150,9 +152,8 @@ def read(capture: Capture, options: Options | None = None):
     from ..formats import eu_stack
     keep = bool(options and options.extra.get("keep_interpreter_frames"))
     p = eu_stack.read(capture.data, source="eu-stack capture", fold=not keep)
-    p.meta.update({k: v for k, v in capture.meta.items() if k != "python_threads"})
-    p.meta["backend"] = NAME
-    return p
+    meta = {k: v for k, v in capture.meta.items() if k != "python_threads"}
+    return p.replace(meta=p.meta.replace(**{**meta, "backend": NAME}))
 
 
 def _allow_ptrace(child: int) -> None:

@@ -30,10 +30,16 @@ import subprocess
 import sys
 import time
 
+import pandas as pd
+
 from ..errors import ProfilerError
-from .base import OWN_GROUP, Capture, Options, TempDir, reap, thread_label
+from ..threads import thread_label
+from .base import OWN_GROUP, Capabilities, Capture, Options, TempDir, reap
 
 NAME = "perf"
+CAPS = Capabilities(clocks=("cpu",), weights="measured", inside=False, attach=True, streams=False, threads="all",
+                    native=True, unmeasured={"wall": "perf samples cpu-clock, which counts on-CPU time only: a "
+                                                     "waiting thread is never sampled, so wall time is unknown"})
 FORMAT = "perf_script"
 ACK_TIMEOUT = 20.0
 SCRIPT_FIELDS = "comm,pid,tid,time,period,event,ip,sym,dso"
@@ -240,26 +246,18 @@ class Recorder:
         self.tmp.close()
 
 
-_PERF_THREAD = re.compile(r"^(.*)-(?:\d+|\?)/(\d+)$")
-
-
 def read(capture: Capture, options: Options | None = None):
     from ..formats import perf_script
     from ..transforms import relabel_threads
     p = perf_script.read(capture.data, source="perf capture")
     # perf names threads comm-PID/TID; use the label every backend shares so thread filters match.
-    labels = {}
-    for t in p.threads:
-        m = _PERF_THREAD.match(t)
-        if m:
-            labels[t] = thread_label(int(m.group(2)), m.group(1))
-    p = relabel_threads(p, labels)
-    meta = dict(p.meta)
-    meta.update(capture.meta)
-    meta.update(backend=NAME, versions={"perf": version()})
+    t = p.thread_table
+    p = relabel_threads(p, {lab: thread_label(int(tid), name) for lab, tid, name in zip(t["label"], t["tid"], t["name"])
+                            if tid is not pd.NA})
+    meta = dict(capture.meta, backend=NAME, versions={"perf": version()},
+                metric_note="perf cpu-clock samples: on-CPU time only; a sleeping thread is not sampled")
     if options is not None:
         meta["rate"] = float(options.rate)
-    meta["metric_note"] = "perf cpu-clock samples: on-CPU time only; a sleeping thread is not sampled"
-    return p.replace(meta=meta)
+    return p.replace(meta=p.meta.replace(**meta))
 
 

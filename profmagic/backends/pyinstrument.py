@@ -16,9 +16,11 @@ import threading
 import time
 
 from ..errors import ProfilerError
-from .base import Capture, Options
+from ..threads import thread_label
+from .base import Capabilities, Capture, Options
 
 NAME = "pyinstrument"
+CAPS = Capabilities(clocks=("wall", "cpu"), weights="measured", inside=True, threads="cell", one_clock_per_run=True)
 CPU_TIMER = ("time.thread_time, set through pyinstrument's internal StackSampler.timer_func "
              "(no public option; reset after recording)")
 
@@ -80,7 +82,6 @@ class Recorder:
 
     def stop(self) -> Capture:
         import pyinstrument
-        from .base import thread_label
         if self._prof is None:
             raise ProfilerError("pyinstrument was never started")
         try:
@@ -98,7 +99,7 @@ class Recorder:
             "timer": CPU_TIMER if self.options.mode == "cpu" else "pyinstrument's default wall-clock timer",
             "internal_api": self.options.mode == "cpu",
             "rate": session.sample_count / session.duration if session.duration else None,
-            "rate_requested": float(self.options.rate),
+            "requested_rate": float(self.options.rate),
             "duration": session.duration,
             "samples": session.sample_count,
             "cell_thread": label,
@@ -106,7 +107,8 @@ class Recorder:
             "python": sys.version.split()[0],
             "pid": self.options.pid,
         }
-        doc["x-profmagic"] = dict(meta, thread_labels={str(ident): label})
+        doc["x-profmagic"] = dict(meta, thread_labels={str(ident): label}, threads=[
+            {"label": label, "tid": nid, "name": name, "pid": self.options.pid, "python": True}])
         return Capture(json.dumps(doc).encode("utf-8"), "pyinstrument", meta)
 
     def close(self) -> None:
@@ -123,6 +125,4 @@ class Recorder:
 def read(capture: Capture, options: Options):
     from ..formats import pyinstrument
     p = pyinstrument.read(capture.data, source="<pyinstrument>")
-    meta = dict(p.meta)
-    meta.update(capture.meta)
-    return p.replace(meta=meta)
+    return p.replace(meta=p.meta.replace(**capture.meta))

@@ -3,7 +3,11 @@
 py-spy 0.4: ``record --pid`` prints "Sampling process ..." on stdout once it has attached, stops
 and writes its file on SIGINT (SIGTERM writes none), and names each speedscope profile
 ``Thread <native tid> "<name>"``. Without ``--idle`` it drops samples of threads it sees as idle,
-so its weights approximate CPU time; with ``--idle`` they are wall time.
+so its weights approximate CPU time; with ``--idle`` they are wall time. ``--mode both`` runs
+two py-spy at once, with and without ``--idle`` (``PairRecorder``), stored as one container.
+
+py-spy's samples carry no time, so each weighs 1/rate; ``calibrate_to_cell`` (a processor)
+scales them so the cell's thread sums to its measured time.
 """
 from __future__ import annotations
 
@@ -16,10 +20,18 @@ import subprocess
 import sys
 import time
 
+from dataclasses import replace
+
+import numpy as np
+
 from ..errors import ProfilerError
-from .base import OWN_GROUP, Capture, Options, TempDir, ptrace_scope, reap
+from ..model import Profile, Raw
+from ..transforms import Cell, calibrate, cell_thread
+from .base import OWN_GROUP, Capabilities, Capture, Options, TempDir, ptrace_scope, reap
 
 NAME = "py-spy"
+CAPS = Capabilities(clocks=("wall", "cpu"), weights="nominal", inside=False, attach=True, streams=False,
+                    threads="python", native=True)
 PR_SET_PTRACER = 0x59616D61
 READY = b"Sampling process"
 START_TIMEOUT = 20.0
@@ -104,9 +116,11 @@ class Recorder:
         o = self.options
         cmd = [binary() or "py-spy", "record", "--pid", str(o.pid), "-f", "speedscope",
                "-r", str(max(1, int(round(o.rate)))), "-o", self.output, "--full-filenames"]
+        if o.mode == "both":
+            raise ProfilerError("one py-spy records one clock; --mode both runs two (PairRecorder)")
         if o.gil:
             cmd.append("--gil")
-        elif o.idle:
+        elif o.wall:
             cmd.append("--idle")
         if o.native:
             cmd.append("--native")      # only in blocking mode
@@ -199,21 +213,144 @@ class Recorder:
             self.tmp = None
 
 
-def read(capture: Capture, options: Options):
-    from ..formats import speedscope
-    wall = options.idle and not options.gil
-    metric = "wall" if wall else "cpu"
-    p = speedscope.read(capture.data, source="py-spy", metric=metric)
-    meta = dict(p.meta)
-    meta.update(backend=NAME, metric=metric, rate=float(options.rate), requested_rate=float(options.rate),
+class PairRecorder:
+    """Two py-spy at once on the same process, one with ``--idle`` (wall) and one without (cpu);
+    ``stop()`` returns one container Capture holding both files."""
+
+    def __init__(self, options: Options):
+        self.options = options
+        self.recorders = [Recorder(replace(options, mode=m, gil=False, native=False, extra=dict(options.extra)))
+                          for m in ("wall", "cpu")]
+
+    def start(self) -> None:
+        try:
+            for r in self.recorders:
+                r.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def stop(self) -> Capture:
+        from ..formats import container
+        wall, cpu = (r.stop() for r in self.recorders)
+        data = container.write([("wall.speedscope.json", wall.data, "speedscope", "wall", {"metric": "wall"}),
+                                ("cpu.speedscope.json", cpu.data, "speedscope", "cpu", {"metric": "cpu"})],
+                               combine="idle-pair", meta={"backend": NAME})
+        return Capture(data, container.NAME, {"wall": wall.meta, "cpu": cpu.meta})
+
+    def close(self) -> None:
+        for r in self.recorders:
+            r.close()
+
+
+def recorder(options: Options):
+    """The recorder for ``options``: one py-spy, or a pair for ``--mode both``."""
+    return PairRecorder(options) if options.mode == "both" else Recorder(options)
+
+
+def read(capture: Capture, options: Options) -> Profile:
+    from .. import formats
+    metric = "both" if options.mode == "both" else ("wall" if options.wall and not options.gil else "cpu")
+    if capture.format == "speedscope":
+        raw = Raw(capture.data, "speedscope", filename="py-spy.speedscope.json", options={"metric": metric})
+        p = formats.load(raw)
+    else:
+        p = formats.read(capture.data, capture.format, source="py-spy")
+    meta = dict(backend=NAME, rate=float(options.rate), requested_rate=float(options.rate),
                 versions={"py-spy": version()}, pid=options.pid,
-                py_spy_flags={"idle": options.idle, "gil": options.gil, "native": options.native,
+                py_spy_flags={"mode": options.mode, "gil": options.gil, "native": options.native,
                               "subprocesses": options.subprocesses})
     if options.gil:
         meta["metric_note"] = ("--gil: only samples holding the GIL; weights approximate the GIL-holding "
                                "time (1/rate each)")
-    elif not wall:
+    elif metric == "cpu":
         meta["metric_note"] = ("py-spy without --idle drops samples of threads it sees as idle, so its "
                                "weights approximate CPU time (1/rate each)")
     # A capture without samples has no time column: keep the reader's metric then.
-    return p.replace(meta=meta, metric=metric if metric in p.metrics else p.metric)
+    out_metric = "wall" if metric == "both" else metric
+    return p.replace(meta=p.meta.replace(**meta), metric=out_metric if out_metric in p.metrics else p.metric)
+
+
+# -- seconds that add up: py-spy's weights are 1/requested rate -----------------------------------------
+# Calibrating on the cell thread's CPU time needs enough of it: at least MIN_PERIODS sampling
+# periods (a thread that mostly waits for threads it started leaks a few "active" samples over almost
+# no CPU: 5776 Hz was seen), and at most MAX_RATE_RATIO x the requested rate in samples per second the
+# thread was runnable. py-spy without --idle counts a thread in state R as active, and R is on a core
+# or waiting for one, so the bound is over CPU + run-queue time (/proc schedstat), or over wall time
+# where that is unknown.
+MIN_PERIODS = 5
+MAX_RATE_RATIO = 4.0
+
+
+def runnable_seconds(cpu: float, wall: float, delay: float | None) -> float:
+    """Time a thread was in state R (on a core or waiting for one): CPU + run-queue wait, at most wall."""
+    return wall if delay is None else min(wall, cpu + delay)
+
+
+def calibrate_to_cell(p: Profile, cell: Cell) -> Profile:
+    """Weigh py-spy's samples by the inverse of the cell thread's effective rate (its samples over
+    its measured time), so the seconds agree with %%time; the raw counts stay in ``samples``.
+    ``rate`` becomes that per-thread rate, the requested one stays in ``requested_rate``."""
+    requested = float(p.meta.get("requested_rate") or p.meta.get("rate") or 100.0)
+    thread = cell_thread(p, cell)
+    if thread not in p.threads:
+        return p.with_meta(calibrated=False, rate=requested, calibration_note=(
+            "not calibrated: the cell's thread has no samples; weights are 1/requested rate"))
+    if {"wall", "cpu"} <= set(p.metrics):
+        return calibrate_both(p, thread, cell.wall, cell.cpu, requested, run_delay=cell.run_delay)
+    # --idle samples the cell thread at every tick: its wall time. Without, only while it runs.
+    against = cell.wall if p.metric == "wall" else cell.cpu
+    st = p.stacks
+    n = int(st.loc[(st["thread"] == thread).to_numpy(), "samples"].sum()) if len(st) else 0
+    runnable = runnable_seconds(cell.cpu, cell.wall, cell.run_delay)
+    if p.metric == "cpu" and n >= 5 and (against < MIN_PERIODS / requested
+                                         or n / runnable > MAX_RATE_RATIO * requested):
+        return p.with_meta(calibrated=False, rate=requested, calibration_note=(
+            f"not calibrated: the cell's thread has {n} samples over {against * 1e3:.1f} ms of CPU time, "
+            "too little CPU to calibrate on (it mostly waited); weights are 1/requested rate"))
+    p = calibrate(p, thread, against)
+    if not p.meta.get("calibrated"):
+        p = p.with_meta(rate=requested, calibration_note=(
+            f"not calibrated: the cell's thread has {n} samples (under 5); weights are 1/requested rate"))
+    return p
+
+
+def calibrate_both(profile: Profile, thread: str, wall_s: float, cpu_s: float,
+                   requested: float | None = None, run_delay: float | None = None) -> Profile:
+    """Scale the wall and cpu columns so that ``thread`` (the cell's) sums to its measured ``wall_s``
+    and ``cpu_s``. Raw counts stay.
+
+    The --idle recording samples the thread at every tick, so its samples over ``wall_s`` are the
+    per-thread effective rate (``meta["rate"]``). The cpu column gets its own factor only when the
+    thread has 5 or more on-CPU samples over at least 5 sampling periods of CPU, at no more than 4x
+    that rate over the time it was runnable (CPU + ``run_delay``, or ``wall_s`` when that is
+    unknown). Otherwise (a cell thread that mostly waits for threads it started) the wall factor,
+    as both py-spy tick together."""
+    st = profile.stacks
+    mine = (st["thread"] == thread).to_numpy()
+    requested = float(requested or profile.meta.get("requested_rate") or profile.meta.get("rate") or 100.0)
+    n_wall = float(st.loc[mine, "samples"].sum())
+    have_wall = float(np.nansum(st.loc[mine, "wall"]))
+    have_cpu = float(np.nansum(st.loc[mine, "cpu"]))
+    meta = dict(requested_rate=requested, calibrated=False, calibrated_against=thread)
+    if n_wall < 5 or have_wall <= 0 or not wall_s or wall_s <= 0:
+        return profile.with_meta(**meta, rate=requested, calibration_note=(
+            f"not calibrated: the cell's thread has {n_wall:.0f} samples (under 5); weights are 1/requested rate"))
+    k_wall = wall_s / have_wall
+    n_cpu = have_cpu * n_wall / have_wall   # cpu weights are samples x the wall recording's s/sample
+    eff = n_wall / wall_s
+    runnable = runnable_seconds(cpu_s or 0.0, wall_s, run_delay)
+    if n_cpu >= 5 and cpu_s and cpu_s >= 5 / requested and n_cpu / runnable <= 4 * eff:
+        k_cpu = cpu_s / have_cpu
+        meta["calibrated_cpu"] = float(cpu_s)
+    else:
+        k_cpu = k_wall
+        meta["cpu_calibration_note"] = (
+            f"cpu weighted at the wall rate: the cell's thread has {n_cpu:.0f} on-CPU samples for "
+            f"{cpu_s:.3f} s of CPU, too few or too many to calibrate on")
+    st = st.assign(wall=st["wall"] * k_wall, cpu=st["cpu"] * k_cpu)
+    meta.update(calibrated=True, calibrated_wall=float(wall_s), rate=eff, calibrated_rate=eff)
+    return profile.replace(stacks=st, meta=profile.meta.replace(**meta))
+
+
+PROCESSORS = (calibrate_to_cell,)

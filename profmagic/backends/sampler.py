@@ -16,17 +16,20 @@ thread instead of reading freed memory. Both give the same reading for a live th
 from __future__ import annotations
 
 import math
-import re
+import os
 import sys
 import threading
 import time
 
 from ..errors import ProfilerError
 from ..childsampler import tid_cpu_clock
-from .base import Capture, Options, thread_label
+from ..model import Raw
+from ..threads import thread_label
+from .base import Capabilities, Capture, Options
 
 NAME = "sampler"
-_THREAD_LABEL = re.compile(r'^Thread (\d+) "')
+CAPS = Capabilities(clocks=("wall", "cpu"), weights="measured", inside=True, attach=False, streams=True,
+                    threads="python")
 
 
 def available() -> tuple[bool, str]:
@@ -147,8 +150,9 @@ class Recorder:
                     clock = time.pthread_getcpuclockid(ident)
                 except OSError:
                     clock = None
-            st = self._threads[key] = _Thread(thread_label(nid, t.name if t is not None else "?"), clock)
-            self._builder.thread(st.label)
+            name = t.name if t is not None else "?"
+            st = self._threads[key] = _Thread(thread_label(nid, name), clock)
+            self._builder.thread(st.label, tid=nid, name=name, pid=os.getpid(), backend=NAME, python=True)
         return st
 
     def _baseline(self, me: int) -> None:
@@ -208,7 +212,7 @@ class Recorder:
 
     # -- interface ---------------------------------------------------------------
     def start(self) -> None:
-        from ..profile import StackBuilder
+        from ..model import StackBuilder
         if self._thread is not None:
             raise ProfilerError("this sampler recorder was already started; make a new one")
         self._builder = StackBuilder()
@@ -240,7 +244,7 @@ class Recorder:
             "metrics": ["wall", "cpu"],
             "mode": self.options.mode,
             "rate": achieved,
-            "rate_requested": float(self.options.rate),
+            "requested_rate": float(self.options.rate),
             "ticks": self.ticks,
             "duration": duration,
             "switch_interval": sys.getswitchinterval(),
@@ -253,7 +257,6 @@ class Recorder:
         }
         # Written with wall as the primary metric; read() restores the mode's metric.
         profile = split_cpu_at_stack_changes(self._builder.build(metric="wall", meta=meta))
-        meta["samples"] = profile.sample_count
         data = speedscope.write(profile)
         self._builder = None
         self._codes.clear()
@@ -267,16 +270,7 @@ class Recorder:
 
 
 def read(capture: Capture, options: Options):
-    import pandas as pd
-
-    from ..formats import speedscope
-    p = speedscope.read(capture.data, source="<sampler>")
-    meta = dict(p.meta)
-    meta.update(capture.meta)
-    ids = []
-    for t in p.stacks["thread"]:
-        m = _THREAD_LABEL.match(str(t))
-        ids.append(int(m.group(1)) if m else None)
-    stacks = p.stacks.assign(native_id=pd.Series(ids, dtype="Int64"))
-    metric = meta["metric"] = "cpu" if options.mode == "cpu" else "wall"
-    return p.replace(stacks=stacks, meta=meta, metric=metric)
+    from .. import formats
+    metric = "cpu" if options.mode == "cpu" else "wall"
+    p = formats.load(Raw(capture.data, "speedscope", filename="sampler.speedscope.json"))
+    return p.replace(meta=p.meta.replace(**capture.meta), metric=metric)

@@ -20,9 +20,11 @@ import subprocess
 import time
 
 from ..errors import ProfilerError
-from .base import OWN_GROUP, Capture, Options, TempDir, reap
+from .base import OWN_GROUP, Capabilities, Capture, Options, TempDir, reap
 
 NAME = "systemtap"
+CAPS = Capabilities(clocks=("cpu",), weights="measured", inside=False, attach=True, threads="all", native=True,
+                    unmeasured={"wall": "systemtap's timer.profile samples on-CPU time only"})
 FORMAT = "stap"
 READY = "profmagic-stap-ready"
 START_TIMEOUT = 300.0  # compiling a module takes a while the first time
@@ -129,7 +131,5 @@ class Recorder:
 def read(capture: Capture, options: Options | None = None):
     from ..formats import stap
     p = stap.read(capture.data, source="systemtap capture")
-    meta = dict(p.meta)
-    meta.update(capture.meta)
-    meta.update(backend=NAME, metric_note="timer.profile samples: on-CPU only")
-    return p.replace(meta=meta)
+    return p.replace(meta=p.meta.replace(**{**capture.meta, "backend": NAME,
+                                            "metric_note": "timer.profile samples: on-CPU only"}))

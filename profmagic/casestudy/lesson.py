@@ -4,16 +4,15 @@ from __future__ import annotations
 import re
 
 import numpy as np
-
-from ..backends.base import thread_native_id
+import pandas as pd
 
 
 def threads(profile, match) -> list[str]:
     """Thread labels of ``profile`` matching ``match``: a native id (int) or a regex on the label."""
-    if isinstance(match, int):  # labels differ by backend: 'Thread 12 "x"', 'x (12, native)', 'x-PID/12'
-        return [t for t in profile.threads if thread_native_id(t) == match
-                or (thread_native_id(t) is None and re.findall(r"\d+", str(t))[-1:] == [str(match)])]
-    return [t for t in profile.threads if re.search(match, str(t))]
+    t = profile.thread_table
+    if isinstance(match, int):
+        return [lab for lab, tid in zip(t["label"], t["tid"]) if tid is not pd.NA and int(tid) == match]
+    return [lab for lab in t["label"] if re.search(match, str(lab))]
 
 
 def _rows(profile, thread=None):
@@ -113,10 +112,5 @@ def only_thread(profile, match, label: str):
     found = threads(profile, match)
     if not found:
         raise ValueError(f"no thread matches {match!r}; threads: {profile.threads}")
-    st = profile.stacks[profile.stacks["thread"] == found[0]].copy()
-    st["thread"] = label
-    samples = profile.samples
-    if samples is not None:
-        samples = None  # time-ordered rows point at the old stack rows: drop them rather than lie
-    meta = dict(profile.meta, threads=[label])
-    return profile.replace(stacks=st, samples=samples, meta=meta)
+    from ..transforms import keep_threads, relabel_threads
+    return relabel_threads(keep_threads(profile, [found[0]]), {found[0]: label})

@@ -39,7 +39,7 @@ import numpy as np
 
 from ..threads import thread_label
 from ..errors import ProfileFormatError
-from ..profile import Profile, Raw, StackBuilder
+from ..model import Profile, Raw, StackBuilder
 from .folded import decode
 
 NAME = "eu-stack"
@@ -301,8 +301,11 @@ def read(data: bytes, source: str = "<input>", raw_names: bool = False, fold: bo
             comms.setdefault(bl["tid"], c)
 
     def thread_name(bl):
-        tid = int(bl["tid"]) if bl["tid"].isdigit() else bl["tid"]
-        return thread_label(tid, py_names.get(bl["tid"]) or comms.get(bl["tid"]))
+        tid = int(bl["tid"]) if bl["tid"].isdigit() else None
+        name = py_names.get(bl["tid"]) or comms.get(bl["tid"])
+        return b.thread(thread_label(tid if tid is not None else bl["tid"], name), tid=tid, name=name,
+                        pid=int(bl["pid"]) if str(bl.get("pid", "")).isdigit() else None,
+                        python=bl["tid"] in py_tids, backend="eu-stack")
 
     for bl in blocks:
         frames = [(name, file, line, "native") for name, file, line, _addr in reversed(bl["frames"])]
@@ -322,7 +325,7 @@ def read(data: bytes, source: str = "<input>", raw_names: bool = False, fold: bo
             sid = b.stack(thread_name(bl), bl["fids"], on_cpu=bl["on_cpu"])
             b.add(sid, samples=1, time=bl["time"], wall=bl["wall"], cpu=bl["cpu"])
 
-    labels = {bl["tid"]: thread_name(bl) for bl in blocks}
+    labels = {bl["tid"]: b.threads[thread_name(bl)] for bl in blocks}
     meta = {"format": NAME, "backend": "eu-stack", "source": source,
             "python_threads": [labels[t] for t in labels if t in py_tids],
             "native_threads": [labels[t] for t in labels if t not in py_tids]}

@@ -11,23 +11,13 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ProfileFormatError
-from ..profile import Profile, Raw, StackBuilder
+from ._common import decode
+from ..model import Profile, Raw, StackBuilder
 
 NAME = "folded"
 # As flamegraph.pl: the stack is everything before the last whitespace and the count.
 _LINE = re.compile(r"^(.*)\s(\d+(?:\.\d*)?)$")
 _PY_FRAME = re.compile(r"^.* \((.+\.pyx?):(\d+)\)$")
-
-
-def decode(data: bytes) -> str:
-    """Text with a UTF-16 (LE/BE) or UTF-8 BOM honoured; UTF-8 otherwise, undecodable bytes kept."""
-    if data[:2] == b"\xff\xfe":
-        return data[2:].decode("utf-16-le")
-    if data[:2] == b"\xfe\xff":
-        return data[2:].decode("utf-16-be")
-    if data[:3] == b"\xef\xbb\xbf":
-        data = data[3:]
-    return data.decode("utf-8", errors="surrogateescape")
 
 
 def sniff(head: bytes) -> bool:

@@ -46,7 +46,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ProfileFormatError
-from ..profile import Profile, Raw, StackBuilder
+from ..model import Profile, Raw, StackBuilder
 from .folded import decode
 
 NAME = "perf_script"
@@ -222,6 +222,7 @@ def read(data: bytes, source: str = "<input>", pid: bool = False, tid: bool = Fa
             pname = pname.replace(" ", "_")
         w = who_cache[groups] = (pname, pname.startswith("java"), f"{comm}-{ptxt}/{t}", comm,
                                  None if p is None else int(p), int(t))
+        b.thread(w[2], tid=int(t), pid=w[4], name=comm)
         return w
 
     def header(line: str, m, lineno: int):
@@ -463,11 +464,9 @@ def read(data: bytes, source: str = "<input>", pid: bool = False, tid: bool = Fa
         meta["orphan_frame_lines"] = st["orphans"]
     prof = b.build(metric="cpu" if use_cpu else "samples", meta=meta, raw=Raw(data, NAME))
     if st["any_time"]:
-        stacks = prof.stacks
         df = pd.DataFrame({
             "time": np.asarray(s_time, dtype=np.float64),
             "stack": sids,
-            "thread": stacks["thread"].to_numpy()[sids],
             "comm": pd.Series(s_comm, dtype=object),
             "pid": pd.array(s_pid, dtype="Int64"),
             "tid": np.asarray(s_tid, dtype=np.int64),
@@ -478,10 +477,9 @@ def read(data: bytes, source: str = "<input>", pid: bool = False, tid: bool = Fa
             df["cpu"] = periods * 1e-9
         if not df["time"].is_monotonic_increasing:
             df = df.sort_values("time", kind="stable", na_position="last").reset_index(drop=True)
-        prof.samples = df
         t = df["time"].dropna()
-        if len(t) > 1:
-            prof.meta["duration"] = float(t.iloc[-1] - t.iloc[0])
+        prof = prof.replace(samples=df, meta=prof.meta.replace(
+            duration=float(t.iloc[-1] - t.iloc[0]) if len(t) > 1 else None))
     return prof
 
 

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ProfileFormatError
-from ..profile import Profile, Raw, StackBuilder
+from ..model import Profile, Raw, StackBuilder
 
 NAME = "pstats"
 MAX_PATHS = 256
@@ -188,13 +188,13 @@ def _frame_args(key) -> tuple:
 
 
 def from_stats(stats: dict, metric: str = "wall", thread: str = "pstats", raw: Raw | None = None,
-               source: str = "<input>") -> Profile:
+               source: str = "<input>", thread_attrs: dict | None = None) -> Profile:
     if metric not in ("wall", "cpu"):
         raise ValueError(f"metric must be 'wall' or 'cpu', got {metric!r}")
     keys, paths, pruned = rebuild(stats)
     b = StackBuilder()
     fids = [b.frame(*_frame_args(k)) for k in keys]
-    b.thread(thread)
+    b.thread(thread, **(thread_attrs or {}))
     for i, k in enumerate(keys):
         _, nc, tt, _, _ = stats[k]
         items = list(paths[i].items())
@@ -213,11 +213,14 @@ def from_stats(stats: dict, metric: str = "wall", thread: str = "pstats", raw: R
     return b.build(metric=metric, meta=meta, raw=raw, unknown_metrics=(other,))
 
 
-def read(data: bytes, source: str = "<input>", metric: str = "wall", thread: str = "pstats") -> Profile:
-    """``metric``: what the profiler's timer measured (pstats does not say): wall or cpu."""
+def read(data: bytes, source: str = "<input>", metric: str = "wall", thread: str = "pstats",
+         thread_attrs: dict | None = None) -> Profile:
+    """``metric``: what the profiler's timer measured (pstats does not say): wall or cpu.
+    ``thread`` and ``thread_attrs`` (tid, name...) describe the thread that was profiled."""
     stats = load(data, source)
-    return from_stats(stats, metric=metric, thread=thread, raw=Raw(bytes(data), NAME, filename="profile.pstats"),
-                      source=source)
+    opts = {"metric": metric, "thread": thread, "thread_attrs": dict(thread_attrs or {})}
+    return from_stats(stats, metric=metric, thread=thread, source=source, thread_attrs=thread_attrs,
+                      raw=Raw(bytes(data), NAME, filename="profile.pstats", options=opts))
 
 
 def table(data) -> pd.DataFrame:

@@ -17,10 +17,10 @@ import math
 import numpy as np
 
 from ..errors import ProfileFormatError
-from ..profile import Profile, Raw, StackBuilder
+from ._common import ext_block, load_json
+from ..model import Profile, Raw, StackBuilder
 
 NAME = "pyinstrument"
-EXT = "x-profmagic"
 _SYNTHETIC = ("[await]", "[self]", "[out-of-context]")
 
 
@@ -65,12 +65,7 @@ def read(data: bytes, source: str = "<input>", metric: str | None = None,
          thread_labels: dict | None = None) -> Profile:
     """``metric``: what the seconds measure (wall or cpu); default from the x-profmagic block, else wall.
     ``thread_labels``: pyinstrument thread ident (str) -> label; default from the x-profmagic block."""
-    try:
-        doc = json.loads(data)
-    except json.JSONDecodeError as e:
-        raise ProfileFormatError(f"invalid JSON: {e.msg}", source=source, line=e.lineno, offset=e.pos) from None
-    except UnicodeDecodeError as e:
-        raise ProfileFormatError(f"not UTF-8 text: {e.reason}", source=source, offset=e.start) from None
+    doc = load_json(data, source)
     if not isinstance(doc, dict):
         raise _err(source, "$", "expected a pyinstrument session object")
     records = doc.get("frame_records")
@@ -80,11 +75,12 @@ def read(data: bytes, source: str = "<input>", metric: str | None = None,
     for k in ("start_time", "duration"):
         if not (isinstance(doc.get(k), (int, float)) and not isinstance(doc.get(k), bool)):
             raise _err(source, k, f"expected a number in {k!r}, got {doc.get(k)!r}")
-    ext = doc.get(EXT) if isinstance(doc.get(EXT), dict) else {}
+    ext = ext_block(doc)
     metric = metric or ext.get("metric") or "wall"
     if metric not in ("wall", "cpu"):
         raise ValueError(f"metric must be 'wall' or 'cpu', got {metric!r}")
     labels = {str(k): v for k, v in (thread_labels or ext.get("thread_labels") or {}).items()}
+    other = "cpu" if metric == "wall" else "wall"
     b = StackBuilder()
     cache: dict[str, int] = {}
     t = 0.0
@@ -113,7 +109,7 @@ def read(data: bytes, source: str = "<input>", metric: str | None = None,
                                                           f"integer line, got {info!r}")
                 fid = cache[info] = b.frame(*args)
             fids.append(fid)
-        b.add(b.stack(thread, fids), samples=1, time=t, **{metric: float(secs)})
+        b.add(b.stack(thread, fids), samples=1, time=t, **{metric: float(secs), other: np.nan})
         t += float(secs)
     if not records:
         raise _err(source, "frame_records", "the session holds no samples; expected at least one "
@@ -126,10 +122,10 @@ def read(data: bytes, source: str = "<input>", metric: str | None = None,
         "target": doc.get("target_description"),
         "process_cpu_time": doc.get("cpu_time"),
     }
-    meta.update({k: v for k, v in ext.items() if k not in ("thread_labels", "metric")})
+    meta.update({k: v for k, v in ext.items() if k not in ("thread_labels", "threads", "metric")})
+    for row in ext.get("threads") or ():
+        if isinstance(row, dict) and row.get("label") in b.threads:
+            b.thread(row["label"], **{k: row.get(k) for k in ("pid", "tid", "name", "python")})
     other = "cpu" if metric == "wall" else "wall"
-    p = b.build(metric=metric, meta=meta, raw=Raw(bytes(data), NAME, filename="profile.pyisession"),
-                unknown_metrics=(other,))
-    if p.samples is not None:
-        p.samples[other] = np.nan
-    return p
+    return b.build(metric=metric, meta=meta, raw=Raw(bytes(data), NAME, filename="profile.pyisession"),
+                   unknown_metrics=(other,))

@@ -16,13 +16,13 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ProfileFormatError
-from ..profile import Profile, Raw, make_frames
+from ..model import THREAD_COLUMNS, Profile, Raw, make_frames, thread_table
+from ._common import EXT, ext_block, load_json, version as _version
 
 NAME = "speedscope"
 SCHEMA = "https://www.speedscope.app/file-format-schema.json"
 UNITS = {"none": None, "bytes": None, "nanoseconds": 1e-9, "microseconds": 1e-6,
          "milliseconds": 1e-3, "seconds": 1.0}
-EXT = "x-profmagic"
 
 
 def sniff(head: bytes) -> bool:
@@ -50,7 +50,7 @@ def _frames(doc, source):
     if not isinstance(shared, dict) or not isinstance(shared.get("frames"), list):
         raise _err(source, "shared.frames", "expected a list of frames under shared.frames")
     raw = shared["frames"]
-    ext = doc.get(EXT) if isinstance(doc.get(EXT), dict) else {}
+    ext = ext_block(doc)
     kinds = ext.get("kinds") if isinstance(ext.get("kinds"), list) and len(ext.get("kinds")) == len(raw) else None
     names, files, lines, ks = [], [], [], []
     for i, fr in enumerate(raw):
@@ -317,14 +317,7 @@ def read(data: bytes, source: str = "<input>", metric: str = "wall") -> Profile:
         prof = _read_fast(data, source, metric)
         if prof is not None:
             return prof
-    try:
-        doc = json.loads(data)
-    except json.JSONDecodeError as e:
-        # e.pos counts characters; the error names a byte offset.
-        offset = len(e.doc[:e.pos].encode("utf-8", "surrogatepass")) if isinstance(e.doc, str) else e.pos
-        raise ProfileFormatError(f"invalid JSON: {e.msg}", source=source, line=e.lineno, offset=offset) from None
-    except UnicodeDecodeError as e:
-        raise ProfileFormatError(f"not UTF-8 text: {e.reason}", source=source, offset=e.start) from None
+    doc = load_json(data, source)
     return from_dict(doc, source=source, metric=metric, raw=Raw(data, NAME))
 
 
@@ -334,7 +327,7 @@ def from_dict(doc, source: str = "<input>", metric: str = "wall", raw: Raw | Non
         raise _err(source, "$", "expected a speedscope object with a 'profiles' list")
     frames = _frames(doc, source)
     nframes = len(frames)
-    ext = doc.get(EXT) if isinstance(doc.get(EXT), dict) else {}
+    ext = ext_block(doc)
     # The metric the weights are in: what our writer recorded, else the caller's choice.
     if ext.get("metric") in ("wall", "cpu"):
         metric = ext["metric"]
@@ -343,6 +336,7 @@ def from_dict(doc, source: str = "<input>", metric: str = "wall", raw: Raw | Non
     units = set()
     threads: list[str] = []
     rows_thread, rows_stack, rows_n = [], [], []
+    table = _ext_threads(ext, len(doc["profiles"]))
     extra_cols: dict[str, list] = {}
     s_parts = []
     base = 0
@@ -360,22 +354,23 @@ def from_dict(doc, source: str = "<input>", metric: str = "wall", raw: Raw | Non
             stacks, ids, w, times = _evented(prof, pi, nframes, source)
         else:
             raise _err(source, f"profiles[{pi}].type", f"expected 'sampled' or 'evented', got {kind!r}")
-        name = str(prof.get("name") or f"profile {pi}")
+        name = table[pi]["label"] if table else str(prof.get("name") or f"profile {pi}")
         if name in threads:
             k = 2
             while f"{name} ({k})" in threads:
                 k += 1
             name = f"{name} ({k})"
         threads.append(name)
+        tid = len(threads) - 1
         scale = UNITS[unit]
-        pext = prof.get(EXT) if isinstance(prof.get(EXT), dict) else {}
+        pext = ext_block(prof)
         counts = np.asarray(pext["samples"], dtype=np.float64) if "samples" in pext else None
         if counts is not None and len(counts) != len(w):
             counts = None
         if counts is None:
             counts = w if scale is None else np.ones(len(w))
         nst = len(stacks)
-        rows_thread += [name] * nst
+        rows_thread += [tid] * nst
         rows_stack += stacks
         rows_n.append(np.bincount(ids, weights=counts, minlength=nst))
         per_metric = {}
@@ -397,13 +392,13 @@ def from_dict(doc, source: str = "<input>", metric: str = "wall", raw: Raw | Non
         if len(ids) and ordered:
             t = np.asarray(pext["time"], dtype=np.float64) if "time" in pext and len(pext["time"]) == len(ids) \
                 else (times * scale if scale is not None else times)
-            part = {"time": t, "thread": np.full(len(ids), name, dtype=object), "stack": ids + base}
+            part = {"time": t, "stack": ids + base}
             for m, vals in per_metric.items():
                 part[m] = vals
             s_parts.append(pd.DataFrame(part))
         base += nst
     n = np.concatenate(rows_n) if rows_n else np.zeros(0)
-    stacks_df = pd.DataFrame({"thread": pd.Series(rows_thread, dtype=object),
+    stacks_df = pd.DataFrame({"thread": np.asarray(rows_thread, dtype=np.int64),
                               "stack": pd.Series(rows_stack, dtype=object)})
     stacks_df["samples"] = n.astype(np.int64) if np.all(n == np.round(n)) else n
     for m, col in extra_cols.items():
@@ -413,12 +408,12 @@ def from_dict(doc, source: str = "<input>", metric: str = "wall", raw: Raw | Non
         samples_df = samples_df.sort_values("time", kind="stable").reset_index(drop=True)
     time_units = units - {"none", "bytes"}
     meta = {"format": NAME, "source": source, "exporter": doc.get("exporter"), "name": doc.get("name"),
-            "units": sorted(units), "threads": threads}
+            "units": sorted(units)}
     carried = dict(ext.get("meta") or {})
     if carried.get("format") not in (None, NAME):
         carried["converted_from"] = carried["format"]
     meta.update(carried)
-    meta.update(format=NAME, source=source, threads=threads)
+    meta.update(format=NAME, source=source)
     if "bytes" in units:
         meta["unit"] = "bytes"
     primary = ext.get("metric") or (metric if time_units else "samples")
@@ -429,7 +424,35 @@ def from_dict(doc, source: str = "<input>", metric: str = "wall", raw: Raw | Non
     for m in ext.get("unknown_metrics") or ():
         if m not in stacks_df:
             stacks_df[m] = np.nan
-    return Profile(frames, stacks_df, samples_df, meta, raw, primary)
+    rows = [dict(t, label=lab) for t, lab in zip(table, threads)] if table else \
+        _named_threads(threads, str(doc.get("exporter") or ""))
+    return Profile(frames, stacks_df, samples_df, meta, raw, primary, threads=thread_table(rows))
+
+
+def _ext_threads(ext: dict, n: int) -> list[dict] | None:
+    """Our writer's thread table, one row per profile, when it is there and fits."""
+    rows = ext.get("threads")
+    if not isinstance(rows, list) or len(rows) != n or not all(isinstance(r, dict) and "label" in r for r in rows):
+        return None
+    return [{k: r.get(k) for k in THREAD_COLUMNS} for r in rows]
+
+
+# py-spy names each thread `Thread <tid> "<name>"`, with --subprocesses `Process <pid> Thread <tid> "<name>"`.
+_PYSPY_THREAD = re.compile(r'^(?:Process (\d+) )?Thread (\d+)(?: "(.*)")?$')
+
+
+def _named_threads(labels: list[str], exporter: str) -> list[dict]:
+    """Thread rows from profile names; py-spy's names give the pid, native id and thread name."""
+    rows = []
+    for lab in labels:
+        m = _PYSPY_THREAD.match(lab) if exporter.startswith("py-spy") else None
+        if m is None:
+            rows.append({"label": lab})
+        else:
+            pid, tid, name = m.group(1), int(m.group(2)), m.group(3)
+            rows.append({"label": lab if pid is None else lab.split(" ", 2)[2], "tid": tid, "name": name,
+                         "pid": None if pid is None else int(pid), "backend": "py-spy", "python": True})
+    return rows
 
 
 def _jsonable(v):
@@ -451,7 +474,6 @@ def _clean(a: np.ndarray) -> list:
 
 
 def to_dict(profile: Profile) -> dict:
-    from .. import __version__
     fr = profile.frames
     # Frame ids become positions in shared.frames.
     order = fr.index.to_numpy()
@@ -473,10 +495,12 @@ def to_dict(profile: Profile) -> dict:
     stack_pos = [[int(pos[f]) for f in s] for s in stacks["stack"]]
     profiles = []
     ordered = profile.samples is not None and len(profile.samples) > 0
-    for thread in profile.threads:
+    row_threads = profile.thread_ids()
+    sample_threads = row_threads[profile.samples["stack"].to_numpy()] if ordered else None
+    for tid, thread in enumerate(profile.threads):
         ext: dict = {}
         if ordered:
-            sm = profile.samples[profile.samples["thread"] == thread]
+            sm = profile.samples[sample_threads == tid]
             ids = sm["stack"].to_numpy()
             w = sm[primary].to_numpy(dtype=np.float64) if time_metric and primary in sm else np.ones(len(ids))
             ext["time"] = sm["time"].astype(float).tolist()
@@ -486,7 +510,7 @@ def to_dict(profile: Profile) -> dict:
             if "samples" in sm:
                 ext["samples"] = sm["samples"].astype(float).tolist()
         else:
-            ids = np.flatnonzero((stacks["thread"] == thread).to_numpy())
+            ids = np.flatnonzero(row_threads == tid)
             w = stacks[primary].to_numpy(dtype=np.float64)[ids] if primary in stacks else np.ones(len(ids))
             n = stacks["samples"].to_numpy()[ids]
             if time_metric or not np.array_equal(n, w):
@@ -510,16 +534,18 @@ def to_dict(profile: Profile) -> dict:
         if ext:
             p[EXT] = ext
         profiles.append(p)
-    meta = _jsonable({k: v for k, v in profile.meta.items() if k not in ("threads",)})
+    meta = _jsonable(dict(profile.meta))
+    table = [_jsonable({k: (None if v is pd.NA else v) for k, v in row.items()})
+             for row in profile.thread_table.to_dict("records")]
     return {
         "$schema": SCHEMA,
-        "exporter": f"profmagic@{__version__}",
+        "exporter": f"profmagic@{_version()}",
         "name": str(profile.meta.get("name") or profile.meta.get("backend") or "profile"),
         "activeProfileIndex": 0,
         "shared": {"frames": frames},
         "profiles": profiles,
         EXT: {"kinds": [str(k) for k in fr["kind"]], "metric": profile.metric, "meta": meta,
-              "unknown_metrics": unknown},
+              "unknown_metrics": unknown, "threads": table},
     }
 
 

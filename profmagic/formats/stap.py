@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 
 from ..errors import ProfileFormatError
-from ..profile import Profile, Raw, StackBuilder
+from ..model import Profile, Raw, StackBuilder
 from .folded import decode
 
 NAME = "stap"

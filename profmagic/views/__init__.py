@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import html
 
-from ..profile import METRIC_LABELS, Profile
+from ..model import METRIC_LABELS, Profile
 
 # Colour per frame kind, and a palette for modules (colour-blind-safe Tableau 10).
 KIND_COLOURS = {"python": "#4c78a8", "native": "#f58518", "kernel": "#e45756", "other": "#9d9d9d"}

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from ..profile import Profile
+from ..model import Profile
 from . import GREY, PALETTE, esc, metric_label
 from . import icicle as I
 from . import tree as T
@@ -372,7 +372,7 @@ class CpuWall(_Display):
         p = self.profile
         if self.thread is None:
             return p
-        return p.replace(stacks=p.stacks[p.stacks["thread"] == self.thread].reset_index(drop=True))
+        return p.subset(p.stacks["thread"] == self.thread)
 
     def _table(self) -> pd.DataFrame:
         p = self._sub()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from ..profile import Profile
+from ..model import Profile
 from . import GREY, KIND_COLOURS, PALETTE, esc, metric_label, title
 from . import tree as T
 

@@ -12,7 +12,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from ..multi import PROCESS, by_process, processes
-from ..profile import Profile
+from ..model import Profile
 from . import esc, fmt, metric_label, title
 from . import icicle
 
@@ -23,14 +23,12 @@ def process_profile(profile: Profile, label: str) -> Profile:
     """Only the rows of process ``label`` (its time-ordered samples are not carried)."""
     st = profile.stacks
     mask = (st[PROCESS] == label).to_numpy() if PROCESS in st else np.ones(len(st), dtype=bool)
-    meta = {**profile.meta, "process": label, "threads": [t for t in profile.threads
-                                                           if t in set(st.loc[mask, "thread"])]}
     info = (profile.meta.get("processes") or {}).get(label) or {}
-    for k in ("backend", "rate"):
-        if info.get(k) is not None:
-            meta[k] = info[k]
-    meta.pop("duration", None) if info.get("ended") else None
-    return profile.replace(stacks=st[mask].reset_index(drop=True), samples=None, meta=meta)
+    meta = {"process": label, **{k: info[k] for k in ("backend", "rate") if info.get(k) is not None}}
+    if info.get("ended"):
+        meta["duration"] = None
+    sub = profile.subset(mask, drop_threads=True)
+    return sub.replace(samples=None, meta=sub.meta.replace(**meta))
 
 
 def _ended_note(row) -> str:

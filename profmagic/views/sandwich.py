@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from ..profile import Profile
+from ..model import Profile
 from . import esc, fmt, metric_label, title
 from . import icicle
 from . import tree as T
@@ -22,8 +22,7 @@ def table(profile: Profile, metric: str | None = None, thread: str | None = None
     on name or file, sorted by ``sort`` (total, self or name)."""
     metric = metric or profile.metric
     T.metric_weights(profile, metric)  # raises if the profile cannot know the metric
-    p = profile if thread is None else profile.replace(
-        stacks=profile.stacks.iloc[T.thread_rows(profile, thread)])
+    p = profile if thread is None else profile.subset(T.thread_rows(profile, thread))
     df = p.functions(metric)
     grand = float(np.nansum(p.weights(metric).to_numpy(dtype=np.float64))) or 1.0
     df = df.assign(total_pct=100 * df["total"] / grand, self_pct=100 * df["self"] / grand)
@@ -91,7 +90,6 @@ def figure(profile: Profile, function=None, metric: str | None = None, thread: s
 
 
 def _self(profile: Profile, fns, metric: str, thread: str | None) -> float:
-    p = profile if thread is None else profile.replace(
-        stacks=profile.stacks.iloc[T.thread_rows(profile, thread)])
+    p = profile if thread is None else profile.subset(T.thread_rows(profile, thread))
     f = p.functions(metric)
     return float(f.loc[f.index.isin(fns), "self"].sum())

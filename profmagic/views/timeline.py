@@ -6,7 +6,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..profile import Profile
+from ..model import Profile
 from . import GREY, PALETTE, esc, title
 from . import tree as T
 

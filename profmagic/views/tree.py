@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..profile import METRIC_LABELS, Profile
+from ..model import METRIC_LABELS, Profile
 
 ROOT = -1   # key of the root node
 OTHER = -2  # key of an "(other)" node that holds pruned children

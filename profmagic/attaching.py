@@ -1,22 +1,18 @@
 """Attach to processes that are already running (training workers started elsewhere).
 
 ``profmagic.attach([1234, 5678], duration=10)`` or ``%profile --pid 1234,5678 --duration 10``:
-one out-of-process recorder per pid, all started before any is stopped, for ``duration`` seconds
-or until Ctrl-C; one Profile with a ``process`` column.
+one recorder per pid from a backend that can attach, all started before any is stopped, for
+``duration`` seconds or until Ctrl-C; one Profile with a ``process`` per pid.
 """
 from __future__ import annotations
 
 import os
 import time
 
-from . import multi
-from .childsampler import process_state
+from . import backends, multi, procfs
 from .errors import ProfilerError
-from .profile import Profile
-from .recording import _cmdline, _ended, _versions, make_options, resolve
-
-# Backends that record another process from outside (the others run inside the profiled process).
-OUTSIDE = ("py-spy", "eu-stack", "perf", "py-spy+eu-stack")
+from .model import Profile
+from .session import make_options, versions
 
 
 def parse_pids(text) -> list[int]:
@@ -32,30 +28,34 @@ def parse_pids(text) -> list[int]:
 
 
 def attach(pids, duration: float | None = 10.0, backend: str = "py-spy", *, rate: float = 100.0,
-           idle: bool = True, native: bool = False, announce=None) -> Profile:
-    """Record ``pids`` for ``duration`` seconds (None: until Ctrl-C). ``idle=True`` (default) samples
-    waiting threads too, so the metric is wall time. A process that ends meanwhile keeps what was
-    sampled and is marked ``ended`` in ``meta["processes"]``."""
+           mode: str | None = None, idle: bool | None = None, native: bool = False, announce=None) -> Profile:
+    """Record ``pids`` for ``duration`` seconds (None: until Ctrl-C). The default clock is wall time
+    (py-spy's ``--idle``: waiting threads are sampled too). A process that ends meanwhile keeps what
+    was sampled and is marked ``ended`` in ``meta["processes"]``."""
     pids = parse_pids(pids)
     if backend == "auto":
-        backend = "py-spy"
-    if backend not in OUTSIDE:
+        backend = backends.AUTO[0]
+    mod = backends.get(backend) if backend in backends.MODULES else None
+    if mod is None or not mod.CAPS.attach:
+        can = [n for n in backends.names() if backends.get(n).CAPS.attach]
         raise ProfilerError(f"backend {backend} runs inside the profiled process and cannot attach to "
-                            f"another one; use one of: {', '.join(OUTSIDE)}")
+                            f"another one; use one of: {', '.join(can)}")
     for pid in pids:
         if pid == os.getpid():
             raise ProfilerError(f"{pid} is this process; use %%profile (or profmagic.profile()) for it")
-        if process_state(pid) in (None, "Z", "X"):
+        if procfs.ended(pid):
             raise ProfilerError(f"no running process {pid}")
     if duration is not None and duration <= 0:
         raise ProfilerError(f"--duration must be positive seconds, got {duration}")
+    if mode is None:
+        mode = "wall" if idle is None or idle else "cpu"
     recs = []
     try:
         for pid in pids:
-            o = make_options(rate=rate, idle=idle, native=native, pid=pid, all_threads=True)
-            mod, why = resolve(backend, o)
-            rec = mod.Recorder(o)
-            recs.append((pid, mod, o, rec, _cmdline(pid)))   # closed in finally even if start fails
+            o = make_options(rate=rate, mode=mode, native=native, pid=pid, all_threads=True)
+            mod, _ = backends.choose(backend)
+            rec = backends.recorder(mod, o)
+            recs.append((pid, mod, o, rec, procfs.cmdline(pid)))   # closed in finally even if start fails
             rec.start()
         if announce:
             announce(f"recording {len(pids)} process(es) with {backend} at {rate:g} Hz "
@@ -64,7 +64,7 @@ def attach(pids, duration: float | None = 10.0, backend: str = "py-spy", *, rate
         interrupted = False
         try:
             while duration is None or time.perf_counter() - t0 < duration:
-                if all(process_state(pid) in (None, "Z", "X") for pid in pids):
+                if all(procfs.ended(pid) for pid in pids):
                     break
                 time.sleep(min(0.05, max(0.0, duration - (time.perf_counter() - t0))) if duration else 0.05)
         except KeyboardInterrupt:
@@ -74,9 +74,8 @@ def attach(pids, duration: float | None = 10.0, backend: str = "py-spy", *, rate
         for pid, mod, o, rec, argv in recs:
             p = mod.read(rec.stop(), o)
             lab = multi.process_label(pid, argv)
-            ended = _ended(process_state(pid))
-            info = {"pid": pid, "argv": argv, "backend": mod.NAME, "ended": ended}
-            if ended:
+            info = {"pid": pid, "argv": argv, "backend": mod.NAME, "ended": procfs.ended(pid)}
+            if info["ended"]:
                 info["ended_note"] = "the process ended during the recording; samples up to its end are kept"
             parts.append(multi.with_process(p, lab, info))
             labels.append(lab)
@@ -84,10 +83,9 @@ def attach(pids, duration: float | None = 10.0, backend: str = "py-spy", *, rate
         for _, _, _, rec, _ in recs:
             rec.close()
     out = multi.concat(parts, key="process", labels=labels)
-    meta = dict(out.meta)
-    meta.update(backend=recs[0][1].NAME, attached=pids, duration=wall, requested_duration=duration,
-                rate=float(rate), requested_rate=float(rate), versions={**_versions(),
-                                                                        **(parts[0].meta.get("versions") or {})})
+    meta = dict(backend=recs[0][1].NAME, attached=pids, duration=wall, requested_duration=duration,
+                rate=float(rate), requested_rate=float(rate), mode=mode,
+                versions={**versions(), **dict(parts[0].meta.versions)})
     if interrupted:
         meta["partial"] = f"interrupted after {wall:.2f} s"
-    return out.replace(meta=meta, metric=parts[0].metric)
+    return out.replace(meta=out.meta.replace(**meta), metric=parts[0].metric)

@@ -1,4 +1,4 @@
-"""profmagic.profile() and recording.run() outside notebooks: in this very process, real profilers."""
+"""profmagic.profile() and session.run() outside notebooks: in this very process, real profilers."""
 from __future__ import annotations
 
 import os
@@ -9,7 +9,7 @@ import pytest
 from workloads import busy, nap, spin
 
 import profmagic
-from profmagic import recording
+from profmagic import backends, session
 from profmagic.errors import ProfilerError
 
 pytestmark = pytest.mark.timeout(120)
@@ -85,12 +85,12 @@ def test_run_returns_partial_profile_and_the_exception():
         busy(0.2)
         raise err
 
-    p, e = recording.run("py-spy", recording.make_options(idle=True), cell)
+    p, e = session.run("py-spy", session.make_options(idle=True), cell)
     assert e is err
     assert "ValueError" in p.meta["partial"]
     assert shares(p)[0] > 0.8
     with pytest.raises(ValueError, match="boom"):
-        recording.record("py-spy", recording.make_options(idle=True), cell)
+        session.record("py-spy", session.make_options(idle=True), cell)
     assert my_children() == []
 
 
@@ -112,7 +112,7 @@ def test_thread_started_inside_is_kept():
 
 def test_zero_samples_message():
     code = compile("x = 1", "<zero-cell>", "exec")
-    s = recording.Session("py-spy", recording.make_options(idle=True, rate=10, cell_filename="<zero-cell>"))
+    s = session.Session("py-spy", session.make_options(idle=True, rate=10, cell_filename="<zero-cell>"))
     s.start()
     exec(code, {})
     p = s.finish()
@@ -129,7 +129,7 @@ def test_unknown_backend_is_clear():
 
 def test_unknown_backend_in_resolve():
     with pytest.raises(ProfilerError, match="unknown backend 'perf-missing'"):
-        recording.resolve("perf-missing", recording.make_options())
+        backends.choose("perf-missing")
 
 
 def _spinners(n=4, seconds=0.3) -> float:
@@ -199,7 +199,7 @@ def test_record_rerun_merges_two_runs_by_stack():
         runs.append(time.thread_time() - c0)   # spin's CPU time in this run
         nap(0.3)
 
-    p = recording.record("pyinstrument", recording.make_options(mode="both", rerun=True), work)
+    p = session.record("pyinstrument", session.make_options(mode="both", rerun=True), work)
     assert len(runs) == 2 and p.meta["runs"] == 2 and "two separate runs" in p.meta["approximate"]
     f = {m: dict(zip(p.functions(m)["name"], p.functions(m)["total"])) for m in ("wall", "cpu")}
     assert f["wall"]["nap"] == pytest.approx(0.3, rel=0.10)

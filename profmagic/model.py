@@ -1,0 +1,766 @@
+"""The model: frames, threads, stacks, time-ordered samples, typed meta and the raw capture.
+
+Knows pandas and numpy. Knows no profiler, no format, no plotly and no IPython.
+
+A Profile is immutable once built: every change makes a new Profile (``replace``, ``subset``,
+the functions of ``transforms``). Readers pass everything to a ``StackBuilder`` and never patch
+the Profile it builds.
+"""
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace as _dc_replace
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+KINDS = ("python", "native", "kernel", "other")
+TIME_METRICS = ("wall", "cpu")
+MEMORY_METRICS = ("bytes", "allocated", "allocations")
+METRICS = ("samples", "wall", "cpu", "off_cpu") + MEMORY_METRICS
+METRIC_LABELS = {
+    "samples": "samples",
+    "wall": "wall time (s)",
+    "cpu": "CPU time (s)",
+    "off_cpu": "off-CPU time (s) = wall − cpu",
+    "bytes": "bytes alive at the high-water mark",
+    "allocated": "bytes allocated",
+    "allocations": "allocations (count)",
+}
+# What the upper layers lend the Profile's convenience methods (save, views, display, concat): the
+# root package fills these in, so the model imports nothing above it.
+HOOKS: dict[str, Callable] = {}
+
+
+def _hook(name: str) -> Callable:
+    fn = HOOKS.get(name)
+    if fn is None:
+        raise RuntimeError(f"Profile.{name} needs the profmagic package (import profmagic)")
+    return fn
+
+
+# Columns of the thread table, besides its id (the index).
+THREAD_COLUMNS = ("label", "name", "pid", "tid", "process", "rank", "backend", "python")
+
+
+@dataclass(frozen=True)
+class Raw:
+    """What the profiler wrote, kept as it was.
+
+    ``data`` holds the bytes; for a capture too large to keep in memory, ``data`` is None and
+    ``path`` points to the file on disk. ``options`` are the reader options that give back the
+    same Profile: ``load(raw)`` uses them.
+    """
+    data: bytes | None
+    format: str
+    path: str | None = None
+    filename: str | None = None  # a suggested download name
+    options: Mapping = field(default_factory=dict)
+
+    def read(self) -> bytes:
+        if self.data is not None:
+            return self.data
+        if self.path is None:
+            return b""
+        with open(self.path, "rb") as f:
+            return f.read()
+
+    @property
+    def size(self) -> int:
+        if self.data is not None:
+            return len(self.data)
+        return os.path.getsize(self.path) if self.path and os.path.exists(self.path) else 0
+
+
+# -- meta -------------------------------------------------------------------------------------
+_ALIASES = {"rate_requested": "requested_rate", "target_rate": "requested_rate", "version": "versions"}
+
+
+@dataclass(frozen=True)
+class Meta(Mapping):
+    """What is known about a profile, as named fields; anything else is kept in ``extra``.
+
+    Read it like a dict (``meta["rate"]``, ``meta.get("partial")``): a field that is None (or an
+    empty collection) counts as absent. Change it with ``replace(**changes)``, which puts unknown
+    keys into ``extra`` and removes a key given as None.
+    """
+    format: str | None = None            # the file format read
+    source: str | None = None            # file name, or "<input>"
+    backend: str | None = None           # the profiler that recorded it
+    backend_choice: str | None = None    # why that backend (auto)
+    mode: str | None = None              # wall | cpu | both
+    rate: float | None = None            # samples per second reached (or calibrated)
+    requested_rate: float | None = None
+    duration: float | None = None        # seconds the recording covers
+    pid: int | None = None
+    cell: str | None = None
+    cell_thread: str | None = None       # the label of the thread that ran the cell
+    cell_wall: float | None = None
+    cell_cpu: float | None = None
+    versions: Mapping = field(default_factory=dict)
+    approximate: str | None = None       # why the numbers are reconstructed, when they are
+    partial: str | None = None           # why the profile covers less than the code
+    message: str | None = None           # what the user must be told (e.g. too few samples)
+    unknown: Mapping = field(default_factory=dict)     # metric -> why it was not measured
+    processes: Mapping = field(default_factory=dict)   # process label -> what is known of it
+    warnings: tuple = ()
+    extra: Mapping = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, meta: "Meta | Mapping | None" = None, **changes) -> "Meta":
+        if isinstance(meta, Meta) and not changes:
+            return meta
+        base = cls() if not isinstance(meta, Meta) else meta
+        items = dict(meta or {}) if not isinstance(meta, Meta) else {}
+        items.update(changes)
+        return base.replace(**items) if items else base
+
+    def replace(self, **changes) -> "Meta":
+        names = _META_FIELDS
+        known: dict[str, Any] = {}
+        extra = dict(self.extra)
+        for k, v in changes.items():
+            if k == "version" and not isinstance(v, Mapping):   # one tool's version string
+                tool = changes.get("backend") or changes.get("format") or self.backend or self.format or "tool"
+                k, v = "versions", {**dict(self.versions), **dict(known.get("versions") or {}), str(tool): v}
+            k = _ALIASES.get(k, k)
+            if k == "extra":
+                extra.update(v or {})
+            elif k in names:
+                known[k] = _field_value(k, v)
+                extra.pop(k, None)
+            elif k in ("threads", "metric"):   # the thread table and Profile.metric hold these
+                continue
+            elif v is None:
+                extra.pop(k, None)
+            else:
+                extra[k] = v
+        known["extra"] = extra
+        return _dc_replace(self, **known)
+
+    # Mapping interface: set fields first, then extra.
+    def __getitem__(self, key: str):
+        key = _ALIASES.get(key, key)
+        if key in _META_FIELDS and key != "extra":
+            v = getattr(self, key)
+            if _is_set(v):
+                return v
+            raise KeyError(key)
+        return self.extra[key]
+
+    def __iter__(self):
+        for k in _META_FIELDS:
+            if k != "extra" and _is_set(getattr(self, k)):
+                yield k
+        yield from self.extra
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __contains__(self, key) -> bool:
+        try:
+            self[key]
+        except KeyError:
+            return False
+        return True
+
+    def __or__(self, other: Mapping) -> "Meta":
+        return self.replace(**dict(other))
+
+    def __hash__(self):  # a Mapping is unhashable; so is this
+        raise TypeError("unhashable type: 'Meta'")
+
+    def to_dict(self) -> dict:
+        return {k: self[k] for k in self}
+
+
+_META_FIELDS = tuple(f.name for f in fields(Meta))
+
+
+def _is_set(v) -> bool:
+    if v is None:
+        return False
+    if isinstance(v, (dict, tuple, list, Mapping)):
+        return len(v) > 0
+    return True
+
+
+def _field_value(name: str, v):
+    if name in ("versions", "unknown", "processes", "extra"):
+        return dict(v or {})
+    if name == "warnings":
+        return tuple(v or ())
+    if name in ("rate", "requested_rate", "duration", "cell_wall", "cell_cpu") and v is not None:
+        return float(v)
+    if name == "pid" and v is not None:
+        return int(v)
+    return v
+
+
+# -- the thread table ------------------------------------------------------------------------------
+def thread_table(rows: Sequence[Mapping]) -> pd.DataFrame:
+    """The thread table from one mapping per thread (keys of THREAD_COLUMNS; label required)."""
+    df = pd.DataFrame({
+        "label": pd.Series([str(r["label"]) for r in rows], dtype=object),
+        "name": pd.Series([r.get("name") for r in rows], dtype=object),
+        "pid": pd.array([_int_or_na(r.get("pid")) for r in rows], dtype="Int64"),
+        "tid": pd.array([_int_or_na(r.get("tid")) for r in rows], dtype="Int64"),
+        "process": pd.Series([r.get("process") for r in rows], dtype=object),
+        "rank": pd.Series([r.get("rank") for r in rows], dtype=object),
+        "backend": pd.Series([r.get("backend") for r in rows], dtype=object),
+        "python": pd.array([r.get("python") for r in rows], dtype="boolean"),
+    })
+    df.index.name = "thread"
+    return df
+
+
+def _int_or_na(v):
+    if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)):
+        return pd.NA
+    return int(v)
+
+
+def unique_labels(labels: list[str], processes: list) -> list[str]:
+    """Labels made unique: a label that several processes share is prefixed with the process."""
+    count: dict[str, int] = {}
+    for lab in labels:
+        count[lab] = count.get(lab, 0) + 1
+    out, seen = [], set()
+    for lab, proc in zip(labels, processes):
+        new = lab if count[lab] == 1 or proc is None else f"{proc} · {lab}"
+        k = 2
+        base = new
+        while new in seen:
+            new = f"{base} ({k})"
+            k += 1
+        seen.add(new)
+        out.append(new)
+    return out
+
+
+def _is_missing(v) -> bool:
+    return v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
+
+
+def _derive_threads(stacks: pd.DataFrame, order: Sequence[str] = ()) -> tuple[pd.DataFrame, np.ndarray]:
+    """A thread table and per-row ids from stacks that carry thread labels (and maybe process and
+    rank columns): one thread per distinct (label, process, rank), first seen first."""
+    n = len(stacks)
+    labels = stacks["thread"].astype(object).to_numpy() if n else np.zeros(0, dtype=object)
+    procs = stacks["process"].astype(object).to_numpy() if "process" in stacks else np.full(n, None, object)
+    ranks = stacks["rank"].astype(object).to_numpy() if "rank" in stacks else np.full(n, None, object)
+    keys: dict[tuple, int] = {}
+    rows: list[dict] = []
+    for lab in order:
+        k = (str(lab), None, None)
+        if k not in keys:
+            keys[k] = len(rows)
+            rows.append({"label": str(lab), "process": None, "rank": None})
+    ids = np.empty(n, dtype=np.int64)
+    for i, (lab, proc, rank) in enumerate(zip(labels, procs, ranks)):
+        proc = None if _is_missing(proc) else proc
+        rank = None if _is_missing(rank) else rank
+        k = (str(lab), proc, rank)
+        tid = keys.get(k)
+        if tid is None:
+            bare = keys.get((str(lab), None, None))
+            if bare is not None and rows[bare]["process"] is None and (proc is not None or rank is not None) \
+                    and not any(r["label"] == str(lab) and (r["process"], r["rank"]) != (None, None) for r in rows):
+                rows[bare].update(process=proc, rank=rank)  # a listed thread, now placed in its process
+                keys[k] = tid = bare
+            else:
+                tid = keys[k] = len(rows)
+                rows.append({"label": str(lab), "process": proc, "rank": rank})
+        ids[i] = tid
+    uniq = unique_labels([r["label"] for r in rows], [r["process"] if r["process"] is not None else r["rank"]
+                                                        for r in rows])
+    for r, lab in zip(rows, uniq):
+        if lab != r["label"]:
+            r["name"] = r["label"]
+        r["label"] = lab
+    return thread_table(rows), ids
+
+
+def _normalise_threads(stacks: pd.DataFrame, threads) -> tuple[pd.DataFrame, np.ndarray]:
+    """(thread table, thread id per stack row) from what a caller passed."""
+    if threads is None:
+        return _derive_threads(stacks)
+    if not isinstance(threads, pd.DataFrame):
+        threads = thread_table([t if isinstance(t, Mapping) else {"label": t} for t in threads])
+    else:
+        threads = threads.reset_index(drop=True)
+        for c in THREAD_COLUMNS:
+            if c not in threads:
+                threads[c] = None
+        threads = thread_table(threads.to_dict("records"))
+    labels = threads["label"].tolist()
+    if len(set(labels)) != len(labels):
+        raise ValueError("thread labels must be unique within a profile")
+    if not len(stacks):
+        return threads, np.zeros(0, dtype=np.int64)
+    col = stacks["thread"]
+    if isinstance(col.dtype, pd.CategoricalDtype) and list(col.cat.categories) == labels:
+        return threads, col.cat.codes.to_numpy(dtype=np.int64)
+    if pd.api.types.is_integer_dtype(col.dtype):
+        ids = col.to_numpy(dtype=np.int64)
+        if len(ids) and (ids.min() < 0 or ids.max() >= len(labels)):
+            raise ValueError(f"thread id out of range 0..{len(labels) - 1}")
+        return threads, ids
+    pos = {lab: i for i, lab in enumerate(labels)}
+    vals = col.astype(object).to_numpy()
+    missing = sorted({str(v) for v in vals if v not in pos})
+    if missing:
+        raise ValueError(f"stacks name threads that are not in the thread table: {missing[:5]}")
+    return threads, np.fromiter((pos[v] for v in vals), dtype=np.int64, count=len(vals))
+
+
+# -- the builder -------------------------------------------------------------------------------------
+class StackBuilder:
+    """Builds a Profile from frames, threads and samples; interns frames and (thread, stack) pairs.
+
+    >>> b = StackBuilder()
+    >>> f = b.frame("main", "app.py", 1, "python")
+    >>> t = b.thread("MainThread", tid=7, pid=7, python=True)
+    >>> b.add(b.stack(t, (f,)), samples=1, wall=0.01)
+    >>> p = b.build(metric="wall", meta={"backend": "example"})
+    """
+
+    def __init__(self) -> None:
+        self._frame_ids: dict[tuple, int] = {}
+        self._frames: list[tuple] = []
+        self._threads: list[dict] = []
+        self._thread_ids: dict[str, int] = {}
+        self._stack_ids: dict[tuple, int] = {}
+        self._stack_thread: list[int] = []
+        self._stack_frames: list[tuple] = []
+        self._extra: dict[str, list] = {}
+        self._agg: dict[str, list[float]] = {"samples": []}
+        self._s_time: list[float] = []
+        self._s_stack: list[int] = []
+        self._s_weights: dict[str, list[float]] = {}
+        self._s_extra: dict[str, list] = {}
+
+    # -- frames, threads and stacks ------------------------------------------------------------
+    def frame(self, name: str, file: str | None = None, line: int | None = None,
+              kind: str = "other") -> int:
+        key = (name, file or "", line, kind)
+        fid = self._frame_ids.get(key)
+        if fid is None:
+            fid = len(self._frames)
+            self._frame_ids[key] = fid
+            self._frames.append(key)
+        return fid
+
+    def thread(self, label: str, **attrs) -> int:
+        """The id of the thread labelled ``label``, created on first use; ``attrs`` (pid, tid, name,
+        process, rank, backend, python) fill in what is known about it."""
+        label = str(label)
+        tid = self._thread_ids.get(label)
+        if tid is None:
+            tid = self._thread_ids[label] = len(self._threads)
+            self._threads.append({"label": label})
+        unknown = set(attrs) - set(THREAD_COLUMNS)
+        if unknown:
+            raise TypeError(f"unknown thread attribute(s): {', '.join(sorted(unknown))}")
+        row = self._threads[tid]
+        for k, v in attrs.items():
+            if v is not None:
+                row[k] = v
+        return tid
+
+    @property
+    def threads(self) -> list[str]:
+        return [t["label"] for t in self._threads]
+
+    def stack(self, thread: int | str, frames: Sequence[int], **extra) -> int:
+        """The row id of the (thread, stack[, extra columns]) pair, created on first use.
+        ``thread`` is an id from ``thread()`` or a label (the thread is created if new)."""
+        if not isinstance(thread, (int, np.integer)):
+            thread = self.thread(thread)
+        frames = tuple(frames)
+        key = (thread, frames, tuple(sorted(extra.items()))) if extra else (thread, frames)
+        sid = self._stack_ids.get(key)
+        if sid is None:
+            sid = len(self._stack_frames)
+            self._stack_ids[key] = sid
+            self._stack_thread.append(int(thread))
+            self._stack_frames.append(frames)
+            for col, vals in self._agg.items():
+                vals.append(0)
+            if extra or self._extra:
+                for k in set(self._extra) | set(extra):
+                    self._extra.setdefault(k, [None] * sid).append(extra.get(k))
+        return sid
+
+    # -- weights ---------------------------------------------------------------------------------
+    def add(self, sid: int, samples: float = 1, time: float | None = None, columns: Mapping | None = None,
+            **weights: float) -> None:
+        """Add weight to a stack row. With ``time``, also record one time-ordered sample, with
+        ``columns`` as per-sample values (a tid, an event name...)."""
+        self._agg["samples"][sid] += samples
+        for m, w in weights.items():
+            col = self._agg.get(m)
+            if col is None:
+                col = self._agg[m] = [0.0] * len(self._stack_frames)
+            col[sid] += w
+        if time is not None:
+            n = len(self._s_time)
+            self._s_time.append(time)
+            self._s_stack.append(sid)
+            for m, w in weights.items():
+                col = self._s_weights.get(m)
+                if col is None:
+                    col = self._s_weights[m] = [np.nan] * n
+                col.append(w)
+            for m, col in self._s_weights.items():
+                if len(col) < n + 1:
+                    col.append(np.nan)
+            for k, v in (columns or {}).items():
+                col = self._s_extra.get(k)
+                if col is None:
+                    col = self._s_extra[k] = [None] * n
+                col.append(v)
+            for k, col in self._s_extra.items():
+                if len(col) < n + 1:
+                    col.append(None)
+
+    # -- result ------------------------------------------------------------------------------------
+    def frames_frame(self) -> pd.DataFrame:
+        return make_frames([f[0] for f in self._frames], [f[1] for f in self._frames],
+                           [f[2] for f in self._frames], [f[3] for f in self._frames])
+
+    def build(self, metric: str | None = None, meta: Meta | Mapping | None = None, raw: Raw | None = None,
+              unknown_metrics: Iterable[str] = ()) -> "Profile":
+        """``unknown_metrics`` are metrics this source cannot know: they become NaN columns."""
+        n = len(self._stack_frames)
+        stacks = {"thread": np.asarray(self._stack_thread, dtype=np.int64),
+                  "stack": pd.Series(self._stack_frames, dtype=object)}
+        counts = np.asarray(self._agg["samples"], dtype=np.float64) if n else np.zeros(0)
+        stacks["samples"] = counts.astype(np.int64) if np.all(counts == np.round(counts)) else counts
+        for m, vals in self._agg.items():
+            if m != "samples":
+                stacks[m] = np.asarray(vals, dtype=np.float64)
+        for m in unknown_metrics:
+            stacks.setdefault(m, np.full(n, np.nan))
+        for k, vals in self._extra.items():
+            stacks[k] = pd.Series(vals + [None] * (n - len(vals)), dtype=object)
+        samples = None
+        if self._s_time:
+            cols = {"time": np.asarray(self._s_time, dtype=np.float64),
+                    "stack": np.asarray(self._s_stack, dtype=np.int64)}
+            for m, vals in self._s_weights.items():
+                cols[m] = np.asarray(vals, dtype=np.float64)
+            for k, vals in self._s_extra.items():
+                cols[k] = pd.Series(vals, dtype=object)
+            samples = pd.DataFrame(cols)
+        unknown = dict((meta or {}).get("unknown") or {})
+        return Profile(self.frames_frame(), pd.DataFrame(stacks), samples, meta, raw, metric,
+                       threads=thread_table(self._threads) if self._threads else thread_table([]),
+                       unknown=unknown)
+
+
+def make_frames(names, files, lines, kinds) -> pd.DataFrame:
+    df = pd.DataFrame({
+        "name": pd.Series(list(names), dtype=object),
+        "file": pd.Series(["" if f is None else f for f in files], dtype=object),
+        "line": pd.array(list(lines), dtype="Int64"),
+        "kind": pd.Categorical(list(kinds), categories=KINDS),
+    })
+    df.index.name = "frame"
+    return df
+
+
+# -- the profile -----------------------------------------------------------------------------------
+class Profile:
+    """One profile; see docs/architecture.md, "The Profile contract".
+
+    ``frames``: one row per frame id (name, file, line, kind). ``thread_table``: one row per thread
+    id (label, name, pid, tid, process, rank, backend, python). ``stacks``: one row per distinct
+    (thread, stack): ``thread`` (a categorical of labels whose codes are thread ids), ``stack``
+    (frame ids, root first), ``samples`` and one column per metric; ``process`` and ``rank`` come
+    from the thread table. ``samples``: time-ordered samples (``time``, ``stack`` row, weights), or
+    None. Treat every frame as read-only.
+    """
+
+    def __init__(self, frames: pd.DataFrame, stacks: pd.DataFrame, samples: pd.DataFrame | None = None,
+                 meta: Meta | Mapping | None = None, raw: Raw | None = None, metric: str | None = None,
+                 threads=None, unknown: Mapping | None = None):
+        legacy_order = ()
+        if meta is not None and not isinstance(meta, Meta) and meta.get("threads") and threads is None:
+            legacy_order = [str(t) for t in meta["threads"]]
+        stacks = stacks.reset_index(drop=True)
+        if threads is None:
+            table, ids = _derive_threads(stacks, legacy_order)
+        else:
+            table, ids = _normalise_threads(stacks, threads)
+        labels = table["label"].tolist()
+        st = stacks.drop(columns=[c for c in ("thread", "process", "rank") if c in stacks])
+        st.insert(0, "thread", pd.Categorical.from_codes(ids, categories=pd.Index(labels, dtype=object))
+                  if len(labels) else pd.Categorical([], categories=pd.Index([], dtype=object)))
+        for c in ("process", "rank"):
+            if table[c].notna().any():
+                st[c] = table[c].to_numpy(dtype=object)[ids] if len(ids) else pd.Series([], dtype=object)
+        if samples is not None:
+            samples = samples.reset_index(drop=True)
+            sid = samples["stack"].to_numpy(dtype=np.int64)
+            if len(sid) and (sid.min() < 0 or sid.max() >= len(st)):
+                raise ValueError("samples refer to stack rows that do not exist; use Profile.subset()")
+            samples = samples.drop(columns=[c for c in ("thread",) if c in samples])
+            samples.insert(1, "thread", st["thread"].take(sid).to_numpy() if len(sid) else
+                           pd.Categorical([], categories=st["thread"].cat.categories))
+            samples["thread"] = pd.Categorical(samples["thread"], categories=st["thread"].cat.categories)
+        m = Meta.of(meta)
+        if unknown:
+            m = m.replace(unknown={**unknown, **m.unknown})
+        for u in m.unknown:   # metrics known to be unmeasured are NaN columns, never missing
+            if u in TIME_METRICS + MEMORY_METRICS and u not in st:
+                st[u] = np.nan
+        if metric is None:
+            metric = next((x for x in ("wall", "cpu") + MEMORY_METRICS if x in st and st[x].notna().any()),
+                          "samples")
+        if metric not in METRICS:
+            raise ValueError(f"unknown metric {metric!r}; expected one of {', '.join(METRICS)}")
+        self.frames = frames
+        self.thread_table = table
+        self.stacks = st
+        self.samples = samples
+        self.meta = m
+        self.raw = raw
+        self.metric = metric
+
+    # -- basic facts -----------------------------------------------------------------------------
+    @property
+    def metrics(self) -> list[str]:
+        """Metrics this profile really knows (NaN-only columns do not count)."""
+        out = ["samples"]
+        for m in TIME_METRICS + MEMORY_METRICS:
+            if m in self.stacks and self.stacks[m].notna().any():
+                out.append(m)
+        if "wall" in out and "cpu" in out:
+            out.insert(out.index("cpu") + 1, "off_cpu")
+        return out
+
+    @property
+    def threads(self) -> list[str]:
+        """Thread labels, in the thread table's order (threads without samples included)."""
+        return self.thread_table["label"].tolist()
+
+    def thread_ids(self) -> np.ndarray:
+        """The thread id of every stack row."""
+        return self.stacks["thread"].cat.codes.to_numpy(dtype=np.int64)
+
+    def weights(self, metric: str | None = None) -> pd.Series:
+        """One weight per stack row in ``metric``; off_cpu = wall − cpu."""
+        metric = metric or self.metric
+        if metric == "off_cpu":
+            if "wall" not in self.stacks or "cpu" not in self.stacks:
+                raise KeyError("off_cpu needs both wall and cpu; this profile has " + ", ".join(self.metrics))
+            return (self.stacks["wall"] - self.stacks["cpu"]).clip(lower=0).rename("off_cpu")
+        if metric not in self.stacks:
+            raise KeyError(f"this profile has no {metric!r} metric; it has " + ", ".join(self.metrics))
+        return self.stacks[metric]
+
+    def total(self, metric: str | None = None) -> float:
+        w = self.weights(metric)
+        s = w.sum(min_count=1)
+        if pd.isna(s):
+            return float("nan")
+        return int(s) if (metric or self.metric) in ("samples", "allocations") and float(s).is_integer() \
+            else float(s)
+
+    @property
+    def sample_count(self) -> int:
+        return int(self.stacks["samples"].sum()) if len(self.stacks) else 0
+
+    @property
+    def is_empty(self) -> bool:
+        """True when nothing was recorded: no weight in the primary metric and no samples.
+
+        Deterministic profilers (cProfile) have no samples but do have time; they are not empty.
+        """
+        if self.sample_count:
+            return False
+        t = self.total()
+        return not (t == t and t > 0)
+
+    @property
+    def duration(self) -> float | None:
+        d = self.meta.get("duration")
+        if d is not None:
+            return float(d)
+        if self.samples is not None and len(self.samples):
+            return float(self.samples["time"].max() - self.samples["time"].min())
+        return None
+
+    def describe(self) -> str:
+        """A one-line honest label: metric, backend, rate, samples, duration."""
+        m = self.meta
+        parts = [METRIC_LABELS.get(self.metric, self.metric), f"backend {m.get('backend') or m.get('format') or '?'}"]
+        rate = m.get("rate")
+        if rate and math.isfinite(float(rate)):
+            parts.append(f"{float(rate):.4g} Hz")
+        if "calls" in self.stacks and not self.sample_count:
+            parts.append(f"{int(self.stacks['calls'].sum()):,} calls (every call traced, not sampled)")
+        else:
+            parts.append(f"{self.sample_count:,} samples")
+        d = self.duration
+        if d is not None and math.isfinite(d):
+            parts.append(f"{d:.3f} s")
+        if m.get("approximate"):
+            parts.append("approximate: " + str(m["approximate"]))
+        return " · ".join(parts)
+
+    # -- function table (sandwich) ----------------------------------------------------------------
+    def _exploded(self):
+        """(row index per entry, frame id per entry, stack lengths) for every frame of every stack."""
+        stacks = self.stacks["stack"].to_numpy()
+        lengths = np.fromiter((len(s) for s in stacks), dtype=np.int64, count=len(stacks))
+        rows = np.repeat(np.arange(len(stacks), dtype=np.int64), lengths)
+        if lengths.sum():
+            fids = np.fromiter((f for s in stacks for f in s), dtype=np.int64, count=int(lengths.sum()))
+        else:
+            fids = np.zeros(0, dtype=np.int64)
+        return rows, fids, lengths
+
+    def function_ids(self) -> np.ndarray:
+        """Function id per frame id: frames that share (name, file) are one function."""
+        if not len(self.frames):
+            return np.zeros(0, dtype=np.int64)
+        codes = self.frames.groupby(["name", "file"], sort=False, dropna=False).ngroup().to_numpy()
+        out = np.full(int(self.frames.index.max()) + 1, -1, dtype=np.int64)
+        out[self.frames.index.to_numpy()] = codes
+        return out
+
+    def functions(self, metric: str | None = None) -> pd.DataFrame:
+        """One row per function on any stack: name, file, self, total (heaviest total first).
+
+        Total counts once per stack even when the function recurses; self goes to the leaf.
+        """
+        metric = metric or self.metric
+        w = self.weights(metric).to_numpy(dtype=np.float64)
+        fn_of_frame = self.function_ids()
+        rows, fids, lengths = self._exploded()
+        nfn = int(fn_of_frame.max()) + 1 if len(fn_of_frame) else 0
+        total = np.zeros(nfn)
+        selfw = np.zeros(nfn)
+        present = np.zeros(nfn, dtype=bool)
+        if len(fids):
+            fn = fn_of_frame[fids]
+            pair = np.unique(rows * nfn + fn)  # one entry per (row, function)
+            np.add.at(total, pair % nfn, w[pair // nfn])
+            present[pair % nfn] = True
+            nonempty = lengths > 0
+            ends = np.cumsum(lengths)[nonempty] - 1
+            np.add.at(selfw, fn[ends], w[nonempty])
+        first = self.frames.groupby(fn_of_frame[self.frames.index.to_numpy()], sort=True).head(1)
+        first = first.assign(_fn=fn_of_frame[first.index.to_numpy()]).set_index("_fn").sort_index()
+        out = pd.DataFrame({
+            "name": first["name"].to_numpy(),
+            "file": first["file"].to_numpy(),
+            "self": selfw[first.index.to_numpy()],
+            "total": total[first.index.to_numpy()],
+        }, index=pd.Index(first.index.to_numpy(), name="function"))
+        if metric in ("samples", "allocations") and np.all(out["total"] == np.round(out["total"])):
+            out["self"] = out["self"].astype(np.int64)
+            out["total"] = out["total"].astype(np.int64)
+        # Every function on some stack, even at 0 in this metric (a sleep has 0 s of CPU, not no row).
+        out = out[present[out.index.to_numpy()]] if len(out) else out
+        return out.sort_values(["total", "self"], ascending=False, kind="stable")
+
+    # -- new profiles from this one ---------------------------------------------------------------
+    def replace(self, **changes) -> "Profile":
+        """A copy with some parts replaced. New ``stacks`` with other rows need new ``samples`` too
+        (or use ``subset``): samples refer to stack rows by position."""
+        if "meta" in changes and not isinstance(changes["meta"], Meta):
+            changes["meta"] = Meta.of(changes["meta"])
+        kw = dict(frames=self.frames, stacks=self.stacks, samples=self.samples, meta=self.meta,
+                  raw=self.raw, metric=self.metric, threads=self.thread_table)
+        if "stacks" in changes and "samples" not in changes and self.samples is not None \
+                and len(changes["stacks"]) != len(self.stacks):
+            raise ValueError("new stacks with other rows leave the samples stale: pass samples= too, "
+                             "or use Profile.subset(rows)")
+        if "stacks" in changes and "threads" not in changes:
+            new = changes["stacks"]
+            col = new["thread"] if "thread" in new else None
+            same = col is not None and isinstance(col.dtype, pd.CategoricalDtype) \
+                and list(col.cat.categories) == self.threads
+            if not same and col is not None and not pd.api.types.is_integer_dtype(col.dtype):
+                changes["threads"] = _table_for_labels(self.thread_table, new)
+        kw.update(changes)
+        return Profile(**kw)
+
+    def with_meta(self, **changes) -> "Profile":
+        return self.replace(meta=self.meta.replace(**changes))
+
+    def subset(self, rows, *, drop_threads: bool = False) -> "Profile":
+        """The stack rows ``rows`` (a boolean mask or row positions), with the time-ordered samples
+        of those rows renumbered. With ``drop_threads``, threads left without rows leave the table."""
+        idx = np.asarray(rows)
+        if idx.dtype == bool:
+            idx = np.flatnonzero(idx)
+        idx = idx.astype(np.int64)
+        st = self.stacks.iloc[idx].reset_index(drop=True)
+        samples = self.samples
+        if samples is not None:
+            new_pos = np.full(len(self.stacks), -1, dtype=np.int64)
+            new_pos[idx] = np.arange(len(idx))
+            mapped = new_pos[samples["stack"].to_numpy(dtype=np.int64)]
+            keep = mapped >= 0
+            samples = samples[keep].assign(stack=mapped[keep]).reset_index(drop=True)
+        table = self.thread_table
+        ids = st["thread"].cat.codes.to_numpy(dtype=np.int64)
+        if drop_threads:
+            present = np.unique(ids)
+            remap = np.full(len(table), -1, dtype=np.int64)
+            remap[present] = np.arange(len(present))
+            table = table.iloc[present].reset_index(drop=True)
+            ids = remap[ids]
+        st = st.assign(thread=ids)
+        return Profile(self.frames, st, samples, self.meta, self.raw, self.metric, threads=table)
+
+    @staticmethod
+    def concat(profiles, key: str = "rank", labels=None) -> "Profile":
+        """Merge per-process profiles into one, keeping which process each stack came from."""
+        return _hook("concat")(profiles, key=key, labels=labels)
+
+    # -- exports, views and display: lent by the upper layers through HOOKS -------------------------
+    def to_speedscope(self) -> dict:
+        return _hook("speedscope")(self)
+
+    def to_folded(self, metric: str | None = None) -> str:
+        return _hook("folded")(self, metric=metric)
+
+    def save(self, path: str | os.PathLike) -> str:
+        """Write by extension: .folded/.txt → folded; .gecko.json, .trace.json; other .json → speedscope."""
+        return _hook("save")(self, os.fspath(path))
+
+    def icicle(self, metric: str | None = None, thread: str | None = None, **kw):
+        return _hook("view")(self, "icicle", metric=metric, thread=thread, **kw)
+
+    def sandwich(self, function: str | None = None, metric: str | None = None, **kw):
+        return _hook("view")(self, "sandwich", function=function, metric=metric, **kw)
+
+    def timeline(self, **kw):
+        return _hook("view")(self, "timeline", **kw)
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        fn = HOOKS.get("mimebundle")
+        return fn(self) if fn is not None else {"text/plain": repr(self)}
+
+    def __repr__(self) -> str:
+        return f"<Profile {self.describe()}; {len(self.threads)} thread(s), {len(self.frames)} frames>"
+
+
+def _table_for_labels(table: pd.DataFrame, stacks: pd.DataFrame) -> pd.DataFrame:
+    """The thread table for stacks whose ``thread`` column holds labels: this profile's rows for
+    labels it knows, new rows (label only) for the others."""
+    labels = table["label"].tolist()
+    known = set(labels)
+    extra = [str(x) for x in pd.unique(stacks["thread"].astype(object)) if str(x) not in known]
+    if not extra:
+        return table
+    rows = table.reset_index(drop=True).to_dict("records") + [{"label": x} for x in extra]
+    return thread_table(rows)

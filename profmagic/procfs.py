@@ -1,0 +1,56 @@
+"""What /proc says about processes and threads (Linux; each helper degrades to None or {} elsewhere)."""
+from __future__ import annotations
+
+import os
+import threading
+
+
+def process_state(pid: int) -> str | None:
+    """The process's state letter (``Z`` zombie), or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0].decode()
+    except (OSError, IndexError):
+        return None
+
+
+def ended(pid: int) -> bool:
+    """The process is gone or a zombie."""
+    return process_state(pid) in (None, "Z", "X")
+
+
+def cmdline(pid: int, limit: int = 60) -> str:
+    """The process's command line, shortened to ``limit`` characters, or "?"."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        return "?"
+    text = " ".join([os.path.basename(argv[0])] + argv[1:]) if argv else "?"
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def threads() -> dict[int, str]:
+    """Native id -> name of every thread of this process, native ones included."""
+    out = {}
+    try:
+        for t in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{t}/comm") as f:
+                    out[int(t)] = f.read().strip()
+            except OSError:
+                pass
+    except OSError:  # no /proc: Python threads only
+        pass
+    out.update({t.native_id: t.name for t in threading.enumerate() if t.native_id is not None})
+    return out
+
+
+def run_delay() -> float | None:
+    """Seconds the calling thread has waited on a run queue (runnable, not on a core), or None."""
+    try:
+        with open(f"/proc/self/task/{threading.get_native_id()}/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None

@@ -1,0 +1,333 @@
+"""One recording: start a backend, run the code, stop, read, run the processors, clean up.
+
+Used by the ``%%profile`` magic, by ``attaching`` and by the ``profmagic.profile()`` context
+manager::
+
+    with profmagic.profile("sampler", mode="both") as rec:
+        work()
+    rec.profile
+"""
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import threading
+import time
+from dataclasses import fields, replace
+from typing import Callable
+
+from . import backends, kernel, multi, procfs, transforms
+from .backends.base import MODES, Options, default_mode
+from .errors import ProfilerError
+from .model import Profile
+from .transforms import Cell
+
+BACKENDS = ("auto",) + tuple(backends.names())
+
+
+def rerun_refused(backend: str) -> str:
+    return (f"{backend} measures one clock per run, so --mode both would run the code twice (once for "
+            "wall time, once for CPU time). The code may not be safe to run twice, so profmagic never "
+            "does it silently. Fix: add --rerun to allow the second run; or use --backend sampler "
+            "(or py-spy, eu-stack), which give both clocks from one run.")
+
+
+def make_options(**kw) -> Options:
+    """Options from keywords; unknown ones go to ``extra`` (backend-specific)."""
+    known = {f.name for f in fields(Options)} | {"idle"}
+    opts = Options(**{k: v for k, v in kw.items() if k in known})
+    opts.extra.update({k: v for k, v in kw.items() if k not in known})
+    if opts.mode is not None and opts.mode not in MODES:
+        raise ProfilerError(f"--mode must be one of {', '.join(MODES)}, got {opts.mode!r}")
+    return opts
+
+
+def versions() -> dict:
+    from .formats._common import version
+    v = {"profmagic": version(), "python": platform.python_version()}
+    for mod in ("IPython", "ipykernel"):
+        m = sys.modules.get(mod)
+        if m is not None:
+            v[mod] = getattr(m, "__version__", None)
+    return v
+
+
+class Session:
+    """One recording. ``start()``; run the code; ``finish(error)`` -> Profile; ``close()`` always."""
+
+    def __init__(self, backend: str = "auto", options: Options | None = None, *, cell: str | None = None,
+                 cell_filename: str | None = None, file_names: dict | None = None,
+                 announce: Callable[[str], None] | None = None):
+        self.requested = backend
+        self.options = options or Options()
+        if cell_filename:
+            self.options.cell_filename = cell_filename
+        self.cell = cell
+        self.file_names = file_names or {}
+        self.announce = announce
+        self.module = None
+        self.why = ""
+        self.recorder = None
+        self.profile: Profile | None = None
+        self.message: str | None = None
+        self.error: BaseException | None = None
+        self.children = None           # childsampler.Children while --subprocesses records children
+        self.child_records: dict = {}
+        self.child_t0 = 0.0
+
+    @property
+    def children_method(self) -> str | None:
+        """How children are recorded: "hook" (each child samples itself from its start) or
+        "py-spy" (py-spy -s, which finds them by polling)."""
+        o = self.options
+        if not o.subprocesses:
+            return None
+        return o.extra.get("children", "hook")
+
+    @property
+    def name(self) -> str:
+        return getattr(self.module, "NAME", self.requested)
+
+    def start(self) -> None:
+        self.module, self.why = backends.choose(self.requested)
+        o = self.options
+        if o.mode is None:
+            o.mode = default_mode(self.module.CAPS, o.gil)
+        if o.gil and o.mode == "wall":
+            self.warn("--gil overrides --idle: only samples holding the GIL are kept")
+        if o.mode == "both" and self.module.CAPS.one_clock_per_run:
+            raise ProfilerError(rerun_refused(self.name))
+        o.pid = os.getpid()
+        o.thread_native_id = threading.get_native_id()
+        o.thread_ident = threading.get_ident()
+        self.thread_name = threading.current_thread().name
+        self.before = kernel.not_users_threads()
+        if self.announce:
+            self.announce(f"recording with {self.name} at {o.rate:g} Hz (pid {o.pid})…")
+        backend_options = o
+        if self.children_method == "hook":
+            from .childsampler import Children
+            self.children = Children(o.rate)
+            backend_options = replace(o, subprocesses=False, extra=dict(o.extra))
+        elif self.children_method == "py-spy" and not self.module.CAPS.attach:
+            raise ProfilerError("children='py-spy' needs --backend py-spy")
+        self.recorder = backends.recorder(self.module, backend_options)
+        try:
+            if self.children is not None:
+                self.children.start()
+            self.recorder.start()
+        except BaseException:
+            self.close()
+            raise
+        self.t_wall = time.perf_counter()
+        self.t_cpu = time.thread_time()
+        self.t_delay = procfs.run_delay()
+
+    def warn(self, text: str) -> None:
+        print(f"profmagic: {text}", file=sys.stderr)
+
+    def close(self) -> None:
+        rec, self.recorder = self.recorder, None
+        try:
+            if rec is not None:
+                rec.close()
+        finally:
+            ch, self.children = self.children, None
+            if ch is not None:
+                ch.close()
+
+    def finish(self, error: BaseException | None = None) -> Profile | None:
+        """Stop, read and process. Call from the thread that ran the code, right after it."""
+        wall = time.perf_counter() - self.t_wall
+        cpu = time.thread_time() - self.t_cpu
+        delay = procfs.run_delay()
+        self.error = error
+        try:
+            capture = self.recorder.stop()
+            if self.children is not None:
+                self.child_records = self.children.stop()
+                self.child_t0 = self.children.t0
+            profile = self.module.read(capture, self.options)
+        finally:
+            self.close()
+        run_delay = None if delay is None or self.t_delay is None else delay - self.t_delay
+        self.profile = self.process(profile, self.cell_context(wall, cpu, run_delay))
+        return self.profile
+
+    def cell_context(self, wall: float, cpu: float, run_delay: float | None) -> Cell:
+        o = self.options
+        return Cell(tid=o.thread_native_id, thread_name=self.thread_name, filename=o.cell_filename,
+                    before=frozenset(self.before), keep_all_threads=o.all_threads,
+                    live_names={t.native_id: t.name for t in threading.enumerate() if t.native_id is not None},
+                    file_names=self.file_names, mode=o.mode, unmeasured=dict(self.module.CAPS.unmeasured),
+                    wall=wall, cpu=cpu, run_delay=run_delay)
+
+    def processors(self) -> tuple:
+        """The declared post-processing: the common processors, the backend's own, children, names."""
+        own = getattr(self.module, "PROCESSORS", ())
+        return transforms.PROCESSORS + tuple(own) + (self._with_children,) + transforms.FINAL
+
+    def process(self, p: Profile, cell: Cell) -> Profile:
+        requested_rate = float(self.options.rate)
+        if self.children_method == "py-spy":
+            p = transforms.group_processes(p, self._process_label)
+        for step in self.processors():
+            p = step(p, cell)
+        thread = transforms.cell_thread(p, cell)
+        rows = (p.stacks["thread"] == thread).to_numpy() if len(p.stacks) else []
+        meta = dict(backend=self.name, backend_choice=self.why, requested_rate=requested_rate,
+                    rate=p.meta.get("rate") or requested_rate, cell_wall=cell.wall, cell_cpu=cell.cpu,
+                    cell_run_delay=cell.run_delay, duration=cell.wall, pid=self.options.pid, cell_thread=thread,
+                    cell_thread_samples=int(p.stacks.loc[rows, "samples"].sum()) if len(p.stacks) else 0,
+                    sample_count=p.sample_count, versions={**versions(), **dict(p.meta.versions)})
+        if self.cell is not None:
+            meta["cell"] = self.cell
+        if self.error is not None:
+            meta["partial"] = f"the code raised {type(self.error).__name__}; this profile covers it up to there"
+        p = p.replace(meta=p.meta.replace(**meta))
+        if p.is_empty:
+            self.message = no_samples_message(self.name, cell.wall, cell.cpu, meta["rate"], p.metric)
+            p = p.with_meta(message=self.message)
+        return p
+
+    def _process_label(self, pid: int, name: str | None = None) -> str:
+        if pid == self.options.pid:
+            return multi.process_label(pid, "kernel" if "ipykernel" in sys.modules else "parent")
+        return multi.process_label(pid, name or procfs.cmdline(pid))
+
+    def _with_children(self, p: Profile, cell: Cell) -> Profile:
+        """The parent's rows labelled with its process; each child's capture read, trimmed to the
+        cell and appended; every process marked ended or running."""
+        if self.children_method is None:
+            return p
+        from .formats import children
+        o = self.options
+        me = self._process_label(o.pid)
+        p = multi.with_process(p, me, {"pid": o.pid, "backend": self.name, "role": "parent"})
+        if self.children_method == "py-spy":
+            info = dict(p.meta.processes)
+            for lab in multi.processes(p):
+                pid = info.get(lab, {}).get("pid")
+                if pid is not None and pid != o.pid:
+                    info[lab] = {**info[lab], "backend": "py-spy -s", "ended": procfs.ended(pid),
+                                 "missing": "the first ~0.2-0.3 s of each child: py-spy -s finds children by polling"}
+            return p.with_meta(processes=info,
+                               children="py-spy -s (children found by polling; their start is missed)")
+        parts, labels = [p], [me]
+        for pid, data in sorted(self.child_records.items()):
+            c = children.read(data, source=f"child {pid}", t0=self.child_t0)
+            if cell.filename:   # a forked child carries the cell's frames: cut above them
+                c = transforms.trim_to_cell(c, cell.filename, threads=[])
+            lab = self._process_label(pid, multi.child_name(c))
+            info = {"pid": pid, "ppid": c.meta.get("ppid"), "argv": c.meta.get("argv"),
+                    "backend": "childsampler", "rate": c.meta.get("rate"),
+                    "started_at": c.meta.get("started_at"), "ended": procfs.ended(pid),
+                    "samples": c.sample_count}
+            if info["ended"]:
+                info["ended_at"] = c.meta.get("last_sample_at")
+            if c.meta.get("torn_lines"):
+                info["torn_lines"] = c.meta["torn_lines"]
+            parts.append(multi.with_process(c, lab, info))
+            labels.append(lab)
+        merged = multi.concat(parts, key="process", labels=labels)
+        meta = p.meta.replace(processes=merged.meta.processes, children=(
+            "each child sampled itself from its start (fork hook / sitecustomize); not recorded: "
+            "non-Python children and Pythons started with -S, -I or a cleared environment"))
+        return merged.replace(meta=meta, metric=p.metric)
+
+
+def no_samples_message(backend: str, cell_wall: float, cell_cpu: float, rate: float, metric: str) -> str:
+    msg = (f"profmagic: no samples: the code ran {cell_wall * 1e3:.1f} ms wall ({cell_cpu * 1e3:.1f} ms CPU) "
+           f"and {backend} samples at {rate:g} Hz (every {1e3 / rate:.1f} ms).")
+    if backend == "py-spy" and cell_cpu > 2 / rate:
+        return (msg + f" The code used {cell_cpu * 1e3:.0f} ms of CPU, more than two sampling periods, so "
+                "py-spy should have seen it: py-spy could not read this stack (py-spy 0.4 records nothing "
+                "for very deep stacks, such as 10,000-deep recursion). Use --backend sampler instead.")
+    msg += " Run it longer (e.g. in a loop) or raise --rate."
+    if metric == "cpu" and cell_wall > 2 / rate:
+        msg += " This backend counted only CPU time here; add --idle for wall time."
+    return msg
+
+
+def record(backend: str, options: Options, run_callable: Callable[[], object], **session_kw) -> Profile:
+    """Profile ``run_callable()``. If it raises, the original exception propagates; use ``run()`` to
+    get the partial profile too."""
+    profile, error = run(backend, options, run_callable, **session_kw)
+    if error is not None:
+        raise error
+    return profile
+
+
+def run(backend: str, options: Options, run_callable: Callable[[], object],
+        **session_kw) -> tuple[Profile | None, BaseException | None]:
+    """(profile, the exception the code raised or None). KeyboardInterrupt included."""
+    if options.mode == "both" and backend != "auto" and backends.get(backend).CAPS.one_clock_per_run:
+        if not options.extra.get("rerun"):
+            raise ProfilerError(rerun_refused(backend))
+        return run_twice(backend, options, run_callable, **session_kw)
+    s = Session(backend, options, **session_kw)
+    s.start()
+    error = None
+    try:
+        try:
+            run_callable()
+        except BaseException as e:  # noqa: B902 - the partial profile is shown, then it is re-raised
+            error = e
+        profile = s.finish(error)
+    finally:
+        s.close()
+    return profile, error
+
+
+RERUN_WARNING = ("WARNING: --rerun: {backend} measures one clock per run, so the code runs TWICE: first for "
+                 "wall time, then for CPU time. Its side effects happen twice. The two metrics come "
+                 "from two different runs.")
+
+
+def run_twice(backend: str, options: Options, run_callable: Callable[[], object],
+              **session_kw) -> tuple[Profile | None, BaseException | None]:
+    """--mode both --rerun: run once with the wall clock and once with the CPU clock, then merge by
+    stack. Never silent: it warns before the first run. A first run that raises is not repeated."""
+    print("profmagic: " + RERUN_WARNING.format(backend=backend), file=sys.stderr)
+    wall, error = run(backend, replace(options, mode="wall", extra=dict(options.extra)), run_callable,
+                      **session_kw)
+    if error is not None or wall is None:
+        return wall, error
+    cpu, error = run(backend, replace(options, mode="cpu", extra=dict(options.extra)), run_callable,
+                     **session_kw)
+    if cpu is None or error is not None:
+        return wall, error
+    return transforms.merge_runs(wall, cpu), None
+
+
+class profile:
+    """Context manager: ``with profmagic.profile("sampler", mode="both") as rec: work()``; then
+    ``rec.profile``. Exceptions from the block propagate after the profile is built."""
+
+    def __init__(self, backend: str = "auto", **options):
+        announce = options.pop("announce", lambda text: print(text, file=sys.stderr))
+        opts = make_options(**options)
+        if opts.mode == "both" and backend != "auto" and backends.get(backend).CAPS.one_clock_per_run:
+            raise ProfilerError(rerun_refused(backend).replace(
+                "add --rerun to allow the second run", "a with block cannot run twice: profile a function "
+                "with profmagic.session.record(backend, options, fn) and rerun=True, or %%profile --rerun"))
+        self.session = Session(backend, opts, announce=announce)
+        self.profile: Profile | None = None
+
+    def __enter__(self):
+        self.session.start()
+        return self
+
+    def __exit__(self, et, ev, tb):
+        try:
+            self.profile = self.session.finish(ev)
+        finally:
+            self.session.close()
+        if self.session.message:
+            print(self.session.message, file=sys.stderr)
+        return False
+
+    @property
+    def message(self):
+        return self.session.message
