@@ -299,8 +299,6 @@ def _run_async(backend, options, compiled, ns, session_kw):
 
 
 def load_ipython_extension(ipython) -> None:
-    from . import kernel
-    kernel.remember_threads()
     ipython.register_magics(ProfileMagics)
 
 

@@ -54,3 +54,19 @@ def run_delay() -> float | None:
             return int(f.read().split()[1]) / 1e9
     except (OSError, ValueError, IndexError):
         return None
+
+
+def thread_starts() -> dict[int, int]:
+    """Native id -> start time (clock ticks since boot) of every thread of this process."""
+    out = {}
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return out
+    for t in tids:
+        try:
+            with open(f"/proc/self/task/{t}/stat", "rb") as f:
+                out[int(t)] = int(f.read().rsplit(b")", 1)[1].split()[19])
+        except (OSError, ValueError, IndexError):
+            pass
+    return out

@@ -93,7 +93,11 @@ class Session:
         self.module, self.why = backends.choose(self.requested)
         o = self.options
         if o.mode is None:
-            o.mode = default_mode(self.module.CAPS, o.gil)
+            o.mode = default_mode(self.module.CAPS, o)
+        for k, why in self.module.CAPS.both_excludes.items():
+            if o.mode == "both" and getattr(o, k, False):
+                raise ProfilerError(f"{self.name} cannot give --mode both with --{k}: {why}. "
+                                    "Fix: --mode wall or --mode cpu; or --backend sampler for both clocks.")
         if o.gil and o.mode == "wall":
             self.warn("--gil overrides --idle: only samples holding the GIL are kept")
         if o.mode == "both" and self.module.CAPS.one_clock_per_run:

@@ -80,7 +80,10 @@ class Kernel:
                 rep.error = c
             elif t == "status" and c["execution_state"] == "idle":
                 break
-        reply = self.kc.get_shell_msg(timeout=timeout)
+        while True:   # skip replies to earlier requests (kernel_info from wait_for_ready)
+            reply = self.kc.get_shell_msg(timeout=timeout)
+            if reply["parent_header"].get("msg_id") == msg_id:
+                break
         rep.status = reply["content"]["status"]
         return rep
 

@@ -139,8 +139,8 @@ def test_pyspy_idle_shares_trim_threads_calibration(k):
     pytest.fail(f"py-spy shares off in three recordings: {misses}")
 
 
-def test_pyspy_without_idle_is_cpu(k):
-    _, s = profile_cell(k, "-b py-spy")
+def test_pyspy_mode_cpu_is_cpu(k):
+    _, s = profile_cell(k, "-b py-spy --mode cpu")
     assert s["metric"] == "cpu"
     assert s["nap"] < 0.05, s
     assert s["busy"] > 0.9, s

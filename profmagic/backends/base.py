@@ -37,7 +37,8 @@ class Capabilities:
     time); ``inside``: it runs in the profiled process (else it records it from outside);
     ``attach``: it can record another running process; ``streams``: samples exist during the run;
     ``threads``: which threads it sees ("python", "all", or "cell": the cell's thread only);
-    ``one_clock_per_run``: both clocks need two runs of the code (``--rerun``)."""
+    ``one_clock_per_run``: both clocks need two runs of the code (``--rerun``); ``both_excludes``:
+    options that cannot be combined with both clocks in one run (option -> why)."""
     clocks: tuple = ("wall", "cpu")
     unmeasured: Mapping = field(default_factory=dict)
     weights: str = "measured"
@@ -47,13 +48,15 @@ class Capabilities:
     threads: str = "python"
     one_clock_per_run: bool = False
     native: bool = False          # names native (C/C++) frames
+    both_excludes: Mapping = field(default_factory=dict)
 
 
-def default_mode(caps: Capabilities, gil: bool = False) -> str:
+def default_mode(caps: Capabilities, options: "Options") -> str:
     """The clock when none was asked for: both where one run measures both, else the one it has."""
-    if gil:
+    if options.gil:
         return "cpu"
-    if len(caps.clocks) >= 2 and not caps.one_clock_per_run:
+    excluded = any(getattr(options, k, False) for k in caps.both_excludes)
+    if len(caps.clocks) >= 2 and not caps.one_clock_per_run and not excluded:
         return "both"
     return "wall" if "wall" in caps.clocks and "wall" not in caps.unmeasured else caps.clocks[0]
 

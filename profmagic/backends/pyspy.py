@@ -31,7 +31,10 @@ from .base import OWN_GROUP, Capabilities, Capture, Options, TempDir, ptrace_sco
 
 NAME = "py-spy"
 CAPS = Capabilities(clocks=("wall", "cpu"), weights="nominal", inside=False, attach=True, streams=False,
-                    threads="python", native=True)
+                    threads="python", native=True, both_excludes={
+                        "native": "py-spy --native stops the process to read its stacks, and two py-spy (one per "
+                                  "clock) cannot stop it at once",
+                        "gil": "--gil keeps only samples that hold the GIL, neither clock"})
 PR_SET_PTRACER = 0x59616D61
 READY = b"Sampling process"
 START_TIMEOUT = 20.0
