@@ -207,7 +207,7 @@ class Children:
         self.t1 = 0.0
 
     def start(self) -> None:
-        from .backends.base import TempDir
+        from .tempdirs import TempDir
         self.tmp = TempDir(prefix="profmagic-children-")
         hook = os.path.join(self.tmp.path, HOOK_DIR)
         os.mkdir(hook)

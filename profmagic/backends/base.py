@@ -18,13 +18,12 @@ A backend module (``backends/<tool>.py``) exposes:
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
-import tempfile
 import threading
 from dataclasses import InitVar, dataclass, field
 from typing import Mapping
+
 
 MODES = ("wall", "cpu", "both")
 
@@ -95,21 +94,6 @@ class Capture:
     format: str
     meta: dict = field(default_factory=dict)
     path: str | None = None
-
-
-class TempDir:
-    """A private temp directory that is removed on close(), whatever it holds."""
-
-    def __init__(self, prefix: str = "profmagic-"):
-        self.path = tempfile.mkdtemp(prefix=prefix)
-
-    def file(self, name: str) -> str:
-        return os.path.join(self.path, name)
-
-    def close(self) -> None:
-        if self.path and os.path.exists(self.path):
-            shutil.rmtree(self.path, ignore_errors=True)
-        self.path = None
 
 
 # Popen options for a profiler child: its own process group, so the user's interrupt (SIGINT to the

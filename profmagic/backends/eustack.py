@@ -20,7 +20,8 @@ import time
 from urllib.parse import quote
 
 from ..errors import ProfilerError
-from .base import OWN_GROUP, Capabilities, Capture, Options, TempDir, ptrace_scope, reap
+from ..tempdirs import TempDir
+from .base import OWN_GROUP, Capabilities, Capture, Options, ptrace_scope, reap
 
 NAME = "eu-stack"
 CAPS = Capabilities(clocks=("wall", "cpu"), weights="measured", inside=False, attach=True, streams=True,

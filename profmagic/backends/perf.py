@@ -34,7 +34,8 @@ import pandas as pd
 
 from ..errors import ProfilerError
 from ..threads import thread_label
-from .base import OWN_GROUP, Capabilities, Capture, Options, TempDir, reap
+from ..tempdirs import TempDir
+from .base import OWN_GROUP, Capabilities, Capture, Options, reap
 
 NAME = "perf"
 CAPS = Capabilities(clocks=("cpu",), weights="measured", inside=False, attach=True, streams=False, threads="all",

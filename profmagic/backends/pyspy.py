@@ -27,7 +27,8 @@ import numpy as np
 from ..errors import ProfilerError
 from ..model import Profile, Raw
 from ..transforms import Cell, calibrate, cell_thread
-from .base import OWN_GROUP, Capabilities, Capture, Options, TempDir, ptrace_scope, reap
+from ..tempdirs import TempDir
+from .base import OWN_GROUP, Capabilities, Capture, Options, ptrace_scope, reap
 
 NAME = "py-spy"
 CAPS = Capabilities(clocks=("wall", "cpu"), weights="nominal", inside=False, attach=True, streams=False,

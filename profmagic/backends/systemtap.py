@@ -20,7 +20,8 @@ import subprocess
 import time
 
 from ..errors import ProfilerError
-from .base import OWN_GROUP, Capabilities, Capture, Options, TempDir, reap
+from ..tempdirs import TempDir
+from .base import OWN_GROUP, Capabilities, Capture, Options, reap
 
 NAME = "systemtap"
 CAPS = Capabilities(clocks=("cpu",), weights="measured", inside=False, attach=True, threads="all", native=True,

@@ -68,7 +68,7 @@ def load(source, fmt: str | None = None, **options) -> Profile:
     if isinstance(source, Raw):
         opts = {**dict(source.options), **options}
         name = source.filename or source.path or "<raw>"
-        return read(source.read(), fmt or source.format, source=name, **opts)
+        return read(source.read(), fmt or source.format, source=name, **opts).replace(raw=source)
     if isinstance(source, (str, os.PathLike)):
         s = os.fspath(source)
         if "\n" not in s and not s.lstrip().startswith("{") and any(c in s for c in "*?[") \
