@@ -82,7 +82,7 @@ def spin(d):
 
 def bench_gap(children: str, spins=(0.4, 0.8, 1.2, 1.6)) -> str:
     import profmagic
-    from profmagic.views import ranks
+    from profmagic.analysis import process_profile
     with profmagic.profile("py-spy", idle=True, subprocesses=True, children=children,
                            announce=lambda t: None) as rec:
         ws = [mp.get_context("fork").Process(target=spin, args=(d,), name=f"w{d}") for d in spins]
@@ -95,7 +95,7 @@ def bench_gap(children: str, spins=(0.4, 0.8, 1.2, 1.6)) -> str:
     for d in spins:
         labs = [lab for lab in multi.processes(p) if lab.endswith(f"w{d}")] or \
             [lab for lab, v in p.meta["processes"].items() if v.get("pid") == ws[spins.index(d)].pid]
-        f = ranks.process_profile(p, labs[0]).functions("wall") if labs else None
+        f = process_profile(p, labs[0]).functions("wall") if labs else None
         got.append(float(f.loc[f["name"] == "spin", "total"].sum()) if f is not None else 0.0)
     return (f"| {'py-spy -s (polling)' if children == 'py-spy' else 'childsampler (fork hook)'} | "
             + " | ".join(f"{g:.2f}" for g in got) + " | "

@@ -40,8 +40,8 @@ def save(profile: Profile, path: str) -> str:
 
 def compare(a: Profile, b: Profile, **kw):
     """Before/after: a differential icicle and a delta table."""
-    from .views import compare as _compare
-    return _compare.compare(a, b, **kw)
+    from .views import diff
+    return diff.compare(a, b, **kw)
 
 
 def profile(backend: str = "auto", **options):

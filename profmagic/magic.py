@@ -143,8 +143,8 @@ class ProfileMagics(Magics):
                 out[name] = Profile(p.frames, p.stacks, p.samples, p.meta, p.raw, p.metric, threads=p.thread_table)
         if out and not args.quiet:
             from IPython.display import display
-            from .views import compare
-            display(compare.side_by_side(out))
+            from .views import sidebyside
+            display(sidebyside.side_by_side(out))
         self.shell.user_ns["_profiles"] = out
         return out
 
@@ -246,9 +246,9 @@ def _show(profile: Profile, compare_view: bool) -> None:
     """The report, or with --compare the CPU vs wall display (the report when wall is unknown)."""
     from IPython.display import display
     if compare_view:
-        from .views import compare
+        from .views import cpuwall
         try:
-            display(compare.cpu_wall(profile))
+            display(cpuwall.cpu_wall(profile))
             return
         except ValueError as e:   # e.g. perf: CPU time only
             print(f"profmagic: --compare: {e}; showing the report instead", file=sys.stderr)

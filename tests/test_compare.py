@@ -7,7 +7,8 @@ import pytest
 
 import profmagic
 from profmagic.model import StackBuilder
-from profmagic.views import compare as C
+from profmagic.views import diff, sidebyside
+from profmagic.views.mime import PLOTLY_MIME
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -136,7 +137,7 @@ def test_names_are_escaped_everywhere():
 def test_backends_side_by_side_table_and_icicles():
     a = _timed([("T", ["main", "work"], 1.0, 1.0), ("T", ["main", "wait"], 3.0, 0.0)], "sampler")
     b = profmagic.load("main;work 9\nmain;wait 1\n")  # a CPU-ish sampler that never sees the wait
-    s = C.side_by_side({"sampler": a, "other": b})
+    s = sidebyside.side_by_side({"sampler": a, "other": b})
     t = s.table
     assert set(t["backend"]) == {"sampler", "other"}
     wait = t[(t["backend"] == "sampler") & (t["function"] == "wait")].iloc[0]
@@ -145,7 +146,7 @@ def test_backends_side_by_side_table_and_icicles():
     assert w.loc["wait", "sampler (wall) %"] == pytest.approx(75.0)
     assert w.loc["wait", "other (samples) %"] == pytest.approx(10.0)
     assert len(s.figure.data) == 2
-    only_cpu = C.side_by_side({"sampler": a, "other": b}, metric="wall")
+    only_cpu = sidebyside.side_by_side({"sampler": a, "other": b}, metric="wall")
     assert only_cpu.metrics["other"] == "unknown"
     assert "unknown" in only_cpu._repr_mimebundle_()["text/html"]
     assert pd.isna(only_cpu.wide()["other"]).all()
@@ -168,9 +169,9 @@ def test_displays_are_plotly_mime_with_static_svg_twin():
     """Live: plotly's own mime type (the front end draws it, no plotly.js shipped); nbconvert/GitHub:
     the text/html twin holds static SVG icicles, no script."""
     a, b = profmagic.load(BEFORE.encode(), format="folded"), profmagic.load(AFTER.encode(), format="folded")
-    for view, n_svg in ((C.compare(a, b), 2), (C.side_by_side({"x": a, "y": b}), 2)):
+    for view, n_svg in ((diff.compare(a, b), 2), (sidebyside.side_by_side({"x": a, "y": b}), 2)):
         bundles = view.outputs()   # what _ipython_display_ displays, one output each
-        figs = [d for d in bundles if C.PLOTLY_MIME in d]
+        figs = [d for d in bundles if PLOTLY_MIME in d]
         assert len(figs) == 1 and figs[0]["text/html"].count("<svg") == n_svg
         html = "".join(d.get("text/html", "") for d in bundles)
         assert "<script" not in html and "<table" in html

@@ -14,7 +14,7 @@ import pytest
 import profmagic
 from workloads import nap, spin
 from profmagic.model import StackBuilder
-from profmagic.views import compare as C
+from profmagic.views import cpuwall as C
 
 pytestmark = pytest.mark.timeout(180)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -13,6 +13,7 @@ SETUP = r'''
 %load_ext profmagic
 import multiprocessing as mp, os, subprocess, sys, time
 from profmagic import multi
+from profmagic.analysis import process_profile
 from profmagic.views import ranks
 def spin(d, box=None):
     t = time.perf_counter()
@@ -21,7 +22,7 @@ def spin(d, box=None):
     while time.perf_counter() - t < d:
         pass
 def spin_total(p, label, name="spin"):
-    sub = ranks.process_profile(p, label)
+    sub = process_profile(p, label)
     f = sub.functions("wall")
     return float(f.loc[f["name"] == name, "total"].sum())
 '''

@@ -10,7 +10,7 @@ import numpy as np
 
 import pytest
 
-from profmagic import multi, report
+from profmagic import analysis, multi, report
 from profmagic.model import StackBuilder
 from profmagic.views import fmt, ranks
 
@@ -128,7 +128,7 @@ def test_alike_processes_differ_by_their_total(spins):
     from the others' median (two processes always tie on their function shares)."""
     labels = [f"spinner{i}" for i in range(len(spins))]
     p = multi.concat([spinner(s, 10 + i) for i, s in enumerate(spins)], key="process", labels=labels)
-    line = ranks.differs_most(p)
+    line = analysis.differs_most(p)
 
     def gap(i):  # relative distance from the others' median
         med = np.median([s for j, s in enumerate(spins) if j != i])
@@ -143,6 +143,6 @@ def test_ranks_figures_have_honest_titles(many):
     want = ("wall time (s)", "backend sampler", "100 Hz", f"{p.sample_count} samples", f"{p.duration:.3f} s")
     for fig in (ranks.bars(p), ranks.heat(p)):
         assert all(w in fig.layout.title.text for w in want), fig.layout.title.text
-    sub = ranks.process_profile(p, labels[0])
+    sub = analysis.process_profile(p, labels[0])
     t = sub.icicle().layout.title.text
     assert all(w in t for w in ("wall time (s)", "backend sampler", "100 Hz", f"{sub.sample_count} samples")), t

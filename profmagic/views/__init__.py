@@ -7,13 +7,10 @@ from __future__ import annotations
 
 import html
 
-from ..model import METRIC_LABELS, Profile
+from ..analysis import fmt, metric_label
+from ..model import Profile
 
-# Colour per frame kind, and a palette for modules (colour-blind-safe Tableau 10).
-KIND_COLOURS = {"python": "#4c78a8", "native": "#f58518", "kernel": "#e45756", "other": "#9d9d9d"}
-PALETTE = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#eeca3b", "#b279a2",
-           "#ff9da6", "#9d755d", "#bab0ac"]
-GREY = "#d0d0d0"
+__all__ = ["esc", "fmt", "metric_label", "title"]
 MAX_LABEL = 120
 
 
@@ -26,10 +23,6 @@ def esc(s, limit: int | None = MAX_LABEL) -> str:
     return html.escape(s, quote=False)
 
 
-def metric_label(metric: str) -> str:
-    return METRIC_LABELS.get(metric, metric)
-
-
 def title(profile: Profile, metric: str, what: str, thread: str | None = None, note: str = "") -> str:
     """An honest title: the view, the metric, backend, rate, sample count, duration; escaped."""
     label = profile.replace(metric=metric).describe() if metric != profile.metric else profile.describe()
@@ -38,14 +31,3 @@ def title(profile: Profile, metric: str, what: str, thread: str | None = None, n
     if note:
         out += "<br>" + esc(note, 400)
     return out + "</span>"
-
-
-def fmt(metric: str, v: float) -> str:
-    """A weight in its unit: samples as an integer, times in s/ms."""
-    if v != v:
-        return "unknown"
-    if metric == "samples":
-        return f"{v:,.0f} samples"
-    if abs(v) >= 1 or v == 0:
-        return f"{v:.3f} s"
-    return f"{v * 1e3:.3g} ms"

@@ -9,37 +9,19 @@ import numpy as np
 import plotly.graph_objects as go
 
 from ..model import Profile
-from . import GREY, KIND_COLOURS, PALETTE, esc, metric_label, title
+from . import colours as C
+from . import esc, metric_label, title
 from . import tree as T
 
-KINDS = list(KIND_COLOURS)
+KINDS = list(C.KIND_COLOURS)
 
 
-def _colours(t: T.Tree, ft, colour: str):
-    """Numeric colour codes plus a stepped colourscale: 1-2 bytes a node instead of a hex string."""
-    if colour == "module":
-        mods = ft["module"].astype(str)
-        order = mods.value_counts().index.tolist()
-        code_of = {m: i % len(PALETTE) for i, m in enumerate(order)}
-        fcode = np.array([code_of[m] for m in mods], np.int64)
-        palette = PALETTE
-    elif colour == "kind":
-        fcode = np.array([KINDS.index(str(k)) if str(k) in KINDS else 3 for k in ft["kind"]], np.int64)
-        palette = list(KIND_COLOURS.values())
-    else:
-        raise ValueError(f"colour must be 'kind' or 'module', not {colour!r}")
-    grey = len(palette)
-    pos = np.full(int(ft.index.max()) + 1 if len(ft) else 0, grey, np.int64)
-    pos[ft.index.to_numpy()] = fcode
+def node_codes(t: T.Tree, fcodes: np.ndarray, grey: int) -> np.ndarray:
+    """Colour code per node from the code per function id; root and (other) nodes are ``grey``."""
     real = t.key >= 0
     codes = np.full(len(t), grey, np.int64)
-    codes[real] = pos[t.key[real]]
-    colours = palette + [GREY]
-    n = len(colours)
-    scale = []
-    for i, c in enumerate(colours):
-        scale += [[i / n, c], [(i + 1) / n, c]]
-    return codes, scale, n, palette
+    codes[real] = fcodes[t.key[real]]
+    return codes
 
 
 def _round(a: np.ndarray, digits: int = 4) -> list:
@@ -55,17 +37,15 @@ def ticks(t: T.Tree, metric: str) -> list[int]:
     parent is smaller than its children's sum: plotly refuses a "total" tree that is, and float
     sums in another order could be, by an ulp."""
     scale = 1 if metric == "samples" else 1e6
-    v = np.rint(t.self * scale).astype(np.int64)
-    for d in range(int(t.depth.max()) if len(t) > 1 else 0, 0, -1):
-        lvl = np.flatnonzero(t.depth == d)
-        np.add.at(v, t.parent[lvl], v[lvl])
-    return v.tolist()
+    return T.subtree_sum(t.parent, t.depth, np.rint(t.self * scale).astype(np.int64)).tolist()
 
 
 def trace(profile: Profile, t: T.Tree, metric: str, root_label: str, colour: str = "kind",
-          ft=None, flip: bool = False, domain: dict | None = None) -> go.Icicle:
-    """A go.Icicle over a (pruned) tree. Labels, hovers and files are escaped."""
+          ft=None, flip: bool = False, domain: dict | None = None, fcodes=None) -> go.Icicle:
+    """A go.Icicle over a (pruned) tree. Labels, hovers and files are escaped. ``fcodes``:
+    (code per function id, palette) from ``colours.function_codes``, else by ``colour``."""
     ft = T.function_table(profile) if ft is None else ft
+    fcodes, palette = fcodes or C.function_codes(ft, colour)
     names = ft["name"].to_dict()
     files = {i: T.short_file(f, l) for i, f, l in zip(ft.index, ft["file"], ft["line"])}
     labels, where = [], []
@@ -80,7 +60,8 @@ def trace(profile: Profile, t: T.Tree, metric: str, root_label: str, colour: str
             labels.append(esc(root_label))
             where.append("")
     root = float(t.total[0]) or 1.0
-    codes, scale, n, _ = _colours(t, ft, colour)
+    n = len(palette) + 1
+    codes = node_codes(t, fcodes, len(palette))
     unit = "" if metric == "samples" else " s"
     custom = np.empty((len(t), 6), dtype=object)
     custom[:, 0] = where
@@ -104,7 +85,8 @@ def trace(profile: Profile, t: T.Tree, metric: str, root_label: str, colour: str
         labels=labels,
         customdata=custom,
         hovertemplate=hover,
-        marker=dict(colors=codes.tolist(), colorscale=scale, cmin=0, cmax=n, showscale=False),
+        marker=dict(colors=codes.tolist(), colorscale=C.stepped_scale(palette + [C.GREY]), cmin=0, cmax=n,
+                    showscale=False),
         tiling=dict(orientation="v", flip="y" if flip else "x", pad=0),
         sort=True,
         textinfo="label",
@@ -134,7 +116,7 @@ def figure(profile: Profile, metric: str | None = None, thread: str | None = Non
     root_label = "all threads" if thread is None else str(thread)
     fig = go.Figure(trace(profile, t, metric, root_label, colour, ft))
     kinds = [k for k in KINDS if (ft["kind"].astype(str) == k).any()] if colour == "kind" else []
-    legend = " ".join(f"<span style='color:{KIND_COLOURS[k]}'>■</span> {k}" for k in kinds)
+    legend = " ".join(f"<span style='color:{C.KIND_COLOURS[k]}'>■</span> {k}" for k in kinds)
     depth = int(t.depth.max()) + 1 if len(t) else 1
     fig.update_layout(
         title=dict(text=title(profile, metric, "Icicle", thread, " · ".join(notes)), x=0.01,
@@ -180,8 +162,9 @@ def svg(profile: Profile, metric: str | None = None, thread: str | None = None, 
     full, _ = T.from_profile(profile, metric, thread)
     t = T.prune(full, min_share=min_share, max_nodes=max_nodes)
     ft = T.function_table(profile)
-    codes, _, _, palette = _colours(t, ft, colour)
-    colours = palette + [GREY]
+    fcodes, palette = C.function_codes(ft, colour)
+    codes = node_codes(t, fcodes, len(palette))
+    colours = palette + [C.GREY]
     x, w = layout(t)
     names = ft["name"].to_dict()
     files = {i: T.short_file(f, l) for i, f, l in zip(ft.index, ft["file"], ft["line"])}

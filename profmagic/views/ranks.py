@@ -2,33 +2,21 @@
 
 - ``bars``: one bar per process, CPU and off-CPU time (or the profile's metric where CPU is unknown);
 - ``heat``: the top functions by process, each cell the function's share of that process;
-- ``differs_most``: one line naming the process whose function shares are furthest from the others';
+- ``analysis.differs_most`` (above them): one line naming the process that differs most;
 - ``widget``: all three, and a button per process that shows its icicle (views/icicle.py).
 """
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
 import plotly.graph_objects as go
 
-from ..multi import PROCESS, by_process, processes
+from ..analysis import differs_most, process_profile, shares
 from ..model import Profile
+from ..multi import by_process, processes
 from . import esc, fmt, metric_label, title
 from . import icicle
+from .colours import CPU_COLOUR, OFF_COLOUR
+from .mime import figure_output
 
-CPU_COLOUR, OFF_COLOUR = "#4c78a8", "#f58518"
-
-
-def process_profile(profile: Profile, label: str) -> Profile:
-    """Only the rows of process ``label`` (its time-ordered samples are not carried)."""
-    st = profile.stacks
-    mask = (st[PROCESS] == label).to_numpy() if PROCESS in st else np.ones(len(st), dtype=bool)
-    info = (profile.meta.get("processes") or {}).get(label) or {}
-    meta = {"process": label, **{k: info[k] for k in ("backend", "rate") if info.get(k) is not None}}
-    if info.get("ended"):
-        meta["duration"] = None
-    sub = profile.subset(mask, drop_threads=True)
-    return sub.replace(samples=None, meta=sub.meta.replace(**meta))
 
 
 def _ended_note(row) -> str:
@@ -64,26 +52,6 @@ def bars(profile: Profile, metric: str | None = None) -> go.Figure:
     return fig
 
 
-def shares(profile: Profile, metric: str | None = None, top: int = 15,
-           column: str = "total") -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(share, value): functions × processes; share = function ``column`` (total or self) / process
-    total. The ``top`` functions by their largest share in any process."""
-    metric = metric or profile.metric
-    cols, vals = {}, {}
-    for p in processes(profile) or ["(one process)"]:
-        sub = process_profile(profile, p)
-        total = sub.total(metric)
-        f = sub.functions(metric)
-        key = f["name"].astype(str) + "  " + f["file"].astype(str)
-        v = pd.Series(f[column].to_numpy(dtype=np.float64), index=key).groupby(level=0).sum()
-        vals[p] = v
-        cols[p] = v / total if total and total == total else v * np.nan
-    share = pd.DataFrame(cols).fillna(0.0)
-    value = pd.DataFrame(vals).reindex(share.index).fillna(0.0)
-    order = share.max(axis=1).sort_values(ascending=False).index[:top]
-    return share.loc[order], value.loc[order]
-
-
 def heat(profile: Profile, metric: str | None = None, top: int = 15) -> go.Figure:
     metric = metric or profile.metric
     share, value = shares(profile, metric, top)
@@ -101,53 +69,6 @@ def heat(profile: Profile, metric: str | None = None, top: int = 15) -> go.Figur
                       height=int(min(900, 160 + 24 * len(fns))), margin=dict(l=8, r=8, t=80, b=8),
                       yaxis=dict(autorange="reversed"))
     return fig
-
-
-def differs_most(profile: Profile, metric: str | None = None) -> str:
-    """One line: the process whose self-time shares (a distribution over functions) are furthest,
-    in total variation distance, from the median of the others'; and the function whose total
-    share differs most. Where all processes spend their time alike (or tie, as two always do),
-    the one whose total is furthest from the others' median. Compares the children only when
-    there are at least two (the parent runs different code by design)."""
-    metric = metric or profile.metric
-    procs = processes(profile)
-    info = profile.meta.get("processes") or {}
-    peers = [p for p in procs if (info.get(p) or {}).get("role") != "parent"]
-    if len(peers) < 2:
-        peers = procs
-    if len(peers) < 2:
-        return "one process: nothing to compare"
-    own, _ = shares(profile, metric, top=10 ** 9, column="self")
-    own = own[peers]
-    dist = {}
-    for p in peers:
-        others = own.drop(columns=[p]).median(axis=1)
-        dist[p] = 0.5 * float((own[p] - others).abs().sum())
-    totals = by_process(profile)
-    m = metric if metric in totals else "samples"
-
-    def total_gap(p):  # how far p's total is from the others' median, relative
-        med = float(totals.loc[[q for q in peers if q != p], m].median())
-        v = float(totals.at[p, m])
-        return abs(v - med) / med if med and med == med and v == v else 0.0
-    top = max(dist.values())
-    if top < 0.05:  # same code in the same proportions (or two peers, a symmetric distance): by total
-        worst = max(peers, key=total_gap)
-    else:  # ties (two peers are always tied) broken by the total
-        worst = max(peers, key=lambda p: (round(dist[p], 2), total_gap(p)))
-    med_total = float(totals.loc[[p for p in peers if p != worst], m].median())
-    if top < 0.05:
-        return (f"{worst} differs most, in {metric_label(m)}: {fmt(m, float(totals.at[worst, m]))} vs a median "
-                f"{fmt(m, med_total)} in the others; the processes spend their time alike "
-                f"(function shares within {top:.2f} of 1)")
-    share, _ = shares(profile, metric, top=10 ** 9)
-    share = share[peers]
-    others = share.drop(columns=[worst]).median(axis=1)
-    diff = share[worst] - others
-    fn = diff.abs().idxmax()
-    return (f"{worst} differs most (distance {dist[worst]:.2f} of 1 from the others' median): "
-            f"{fn.split('  ')[0]} takes {share.at[fn, worst]:.0%} of it vs {others[fn]:.0%} in the others; "
-            f"its {metric_label(m)} {fmt(m, float(totals.at[worst, m]))} vs a median {fmt(m, med_total)}")
 
 
 def _bars_html(profile: Profile, metric: str) -> str:
@@ -216,34 +137,35 @@ def html(profile: Profile, metric: str | None = None, include_plotlyjs: bool = F
 
 def widget(profile: Profile, metric: str | None = None):
     """ipywidgets: the one line, bars, heat table; a button per process shows its icicle."""
-    import json
+    return _Ranks(profile, metric or profile.metric).box
 
-    import ipywidgets as W
-    mime = "application/vnd.plotly.v1+json"
 
-    def out(fig):
-        o = W.Output()
-        o.outputs = ({"output_type": "display_data", "metadata": {},
-                      "data": {mime: json.loads(fig.to_json()), "text/plain": "<plotly figure>"}},)
+class _Ranks:
+    """The widget of ``widget()``: ``box.show_process(i)`` does what a click on process i does."""
+
+    def __init__(self, profile: Profile, metric: str):
+        import ipywidgets as W
+        self.profile, self.metric, self.W = profile, metric, W
+        self.procs = processes(profile)
+        line = W.HTML(f"<b>{esc(differs_most(profile, metric), 600)}</b>")
+        pick = W.ToggleButtons(options=[(str(p)[:40], i) for i, p in enumerate(self.procs)], value=None,
+                               description="icicle of", tooltips=[str(p) for p in self.procs])
+        pick.add_class("profmagic-ranks-pick")
+        pick.observe(self._show, names="value")
+        self.icicles = W.VBox()
+        self.box = W.VBox([line, self._out(bars(profile, metric)), self._out(heat(profile, metric)), pick,
+                           self.icicles])
+        self.box.add_class("profmagic-ranks")
+        self.box.show_process = lambda i: setattr(pick, "value", i)   # for tests and scripts
+        self.box.icicle_box = self.icicles
+
+    def _out(self, fig):
+        o = self.W.Output()
+        o.outputs = (figure_output(fig),)
         return o
 
-    metric = metric or profile.metric
-    procs = processes(profile)
-    line = W.HTML(f"<b>{esc(differs_most(profile, metric), 600)}</b>")
-    pick = W.ToggleButtons(options=[(str(p)[:40], i) for i, p in enumerate(procs)], value=None,
-                           description="icicle of", tooltips=[str(p) for p in procs])
-    pick.add_class("profmagic-ranks-pick")
-    ice = W.VBox()
-
-    def show(change):
+    def _show(self, change):
         if change["new"] is None:
             return
-        sub = process_profile(profile, procs[change["new"]])
-        ice.children = [out(icicle.figure(sub, metric=metric))]
-
-    pick.observe(show, names="value")
-    box = W.VBox([line, out(bars(profile, metric)), out(heat(profile, metric)), pick, ice])
-    box.add_class("profmagic-ranks")
-    box.show_process = lambda i: setattr(pick, "value", i)   # what a click does, for tests and scripts
-    box.icicle_box = ice
-    return box
+        sub = process_profile(self.profile, self.procs[change["new"]])
+        self.icicles.children = [self._out(icicle.figure(sub, metric=self.metric))]

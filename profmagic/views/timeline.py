@@ -7,7 +7,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..model import Profile
-from . import GREY, PALETTE, esc, title
+from . import esc, title
+from .colours import GREY, PALETTE
 from . import tree as T
 
 MAX_POINTS = 50_000

@@ -165,67 +165,113 @@ def from_profile(profile: Profile, metric: str, thread: str | None = None) -> tu
     return build(r, fn, depth, w, profile.stacks["samples"].to_numpy(), mask), unknown
 
 
-def _folded(t: Tree, keep: np.ndarray) -> np.ndarray:
-    """Dropped nodes whose parent stays: each carries its whole subtree into an (other) node."""
-    out = ~keep & (t.total > 0)
+def levels(depth: np.ndarray) -> list[np.ndarray]:
+    """Node ids by depth: ``levels(depth)[d]`` holds the nodes at depth d."""
+    if not len(depth):
+        return []
+    order = np.argsort(depth, kind="stable")
+    bounds = np.searchsorted(depth[order], np.arange(int(depth.max()) + 2))
+    return [order[bounds[d]:bounds[d + 1]] for d in range(len(bounds) - 1)]
+
+
+def subtree_sum(parent: np.ndarray, depth: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Every node's value plus all its descendants' values, summed from the leaves up (in the
+    dtype of ``values``)."""
+    acc = values.copy()
+    for lvl in reversed(levels(depth)[1:]):
+        np.add.at(acc, parent[lvl], acc[lvl])
+    return acc
+
+
+@dataclass
+class Selection:
+    """Which nodes of a tree stay, and the "(other)" nodes that take the rest: ``kept`` (old ids,
+    ascending), ``dropped`` (the top node of each folded subtree), ``group`` (the (other) node of
+    each dropped node) and ``holders`` (the kept parent of each (other) node)."""
+    kept: np.ndarray
+    dropped: np.ndarray
+    group: np.ndarray
+    holders: np.ndarray
+
+    def take(self, values: np.ndarray) -> np.ndarray:
+        """Per new node: a kept node's own value; an (other) node's, the sum over its subtrees."""
+        other = np.bincount(self.group, weights=values[self.dropped], minlength=len(self.holders))
+        return np.concatenate([values[self.kept], other.astype(values.dtype, copy=False)])
+
+    def parents(self, parent: np.ndarray) -> np.ndarray:
+        """New parent ids (-1 for the root)."""
+        new_id = np.full(len(parent), -1, np.int64)
+        new_id[self.kept] = np.arange(len(self.kept))
+        kept_parent = parent[self.kept]
+        return np.concatenate([np.where(kept_parent >= 0, new_id[np.maximum(kept_parent, 0)], -1),
+                               new_id[self.holders]])
+
+    def folded_counts(self) -> np.ndarray:
+        return np.bincount(self.group, minlength=len(self.holders)).astype(np.int64)
+
+
+def _closed(parent: np.ndarray, lv: list, keep: np.ndarray) -> np.ndarray:
+    """``keep`` closed upwards: a node stays only if its parent stays."""
+    keep[0] = True
+    for lvl in lv[1:]:
+        keep[lvl] &= keep[parent[lvl]]
+    return keep
+
+
+def _tops(parent: np.ndarray, width: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """Dropped nodes (with weight) whose parent stays: each carries its subtree into an (other) node."""
+    out = ~keep & (width > 0)
     out[0] = False
-    out[1:] &= keep[t.parent[1:]]
+    out[1:] &= keep[parent[1:]]
     return out
 
 
-def _count_after(t: Tree, keep: np.ndarray) -> int:
-    return int(keep.sum()) + len(np.unique(t.parent[_folded(t, keep)]))
+def select(parent: np.ndarray, depth: np.ndarray, width: np.ndarray, min_share: float = 0.0,
+           max_nodes: int = MAX_NODES) -> Selection:
+    """Keep the nodes of at least ``min_share`` of the root's ``width`` (closed upwards), and raise
+    that threshold as little as needed to stay within ``max_nodes`` nodes, (other) nodes included."""
+    lv = levels(depth)
+    thr = max(min_share * float(width[0]), 0.0)
 
+    def keep_at(t: float) -> np.ndarray:
+        return _closed(parent, lv, (width >= t) & (width > 0))
 
-def _keep(t: Tree, thr: float) -> np.ndarray:
-    keep = t.total >= thr
-    keep &= t.total > 0
-    keep[0] = True
-    # Closed upwards: a node stays only if its parent stays (parents have smaller ids).
-    for d in range(1, int(t.depth.max()) + 1 if len(t) > 1 else 1):
-        lvl = t.depth == d
-        keep[lvl] &= keep[t.parent[lvl]]
-    return keep
+    def count(keep: np.ndarray) -> int:
+        holders = parent[_tops(parent, width, keep)]
+        return int(keep.sum()) + int(np.count_nonzero(np.bincount(holders, minlength=1)))
+
+    keep = keep_at(thr)
+    if count(keep) > max_nodes:
+        cand = np.unique(width[width > thr])  # ascending: find the smallest threshold that fits
+        lo, hi = 0, len(cand) - 1
+        best = cand[-1] if len(cand) else thr
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            if count(keep_at(cand[mid])) <= max_nodes:
+                best, hi = cand[mid], mid - 1
+            else:
+                lo = mid + 1
+        keep = keep_at(best)
+    dropped = np.flatnonzero(_tops(parent, width, keep))
+    holders, group = np.unique(parent[dropped], return_inverse=True)
+    return Selection(np.flatnonzero(keep), dropped, group.astype(np.int64), holders)
 
 
 def prune(t: Tree, min_share: float = 0.0, max_nodes: int = MAX_NODES) -> Tree:
     """Fold nodes below ``min_share`` of the root (and more, to stay within ``max_nodes``)
     into one "(other)" child per parent. Every kept node's total, self and samples stay exact."""
-    root = float(t.total[0])
-    thr = max(min_share * root, 0.0)
-    keep = _keep(t, thr)
-    if _count_after(t, keep) > max_nodes:
-        cand = np.unique(t.total[t.total > thr])  # ascending
-        lo, hi = 0, len(cand) - 1  # find the smallest threshold that fits
-        best = cand[-1] if len(cand) else thr
-        while lo <= hi:
-            mid = (lo + hi) // 2
-            k = _keep(t, cand[mid])
-            if _count_after(t, k) <= max_nodes:
-                best, hi = cand[mid], mid - 1
-            else:
-                lo = mid + 1
-        keep = _keep(t, best)
-    dropped = _folded(t, keep)
-    if keep.all():
+    sel = select(t.parent, t.depth, t.total, min_share, max_nodes)
+    if len(sel.kept) == len(t):
         return t
-    old = np.flatnonzero(keep)
-    new_id = np.full(len(t), -1, np.int64)
-    new_id[old] = np.arange(len(old))
-    dp = t.parent[dropped]
-    op, inv = np.unique(dp, return_inverse=True)
-    o_total = np.bincount(inv, weights=t.total[dropped], minlength=len(op))
-    o_samples = np.bincount(inv, weights=t.samples[dropped], minlength=len(op))
-    o_count = np.bincount(inv, minlength=len(op))
-    parent = np.concatenate([np.where(t.parent[old] >= 0, new_id[np.maximum(t.parent[old], 0)], -1),
-                             new_id[op]])
-    return Tree(parent=parent,
-                key=np.concatenate([t.key[old], np.full(len(op), OTHER, np.int64)]),
-                depth=np.concatenate([t.depth[old], t.depth[op] + 1]),
-                total=np.concatenate([t.total[old], o_total]),
-                self=np.concatenate([t.self[old], o_total]),
-                samples=np.concatenate([t.samples[old], o_samples]),
-                folded=np.concatenate([t.folded[old], o_count.astype(np.int64)]))
+    n_other = len(sel.holders)
+    other_total = sel.take(t.total)[len(sel.kept):]
+    return Tree(parent=sel.parents(t.parent),
+                key=np.concatenate([t.key[sel.kept], np.full(n_other, OTHER, np.int64)]),
+                depth=np.concatenate([t.depth[sel.kept], t.depth[sel.holders] + 1]),
+                total=sel.take(t.total),
+                self=np.concatenate([t.self[sel.kept], other_total]),
+                samples=sel.take(t.samples),
+                folded=np.concatenate([t.folded[sel.kept], sel.folded_counts()]))
 
 
 def function_set(profile: Profile, function) -> np.ndarray:
@@ -269,3 +315,52 @@ def sandwich(profile: Profile, fns: np.ndarray, metric: str, thread: str | None 
     for t in (callers, callees):
         t.key[0] = target
     return callers, callees
+
+
+class Union:
+    """Call trees of several profiles over one node set: function keys are (name, file), so the
+    same node id means the same call path in every tree."""
+
+    def __init__(self, profiles: list[Profile], weights: list[np.ndarray]):
+        keymap: dict[tuple, int] = {}
+        self.names: list[str] = []
+        self.files: list[str] = []
+        self.lines: list = []
+        rows, keys, depths = [], [], []
+        offsets = np.cumsum([0] + [len(p.stacks) for p in profiles])
+        for p, off in zip(profiles, offsets):
+            ft = function_table(p)
+            local = np.full(int(ft.index.max()) + 1 if len(ft) else 0, -1, np.int64)
+            for fid, name, file, line in zip(ft.index, ft["name"], ft["file"], ft["line"]):
+                k = (name, file)
+                if k not in keymap:
+                    keymap[k] = len(self.names)
+                    self.names.append(name)
+                    self.files.append(file)
+                    self.lines.append(line)
+                local[fid] = keymap[k]
+            r, fn, d = entries(p)
+            rows.append(r + off)
+            keys.append(local[fn])
+            depths.append(d)
+        rows_a, keys_a, depth_a = (np.concatenate(x) if x else np.zeros(0, np.int64)
+                                   for x in (rows, keys, depths))
+        self.trees: list[Tree] = []
+        for i, (p, w) in enumerate(zip(profiles, weights)):
+            mine = slice(offsets[i], offsets[i + 1])
+            full = np.zeros(offsets[-1])
+            cnt = np.zeros(offsets[-1])
+            full[mine] = w
+            cnt[mine] = p.stacks["samples"].to_numpy(dtype=np.float64)
+            # The node numbering depends only on (rows, keys, depth): every tree shares it.
+            self.trees.append(build(rows_a, keys_a, depth_a, full, cnt))
+        t = self.trees[0]
+        self.parent, self.key, self.depth = t.parent, t.key, t.depth
+
+    def name(self, node: int, root: str) -> str:
+        k = int(self.key[node])
+        return root if k < 0 else str(self.names[k])
+
+    def where(self, node: int) -> str:
+        k = int(self.key[node])
+        return "" if k < 0 else short_file(self.files[k], self.lines[k])
