@@ -1,0 +1,15 @@
+"""The display of every Profile: a live widget under a kernel, static HTML everywhere else.
+
+- ``static``: header, SVG icicle, tables and downloads as self-contained HTML (no script);
+- ``widget``: the live report (tabs Icicle | Sandwich | Time order | [Ranks] | Table | Raw);
+- ``display``: which of them a Profile shows, and the repr with the error when building fails.
+"""
+from __future__ import annotations
+
+from ..views.mime import PLOTLY_MIME
+from .display import fallback, mimebundle
+from .static import downloads_html, header_html, notes, static_html, table_html
+from .widget import Report, widget
+
+__all__ = ["PLOTLY_MIME", "Report", "downloads_html", "fallback", "header_html", "mimebundle", "notes",
+           "static_html", "table_html", "widget"]

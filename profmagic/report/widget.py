@@ -1,0 +1,215 @@
+"""The live report widget: tabs built from (title, builder) pairs, thread and metric pickers, and
+"show in Sandwich" for a box clicked in an icicle.
+
+Figures go into ipywidgets.Output as plotly's own mime type (``views.mime``). A tab is built when
+it is first shown, and again after a picker changes.
+"""
+from __future__ import annotations
+
+from .. import multi
+from ..model import METRIC_LABELS, Profile
+from ..views.mime import figure_output, html_output
+from .clickbridge import ClickBridge
+from .static import downloads_html, escape, header_html, table_html
+
+
+class Report:
+    """The interactive report. ``Report(p).widget`` is an ipywidgets.VBox; ``TABS`` its tab titles."""
+
+    def __init__(self, profile: Profile, uid: str = ""):
+        import ipywidgets as W
+        self.p = profile
+        self.W = W
+        self.tab_builders = [("Icicle", self._tab_icicle), ("Sandwich", self._tab_sandwich),
+                             ("Time order", self._tab_time)]
+        if len(multi.processes(profile)) > 1:  # processes side by side
+            self.tab_builders.append(("Ranks", self._tab_ranks))
+        self.tab_builders += [("Table", self._tab_table), ("Raw", self._tab_raw)]
+        self.TABS = tuple(title for title, _ in self.tab_builders)
+        self._pickers()
+        self.panes = [W.VBox() for _ in self.TABS]
+        self.tabs = W.Tab(children=self.panes, titles=self.TABS)
+        self.built = [False] * len(self.TABS)
+        self.sw_list = None
+        self.widget = W.VBox([W.HTML(_hide_twin(uid) + header_html(profile)),
+                              W.HBox([self.thread, self.metric, self.colour, self.min_pct]),
+                              W.HBox(self._click_row()), self.tabs])
+        self.widget.add_class("profmagic-widget")
+        if uid:
+            self.widget.add_class(f"profmagic-w-{uid}")
+        for c in (self.metric, self.thread, self.colour, self.min_pct):
+            c.observe(self._changed, names="value")
+        self.tabs.observe(lambda ch: self._show(ch["new"]), names="selected_index")
+        self._show(0)
+
+    def _pickers(self) -> None:
+        W, profile = self.W, self.p
+        metrics = profile.metrics
+        self.metric = W.Dropdown(options=[(METRIC_LABELS.get(m, m), m) for m in metrics],
+                                 value=profile.metric if profile.metric in metrics else metrics[0],
+                                 description="metric", layout=W.Layout(width="260px"))
+        self.thread = W.Dropdown(options=[("all threads (merged)", -1)] +
+                                 [(str(t), i) for i, t in enumerate(profile.threads)],
+                                 value=-1, description="thread", layout=W.Layout(width="300px"))
+        self.colour = W.Dropdown(options=[("kind", "kind"), ("module", "module")], value="kind",
+                                 description="colour", layout=W.Layout(width="170px"))
+        self.min_pct = W.BoundedFloatText(value=0.0, min=0.0, max=50.0, step=0.1, description="fold < %",
+                                          tooltip="fold call-tree nodes under this share of the view into (other)",
+                                          layout=W.Layout(width="150px"))
+
+    def _click_row(self) -> list:
+        """A box clicked in an icicle -> "show in Sandwich" (the click bridge relays plotly's click)."""
+        W = self.W
+        self.clicked = None
+        self.click_label = W.HTML("<span style='font:12px sans-serif;color:#555'>click a box in the icicle, "
+                                  "then show its function in Sandwich</span>")
+        self.to_sandwich = W.Button(description="show in Sandwich", disabled=True, icon="columns",
+                                    layout=W.Layout(width="170px"))
+        self.to_sandwich.add_class("profmagic-to-sandwich")
+        self.to_sandwich.on_click(lambda _: self.show_in_sandwich())
+        row = [self.to_sandwich, self.click_label]
+        try:
+            self.bridge = ClickBridge()
+        except ImportError:  # no anywidget: the Sandwich tab's own list still works
+            self.bridge = None
+        else:
+            self.bridge.observe(lambda ch: self.clicked_node(ch["new"]), names="clicked")
+            row.append(self.bridge)
+        return row
+
+    # -- state -------------------------------------------------------------------------------------
+    @property
+    def thread_name(self):
+        i = self.thread.value
+        return None if i == -1 else self.p.threads[i]
+
+    def _changed(self, _=None):
+        self.built = [False] * len(self.TABS)
+        self._show(self.tabs.selected_index or 0)
+
+    def _show(self, i):
+        if i is None or self.built[i]:
+            return
+        self.built[i] = True
+        try:
+            self.panes[i].children = self.tab_builders[i][1]()
+        except Exception as e:  # show the error in the tab rather than a dead widget
+            self.panes[i].children = [self.W.HTML(f"<pre>{escape(type(e).__name__)}: {escape(e)}</pre>")]
+
+    def _out(self, output: dict):
+        o = self.W.Output()
+        o.outputs = (output,)
+        return o
+
+    # -- tabs --------------------------------------------------------------------------------------
+    def _tab_icicle(self):
+        fig = self.p.icicle(metric=self.metric.value, thread=self.thread_name, colour=self.colour.value,
+                            min_share=self.min_pct.value / 100)
+        return [self._out(figure_output(fig))]
+
+    def _tab_sandwich(self):
+        W = self.W
+        self.sw_filter = W.Text(placeholder="regex on name or file", description="filter",
+                                layout=W.Layout(width="320px"))
+        self.sw_sort = W.Dropdown(options=["total", "self", "name"], value="total", description="sort by",
+                                  layout=W.Layout(width="180px"))
+        self.sw_list = W.Select(options=[], rows=12, layout=W.Layout(width="100%"))
+        self.sw_list.add_class("profmagic-functions-list")
+        self.sw_msg = W.HTML()
+        self.sw_fig = W.Output()
+        self.sw_filter.observe(self._sw_refresh, names="value")
+        self.sw_sort.observe(self._sw_refresh, names="value")
+        self.sw_list.observe(self._sw_pick, names="value")
+        self._sw_refresh()
+        return [W.HBox([self.sw_filter, self.sw_sort, self.sw_msg]), self.sw_list, self.sw_fig]
+
+    def _sw_refresh(self, _=None):
+        """The Sandwich list for the filter and sort order (text options, never HTML)."""
+        from ..views import sandwich
+        try:
+            df = sandwich.table(self.p, self.metric.value, self.thread_name, self.sw_filter.value or None,
+                                self.sw_sort.value)
+        except Exception as e:  # a bad regex, typically
+            self.sw_msg.value = f"<span style='color:#b91c1c'>{escape(e)}</span>"
+            return
+        self.sw_msg.value = f"{len(df):,} functions"
+        df = df.head(500)
+        self.sw_list.options = [(f"{t:6.1f}% total {s:6.1f}% self   {n}   {f}", int(i)) for i, n, f, t, s in
+                                zip(df.index, df["name"], df["file"], df["total_pct"], df["self_pct"])]
+        self.sw_list.value = None
+
+    def _sw_pick(self, change):
+        """A function picked in the list: its callers and callees."""
+        if change["new"] is None:
+            return
+        fig = self.p.sandwich(int(change["new"]), metric=self.metric.value, thread=self.thread_name,
+                              colour=self.colour.value, min_share=self.min_pct.value / 100)
+        self.sw_fig.outputs = (figure_output(fig),)
+
+    def clicked_node(self, ev):
+        """A box was clicked in a report icicle: ``ev["key"]`` is its function id (views.icicle.trace)."""
+        key = (ev or {}).get("key")
+        if not isinstance(key, int) or key < 0:
+            return
+        names = self.p.frames.groupby(self.p.function_ids()[self.p.frames.index.to_numpy()])["name"].first()
+        if key not in names.index:
+            return
+        self.clicked = key
+        self.click_label.value = (f"<span style='font:12px sans-serif'>clicked: <b class='profmagic-clicked'>"
+                                  f"{escape(names[key])}</b></span>")
+        self.to_sandwich.disabled = False
+
+    def show_in_sandwich(self, key: int | None = None):
+        """Open the Sandwich tab on function ``key`` (default: the last clicked box)."""
+        key = self.clicked if key is None else int(key)
+        if key is None:
+            return
+        i = self.TABS.index("Sandwich")
+        self.tabs.selected_index = i
+        self._show(i)
+        if self.sw_filter.value:
+            self.sw_filter.value = ""
+        if key not in [v for _, v in self.sw_list.options]:
+            df = self.p.functions(self.metric.value)
+            row = df.loc[key] if key in df.index else None
+            label = f"(picked) {row['name']}   {row['file']}" if row is not None else f"(picked) function {key}"
+            self.sw_list.options = list(self.sw_list.options) + [(label, key)]
+        self.sw_list.value = key
+
+    def _tab_ranks(self):
+        from ..views import ranks
+        box = ranks.widget(self.p, metric=self.metric.value)
+        self.ranks = box
+        if self.thread_name is None:
+            return [box]
+        note = " (all threads of each process; the thread picker does not apply)"
+        return [self.W.HTML(f"<span style='font:12px sans-serif'>{escape(note)}</span>"), box]
+
+    def _tab_time(self):
+        from ..views import timeline
+        ok, why = timeline.available(self.p)
+        if not ok:
+            return [self.W.HTML(f"<p style='font:13px sans-serif'>{escape(why)}.</p>")]
+        return [self._out(figure_output(self.p.timeline(thread=self.thread_name, metric=self.metric.value)))]
+
+    def _tab_table(self):
+        return [self._out(html_output(header_html(self.p) + table_html(self.p, self.metric.value,
+                                                                       self.thread_name)))]
+
+    def _tab_raw(self):
+        return [self.W.HTML(header_html(self.p) + downloads_html(self.p))]
+
+
+def _hide_twin(uid: str) -> str:
+    """A style that hides the static twin with this ``uid`` (a separate output, for viewers without
+    a widget manager) once this widget's first plotly figure is drawn: JupyterLab loads plotly.js
+    (4.8 MB) on first use, and the static SVG icicle fills that second."""
+    if not uid:
+        return ""
+    return (f"<style>body:has(.profmagic-w-{uid} .js-plotly-plot) .profmagic-static-{uid}{{display:none}}"
+            f"body:has(.profmagic-w-{uid} .js-plotly-plot) .jp-OutputArea-child:has(.profmagic-static-{uid})"
+            "{display:none}</style>")
+
+
+def widget(profile: Profile, uid: str = ""):
+    return Report(profile, uid).widget
