@@ -635,39 +635,49 @@ class Profile:
         return out
 
     def functions(self, metric: str | None = None) -> pd.DataFrame:
-        """One row per function on any stack: name, file, self, total (heaviest total first).
+        """One row per function on any stack (heaviest total first), indexed by a readable label:
+        the function's name, with its file where two functions share a name.
 
+        Columns: ``id`` (the function id of ``function_ids()``), ``name``, ``file``, ``self`` and
+        ``total`` in ``metric``; when the profile measured both wall and CPU time, also ``wall``,
+        ``cpu`` and ``off_cpu`` (totals) and ``self_wall``, ``self_cpu``, ``self_off_cpu``.
         Total counts once per stack even when the function recurses; self goes to the leaf.
         """
         metric = metric or self.metric
-        w = self.weights(metric).to_numpy(dtype=np.float64)
         fn_of_frame = self.function_ids()
         rows, fids, lengths = self._exploded()
         nfn = int(fn_of_frame.max()) + 1 if len(fn_of_frame) else 0
-        total = np.zeros(nfn)
-        selfw = np.zeros(nfn)
+        fn = fn_of_frame[fids] if len(fids) else np.zeros(0, dtype=np.int64)
+        pair = np.unique(rows * nfn + fn) if len(fids) else np.zeros(0, dtype=np.int64)  # one per (row, fn)
+        nonempty = lengths > 0
+        leaf_fn = fn[np.cumsum(lengths)[nonempty] - 1] if len(fids) else np.zeros(0, dtype=np.int64)
+
+        def sums(m: str) -> tuple[np.ndarray, np.ndarray]:
+            w = self.weights(m).to_numpy(dtype=np.float64)
+            total = np.bincount(pair % nfn, weights=w[pair // nfn], minlength=nfn) if nfn else np.zeros(0)
+            selfw = np.bincount(leaf_fn, weights=w[nonempty], minlength=nfn) if nfn else np.zeros(0)
+            return selfw, total
+
         present = np.zeros(nfn, dtype=bool)
-        if len(fids):
-            fn = fn_of_frame[fids]
-            pair = np.unique(rows * nfn + fn)  # one entry per (row, function)
-            np.add.at(total, pair % nfn, w[pair // nfn])
-            present[pair % nfn] = True
-            nonempty = lengths > 0
-            ends = np.cumsum(lengths)[nonempty] - 1
-            np.add.at(selfw, fn[ends], w[nonempty])
+        present[pair % nfn] = True
         first = self.frames.groupby(fn_of_frame[self.frames.index.to_numpy()], sort=True).head(1)
-        first = first.assign(_fn=fn_of_frame[first.index.to_numpy()]).set_index("_fn").sort_index()
-        out = pd.DataFrame({
-            "name": first["name"].to_numpy(),
-            "file": first["file"].to_numpy(),
-            "self": selfw[first.index.to_numpy()],
-            "total": total[first.index.to_numpy()],
-        }, index=pd.Index(first.index.to_numpy(), name="function"))
+        ids = fn_of_frame[first.index.to_numpy()]
+        first = first.assign(_fn=ids).set_index("_fn").sort_index()
+        ids = first.index.to_numpy()
+        selfw, total = sums(metric)
+        out = pd.DataFrame({"id": ids, "name": first["name"].to_numpy(), "file": first["file"].to_numpy(),
+                            "self": selfw[ids], "total": total[ids]})
         if metric in ("samples", "allocations") and np.all(out["total"] == np.round(out["total"])):
             out["self"] = out["self"].astype(np.int64)
             out["total"] = out["total"].astype(np.int64)
+        if "wall" in self.metrics and "cpu" in self.metrics:
+            for m in ("wall", "cpu", "off_cpu"):
+                s_m, t_m = sums(m)
+                out[m] = t_m[ids]
+                out["self_" + m] = s_m[ids]
+        out.index = pd.Index(_function_labels(out["name"], out["file"], ids), name="function")
         # Every function on some stack, even at 0 in this metric (a sleep has 0 s of CPU, not no row).
-        out = out[present[out.index.to_numpy()]] if len(out) else out
+        out = out[present[ids]] if len(out) else out
         return out.sort_values(["total", "self"], ascending=False, kind="stable")
 
     # -- new profiles from this one ---------------------------------------------------------------
@@ -764,3 +774,23 @@ def _table_for_labels(table: pd.DataFrame, stacks: pd.DataFrame) -> pd.DataFrame
         return table
     rows = table.reset_index(drop=True).to_dict("records") + [{"label": x} for x in extra]
     return thread_table(rows)
+
+
+def _function_labels(names, files, ids) -> list[str]:
+    """A readable, unique label per function: its name; "name (file)" where names repeat; and
+    "name (file) #id" where even that repeats."""
+    names = [str(n) for n in names]
+    count: dict[str, int] = {}
+    for n in names:
+        count[n] = count.get(n, 0) + 1
+    out = []
+    for n, f in zip(names, files):
+        if count[n] == 1:
+            out.append(n)
+        else:
+            parts = [x for x in str(f or "").replace("\\", "/").split("/") if x]
+            out.append(f"{n} ({'/'.join(parts[-2:]) or '?'})")
+    again: dict[str, int] = {}
+    for lab in out:
+        again[lab] = again.get(lab, 0) + 1
+    return [lab if again[lab] == 1 else f"{lab} #{i}" for lab, i in zip(out, ids)]

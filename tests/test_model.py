@@ -73,3 +73,21 @@ def test_time_ordered_samples_keep_order_and_thread():
     assert np.allclose(p.samples["time"], [0.0, 0.1, 0.2])
     assert p.stacks.loc[p.samples["stack"].iloc[1], "stack"] == (f, g)
     assert p.duration == pytest.approx(0.2)
+
+
+def test_functions_of_a_both_profile_have_wall_cpu_off_cpu_and_a_readable_index():
+    b = StackBuilder()
+    main = b.frame("main", "/app/main.py", 1, "python")
+    run_a = b.frame("run", "/app/a/jobs.py", 3, "python")
+    run_b = b.frame("run", "/app/b/jobs.py", 3, "python")
+    b.add(b.stack("T", (main, run_a)), samples=4, wall=0.4, cpu=0.1)
+    b.add(b.stack("T", (main, run_b)), samples=2, wall=0.2, cpu=0.2)
+    b.add(b.stack("T", (main,)), samples=1, wall=0.1, cpu=0.05)
+    f = b.build(metric="wall").functions()
+    assert list(f.index) == ["main", "run (a/jobs.py)", "run (b/jobs.py)"] and f.index.name == "function"
+    assert f.loc["main", ["total", "wall", "cpu", "off_cpu"]].tolist() == pytest.approx([0.7, 0.7, 0.35, 0.35])
+    assert f.loc["run (a/jobs.py)", ["self_wall", "self_cpu", "self_off_cpu"]].tolist() == pytest.approx([0.4, 0.1, 0.3])
+    assert f.loc["main", "self_off_cpu"] == pytest.approx(0.05)
+    one = profmagic.load("a;b 2\n").functions()   # one clock: no per-clock columns
+    assert list(one.columns) == ["id", "name", "file", "self", "total"] and list(one.index) == ["b", "a"] or \
+        list(one.index) == ["a", "b"]

@@ -164,7 +164,7 @@ def test_click_in_icicle_shows_the_function_in_sandwich():
     fig = r.panes[0].children[0].outputs[0]["data"][report.PLOTLY_MIME]["data"][0]
     node = fig["labels"].index("work")
     key = fig["customdata"][node][5]
-    assert p.functions().loc[key, "name"] == "work"
+    assert p.functions().set_index("id").loc[key, "name"] == "work"
     r.bridge.clicked = {"key": key, "label": "work", "n": 1}   # what the browser sends on plotly_click
     assert not r.to_sandwich.disabled and ">work</b>" in r.click_label.value
     r.to_sandwich.click()

@@ -266,7 +266,7 @@ def test_every_view_title_names_metric_backend_rate_count_duration_and_approxima
     """Honest labels in every view: icicle, sandwich table, sandwich of a function, time order."""
     from profmagic.model import METRIC_LABELS
     p = random_profile(seed=9).with_meta(duration=4.25, approximate="made up for this test")
-    fn = int(p.functions().index[0])
+    fn = int(p.functions()["id"].iloc[0])
     figs = {"icicle": p.icicle(metric=metric), "table": p.sandwich(metric=metric),
             "sandwich": p.sandwich(fn, metric=metric), "time": p.timeline(metric=metric),
             "icicle thread": p.icicle(metric=metric, thread="A")}

@@ -135,7 +135,7 @@ class Report:
         self.sw_msg.value = f"{len(df):,} functions"
         df = df.head(500)
         self.sw_list.options = [(f"{t:6.1f}% total {s:6.1f}% self   {n}   {f}", int(i)) for i, n, f, t, s in
-                                zip(df.index, df["name"], df["file"], df["total_pct"], df["self_pct"])]
+                                zip(df["id"], df["name"], df["file"], df["total_pct"], df["self_pct"])]
         self.sw_list.value = None
 
     def _sw_pick(self, change):
@@ -171,8 +171,8 @@ class Report:
             self.sw_filter.value = ""
         if key not in [v for _, v in self.sw_list.options]:
             df = self.p.functions(self.metric.value)
-            row = df.loc[key] if key in df.index else None
-            label = f"(picked) {row['name']}   {row['file']}" if row is not None else f"(picked) function {key}"
+            row = df[df["id"] == key]
+            label = f"(picked) {row['name'].iloc[0]}   {row['file'].iloc[0]}" if len(row) else f"(picked) function {key}"
             self.sw_list.options = list(self.sw_list.options) + [(label, key)]
         self.sw_list.value = key
 

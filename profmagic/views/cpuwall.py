@@ -34,7 +34,7 @@ class CpuWall(ComparisonView):
     def _make_figure(self) -> go.Figure:
         p = self.profile
         ft = T.function_table(p)
-        fcodes = C.function_codes(ft, "function", p.functions("wall").index)  # heaviest wall first
+        fcodes = C.function_codes(ft, "function", p.functions("wall")["id"])  # heaviest wall first
         fig = go.Figure()
         for metric, dom in PANELS:
             mid = sum(dom["x"]) / 2

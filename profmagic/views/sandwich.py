@@ -92,4 +92,4 @@ def figure(profile: Profile, function=None, metric: str | None = None, thread: s
 def _self(profile: Profile, fns, metric: str, thread: str | None) -> float:
     p = profile if thread is None else profile.subset(T.thread_rows(profile, thread))
     f = p.functions(metric)
-    return float(f.loc[f.index.isin(fns), "self"].sum())
+    return float(f.loc[f["id"].isin(fns), "self"].sum())
