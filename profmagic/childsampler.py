@@ -133,11 +133,12 @@ class ChildSampler:
             stack = []
             while f is not None:
                 code = f.f_code
-                hit = self.codes.get(id(code))
+                key = (id(code), f.f_lineno)   # the line executing, as the kernel's sampler records
+                hit = self.codes.get(key)
                 if hit is None:
-                    hit = self.codes[id(code)] = (code, len(self.codes))
+                    hit = self.codes[key] = (code, len(self.codes))
                     out.append(["f", hit[1], getattr(code, "co_qualname", code.co_name), code.co_filename,
-                                code.co_firstlineno])
+                                key[1] or code.co_firstlineno])
                 stack.append(hit[1])
                 f = f.f_back
             stack.reverse()

@@ -2,6 +2,7 @@
 
 Also home of the busy()/nap() workload the in-process backend tests share.
 """
+import inspect
 import math
 import tempfile
 import threading
@@ -123,10 +124,12 @@ def test_wall_and_cpu_from_one_run(clean_tmp):
     assert wall["nap"] == pytest.approx(TRUTH["nap_wall"], rel=0.10)
     assert cpu["busy"] == pytest.approx(BUSY_CPU, rel=0.10)
     assert cpu.get("nap", 0.0) < 0.02
-    # Frames: qualified names, the function's first line, kind python.
+    # Frames: qualified names, the line executing (inside busy's body), kind python.
     fr = p.frames.set_index("name")
-    assert fr.loc["busy", "line"] == busy.__code__.co_firstlineno
-    assert fr.loc["busy", "file"] == __file__ and fr.loc["busy", "kind"] == "python"
+    lines, first = inspect.getsourcelines(busy)
+    busy_lines = set(fr.loc[["busy"], "line"])
+    assert busy_lines and all(first < n < first + len(lines) for n in busy_lines), (busy_lines, first)
+    assert set(fr.loc[["busy"], "file"]) == {__file__} and set(fr.loc[["busy"], "kind"]) == {"python"}
     assert "test_wall_and_cpu_from_one_run" in fr.index
     # Per-sample weights in time order, and the native id column.
     assert p.samples is not None and p.samples["time"].is_monotonic_increasing

@@ -179,11 +179,14 @@ class Recorder:
                 st.cpu = c
             stack = []
             while f is not None:
+                # The line executing, not the function's first line: the Source view shows time per line.
                 code = f.f_code
-                hit = codes.get(id(code))
+                key = (id(code), f.f_lineno)
+                hit = codes.get(key)
                 if hit is None:
                     name = getattr(code, "co_qualname", code.co_name)
-                    hit = codes[id(code)] = (code, b.frame(name, code.co_filename, code.co_firstlineno, "python"))
+                    hit = codes[key] = (code, b.frame(name, code.co_filename, key[1] or code.co_firstlineno,
+                                                      "python"))
                 stack.append(hit[1])
                 f = f.f_back
             stack.reverse()
