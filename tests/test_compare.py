@@ -1,6 +1,8 @@
 """profmagic.compare(before, after): exact deltas, one-sided frames kept, normalisation, escaping."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -22,8 +24,15 @@ def _row(table, name):
     return r.iloc[0]
 
 
+def diff_trace(fig):
+    """The differential icicle shown (the one with a colour bar that is visible)."""
+    tr = [t for t in fig.data if t.type == "icicle" and t.marker.showscale and t.visible is not False]
+    assert len(tr) == 1
+    return tr[0]
+
+
 def _nodes(fig):
-    tr = fig.data[0]
+    tr = diff_trace(fig)
     ids = list(tr.ids)
     label = dict(zip(ids, tr.labels))
     parent = dict(zip(ids, tr.parents))
@@ -51,8 +60,10 @@ def test_exact_deltas_and_one_sided_functions():
         r = _row(t, name)
         assert (r.total_before, r.total_after, r.self_before, r.self_after, r.side) == (tb, ta, sb, sa, side)
         assert r.delta_total == ta - tb and r.delta_self == sa - sb
-    # Largest change first; a change relative to nothing is unknown, not infinite.
-    assert list(t["name"][:2]) == ["new", "g"]
+    # Largest change of self time first; a change relative to nothing is unknown, not infinite.
+    assert list(t["name"]) == ["new", "g", "old", "x", "f", "h", "main"]
+    # Shown: callers with no self time on either side (f, main) are folded away.
+    assert list(c.shown_table()["name"]) == ["new", "g", "old", "x", "h"]
     assert np.isnan(_row(t, "new").change_pct)
     assert _row(t, "g").change_pct == pytest.approx(-60.0)
 
@@ -70,7 +81,7 @@ def test_differential_icicle_shape_from_after_and_vanished_frames_shown():
     assert n[root + ("main", "f", "h", "x")] == (2, 2)
     assert n[root + ("main", "new")] == (7, 7)       # new: red (positive)
     assert n[root + ("main", "old")] == (3, -3)      # gone: still drawn, blue (negative)
-    tr = c.figure.data[0]
+    tr = diff_trace(c.figure)
     assert tr.branchvalues == "total" and tr.marker.colorscale  # diverging scale, 0 in the middle
     assert tr.marker.cmid == 0
     # Children never outgrow their parent (plotly drops the whole figure if they do).
@@ -126,7 +137,7 @@ def test_names_are_escaped_everywhere():
     a = profmagic.load(f"main;{evil} 3\nmain;ok 1\n")
     b = profmagic.load(f"main;{evil} 1\nmain;</script><script>alert(2)</script> 2\n")
     c = profmagic.compare(a, b)
-    labels = list(c.figure.data[0].labels)
+    labels = list(diff_trace(c.figure).labels)
     assert "&lt;img src=x onerror=alert(1)&gt;" in labels
     assert not any("<img" in str(x) or "<script" in str(x) for x in labels)
     html = c._repr_mimebundle_()["text/html"]
@@ -145,7 +156,7 @@ def test_backends_side_by_side_table_and_icicles():
     w = s.wide().set_index("function")
     assert w.loc["wait", "sampler (wall) %"] == pytest.approx(75.0)
     assert w.loc["wait", "other (samples) %"] == pytest.approx(10.0)
-    assert len(s.figure.data) == 2
+    assert [t.type for t in s.figure.data] == ["icicle", "icicle"]
     only_cpu = sidebyside.side_by_side({"sampler": a, "other": b}, metric="wall")
     assert only_cpu.metrics["other"] == "unknown"
     assert "unknown" in only_cpu._repr_mimebundle_()["text/html"]
@@ -165,18 +176,37 @@ def test_no_cdn_anywhere_in_the_package():
     assert hits == []
 
 
-def test_displays_are_plotly_mime_with_static_svg_twin():
-    """Live: plotly's own mime type (the front end draws it, no plotly.js shipped); nbconvert/GitHub:
-    the text/html twin holds static SVG icicles, no script."""
+def test_displays_are_one_output_plotly_mime_with_static_svg_twin():
+    """One output: live, plotly's own mime type (the front end draws it, no plotly.js shipped);
+    nbconvert/GitHub: the text/html twin of the same bundle holds static SVG icicles, no script."""
     a, b = profmagic.load(BEFORE.encode(), format="folded"), profmagic.load(AFTER.encode(), format="folded")
-    for view, n_svg in ((diff.compare(a, b), 2), (sidebyside.side_by_side({"x": a, "y": b}), 2)):
-        bundles = view.outputs()   # what _ipython_display_ displays, one output each
-        figs = [d for d in bundles if PLOTLY_MIME in d]
-        assert len(figs) == 1 and figs[0]["text/html"].count("<svg") == n_svg
-        html = "".join(d.get("text/html", "") for d in bundles)
-        assert "<script" not in html and "<table" in html
-        static = view._repr_mimebundle_()["text/html"]
-        assert static.count("<svg") == n_svg and "<script" not in static
+    for view, n_svg in ((diff.compare(a, b), 3), (sidebyside.side_by_side({"x": a, "y": b}), 2)):
+        bundle = view._repr_mimebundle_()
+        assert set(bundle) == {PLOTLY_MIME, "text/html", "text/plain"}
+        html = bundle["text/html"]
+        assert html.count("<svg") == n_svg and "<script" not in html and "<table" in html
+        assert not hasattr(view, "_ipython_display_")   # IPython shows this one bundle
+
+
+def test_before_after_at_one_scale_with_a_normalise_switch_and_change_colours_in_the_static_twin():
+    before = profmagic.load("main;slow 150\nmain;other 9\n")
+    after = profmagic.load("main;slow 4\nmain;other 9\n")
+    c = profmagic.compare(before, after)
+    panels = [t for t in c.figure.data if t.type == "icicle" and not t.marker.showscale]
+    width = [t.domain.x[1] - t.domain.x[0] for t in panels]
+    assert width[1] / width[0] == pytest.approx(13 / 159)          # the time ratio: one scale
+    norm = next(b for b in c.figure.layout.updatemenus[0].buttons if b.label == "normalised")
+    xs = norm.args[0]["domain.x"]
+    assert xs[0][1] - xs[0][0] == pytest.approx(xs[1][1] - xs[1][0])   # normalised: each its own width
+    html = c._repr_mimebundle_()["text/html"]
+    diff_svg = html[html.index("class=\"profmagic-icicle profmagic-diff\""):]
+    fills = set(re.findall(r'fill="(#[0-9a-f]{6})"', diff_svg[:diff_svg.index("</svg>")]))
+    red = [f for f in fills if int(f[1:3], 16) > int(f[5:7], 16) + 60]
+    blue = [f for f in fills if int(f[5:7], 16) > int(f[1:3], 16) + 60]
+    assert red == [] and blue, fills                   # slow got faster: blue, nothing slower
+    grew = profmagic.compare(after, before)._repr_mimebundle_()["text/html"]
+    grew = grew[grew.index("profmagic-diff"):]
+    assert any(int(f[1:3], 16) > int(f[5:7], 16) + 60 for f in re.findall(r'fill="(#[0-9a-f]{6})"', grew))
 
 
 def test_merge_runs_wall_from_one_cpu_from_the_other():

@@ -47,13 +47,21 @@ def test_table_sorted_by_off_cpu_with_exact_values():
     assert v.verdict == "80% of wall time off-CPU, mostly in wait waiting in acquire (75% of it)"
 
 
-def test_two_icicles_same_colour_per_function():
+def icicles(fig):
+    return [tr for tr in fig.data if tr.type == "icicle"]
+
+
+def test_two_icicles_same_colour_per_function_at_one_scale():
     v = C.cpu_wall(_hand_built())
     fig = v.figure
-    assert len(fig.data) == 2
-    cpu, wall = fig.data
+    assert [tr.type for tr in fig.data] == ["icicle", "icicle", "table"]
+    cpu, wall = icicles(fig)
     assert cpu.domain.x[1] <= wall.domain.x[0]  # side by side: CPU left, wall right
-    colour = [dict(zip(tr.labels, tr.marker.colors)) for tr in fig.data]
+    # One scale: the CPU icicle is CPU/wall (1 s of 5 s) of the wall icicle's width.
+    width = [tr.domain.x[1] - tr.domain.x[0] for tr in (cpu, wall)]
+    assert width[0] / width[1] == pytest.approx(1.0 / 5.0) and v.ratio == pytest.approx(0.2)
+    assert "off-CPU time = wall − CPU: 4 s" in " ".join(a.text for a in fig.layout.annotations)
+    colour = [dict(zip(tr.labels, tr.marker.colors)) for tr in icicles(fig)]
     shared = set(colour[0]) & set(colour[1]) - {"CPU time (s)", "wall time (s)"}
     assert {"main", "work", "io", "read"} <= shared  # wait and acquire used no CPU
     assert {"wait", "acquire"} <= set(colour[1])
@@ -64,6 +72,11 @@ def test_two_icicles_same_colour_per_function():
     assert "backend sampler" in fig.layout.title.text and "500 samples" in fig.layout.title.text
     html = v._repr_mimebundle_()["text/html"]
     assert "80% of wall time off-CPU" in html and "off-CPU s" in html
+    # Off-CPU hatched in the wall icicle: wait (all off-CPU) densely, work (10 %) lightly.
+    pattern = dict(zip(wall.labels, zip(wall.marker.pattern.shape, wall.marker.pattern.solidity)))
+    assert pattern["wait"] == ("/", pytest.approx(0.65)) and pattern["work"][0] == "/"
+    assert pattern["work"][1] < pattern["io"][1] < pattern["wait"][1]
+    assert cpu.marker.pattern.shape is None    # the CPU icicle has nothing off-CPU
 
 
 def test_unknown_cpu_is_shown_as_unknown_never_zero():
@@ -77,7 +90,7 @@ def test_unknown_cpu_is_shown_as_unknown_never_zero():
     html = v._repr_mimebundle_()["text/html"]
     assert "unknown" in html
     assert ">0<" not in html and ">0.0<" not in html
-    assert len(v.figure.data) == 1  # the wall icicle; the CPU side says why it is empty
+    assert len(icicles(v.figure)) == 1  # the wall icicle; the CPU side says why it is empty
     assert any("CPU time unknown" in a.text for a in v.figure.layout.annotations)
 
 
@@ -88,7 +101,8 @@ def test_escaped_names_in_cpu_wall():
     v = C.cpu_wall(b.build(metric="wall", meta={"backend": "t"}))
     html = v._repr_mimebundle_()["text/html"]
     assert "<img src=x" not in html and "&lt;img src=x onerror=alert(1)&gt;" in html
-    assert all("<img" not in str(x) for tr in v.figure.data for x in tr.labels)
+    assert all("<img" not in str(x) for tr in icicles(v.figure) for x in tr.labels)
+    assert "<img" not in v.figure.to_json()
 
 
 # -- real runs ------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 LAYERS = {
     "errors": 0, "threads": 0, "procfs": 0, "tempdirs": 0,
     "model": 1,
-    "transforms": 2, "multi": 2,
+    "transforms": 2, "multi": 2, "boilerplate": 2,
     "formats": 3,
     "childsampler": 3, "analysis": 3,
     "views": 4, "backends": 4,
@@ -85,7 +85,7 @@ def test_imports_point_down():
 
 
 def test_model_formats_transforms_know_no_recorder_view_or_ui():
-    below = {"model", "formats", "transforms", "multi", "errors", "threads", "procfs", "analysis"}
+    below = {"model", "formats", "transforms", "multi", "errors", "threads", "procfs", "analysis", "boilerplate"}
     above = {"backends", "session", "views", "report", "magic", "attaching", "kernel", "cli", "childsampler"}
     bad = [(os.path.relpath(p, ROOT), line, t) for p in _modules() if _unit(os.path.relpath(p, ROOT)) in below
            for line, t in _imports(p) if t in above]

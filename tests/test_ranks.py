@@ -54,7 +54,7 @@ def many():
 def test_report_has_a_ranks_tab_with_one_line_and_one_bar_per_process(many):
     p, labels = many
     r = report.Report(p, uid="r1")
-    assert r.TABS == ("Icicle", "Sandwich", "Time order", "Ranks", "Table", "Raw")
+    assert r.TABS == ("Icicle", "Sandwich", "Source", "Time order", "Ranks", "Table", "Raw")
     i = r.TABS.index("Ranks")
     r.tabs.selected_index = i
     box = r.panes[i].children[0]

@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+import profmagic
 from profmagic import report
 from profmagic.model import Raw, StackBuilder
 
@@ -65,12 +66,23 @@ def test_downloads_are_data_uris():
     assert "download='cell.folded'" in h
 
 
-def test_large_raw_points_to_disk(tmp_path):
+def test_raw_on_disk_is_a_link_and_a_large_one_is_written_next_to_the_notebook(tmp_path, monkeypatch):
+    from profmagic.views import header
     path = tmp_path / "perf.data"
-    path.write_bytes(b"\0" * 1000)
+    path.write_bytes(b"\1" * 1000)
     p = profile(raw=Raw(None, "perf", path=str(path)))
+    assert data_uri(report.downloads_html(p), "profmagic-raw") == path.read_bytes()
+    notebook_dir = tmp_path / "nb"
+    notebook_dir.mkdir()
+    monkeypatch.chdir(notebook_dir)               # a kernel's working directory is its notebook's
+    monkeypatch.setattr(header, "MAX_DATA_URI", 999)
     h = report.downloads_html(p)
-    assert "profmagic-raw" not in h and str(path) in h and "1,000 bytes" in h
+    written = re.findall(r"class='profmagic-raw' download='([^']+)' href='\1'", h)
+    assert len(written) == 1 and "1,000 bytes" in h and "written next to the notebook" in h
+    assert (notebook_dir / written[0]).read_bytes() == path.read_bytes()
+    doc = re.findall(r"class='profmagic-speedscope' download='([^']+)' href='\1'", h)
+    assert len(doc) == 1 and profmagic.load(str(notebook_dir / doc[0])).sample_count == p.sample_count
+    assert report.downloads_html(p) == h          # written once: the same names again
 
 
 def test_widget_tabs_and_pickers():
@@ -100,13 +112,15 @@ def test_widget_tabs_and_pickers():
     r.sw_list.value = r.sw_list.options[0][1]
     sfig = r.sw_fig.outputs[0]["data"][report.PLOTLY_MIME]
     assert len(sfig["data"]) == 2 and EVIL2 not in json.dumps(sfig)
-    for i in (2, 3, 4):
+    for name in ("Source", "Time order", "Table", "Raw"):
+        i = r.TABS.index(name)
         r.tabs.selected_index = i
         assert r.panes[i].children and "Error" not in str(getattr(r.panes[i].children[0], "value", ""))
-    assert "worker" in r.panes[3].children[0].outputs[0]["data"]["text/html"]
+    table_tab = r.TABS.index("Table")
+    assert "worker" in r.panes[table_tab].children[0].outputs[0]["data"]["text/html"]
     r.thread.value = -1  # all threads again: the open tab rebuilds
-    r.tabs.selected_index = 3
-    table = r.panes[3].children[0].outputs[0]["data"]["text/html"]
+    r.tabs.selected_index = table_tab
+    table = r.panes[table_tab].children[0].outputs[0]["data"]["text/html"]
     assert EVIL not in table and "&lt;img src=x" in table
 
 
@@ -115,8 +129,9 @@ def test_time_order_tab_says_why_when_there_is_no_order():
     b.add(b.stack("T", (b.frame("a", "a.py", 1, "python"),)), samples=5)
     p = b.build(metric="samples", meta={"format": "folded"})
     r = report.Report(p)
-    r.tabs.selected_index = 2
-    assert "folded keeps no time order" in r.panes[2].children[0].value
+    i = r.TABS.index("Time order")
+    r.tabs.selected_index = i
+    assert "folded keeps no time order" in r.panes[i].children[0].value
 
 
 @pytest.mark.kernel
@@ -224,9 +239,9 @@ def test_honest_labels_and_approximate_in_every_tab_of_a_real_cprofile(tmp_path)
     assert p.meta.get("approximate")
     calls = f"{int(p.stacks['calls'].sum()):,} calls"
     tabs = every_title(report.Report(p))
-    assert set(tabs) == {"Icicle", "Sandwich", "Time order", "Table", "Raw"}
+    assert set(tabs) == {"Icicle", "Sandwich", "Source", "Time order", "Table", "Raw"}
     for name, texts in tabs.items():
-        shown = texts if name in ("Time order", "Table", "Raw") else texts[1:]
+        shown = texts if name in ("Time order", "Table", "Raw", "Source") else texts[1:]
         for t in shown if name not in ("Time order",) else texts[:1]:
             assert "approximate" in t.lower() and "backend pstats" in t, (name, t[:300])
             assert calls in t and "samples" not in t.split("approximate")[0], (name, t[:300])

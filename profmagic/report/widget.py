@@ -1,5 +1,5 @@
-"""The live report widget: tabs built from (title, builder) pairs, thread and metric pickers, and
-"show in Sandwich" for a box clicked in an icicle.
+"""The live report widget: tabs built from (title, builder) pairs, thread, metric, colour and
+boilerplate pickers, and "show in Sandwich" / "show source" for a box clicked in an icicle.
 
 Figures go into ipywidgets.Output as plotly's own mime type (``views.mime``). A tab is built when
 it is first shown, and again after a picker changes.
@@ -21,7 +21,7 @@ class Report:
         self.p = profile
         self.W = W
         self.tab_builders = [("Icicle", self._tab_icicle), ("Sandwich", self._tab_sandwich),
-                             ("Time order", self._tab_time)]
+                             ("Source", self._tab_source), ("Time order", self._tab_time)]
         if len(multi.processes(profile)) > 1:  # processes side by side
             self.tab_builders.append(("Ranks", self._tab_ranks))
         self.tab_builders += [("Table", self._tab_table), ("Raw", self._tab_raw)]
@@ -31,13 +31,14 @@ class Report:
         self.tabs = W.Tab(children=self.panes, titles=self.TABS)
         self.built = [False] * len(self.TABS)
         self.sw_list = None
+        self.source_of = None
         self.widget = W.VBox([W.HTML(_hide_twin(uid) + header_html(profile)),
-                              W.HBox([self.thread, self.metric, self.colour, self.min_pct]),
+                              W.HBox([self.thread, self.metric, self.colour, self.min_pct, self.fold]),
                               W.HBox(self._click_row()), self.tabs])
         self.widget.add_class("profmagic-widget")
         if uid:
             self.widget.add_class(f"profmagic-w-{uid}")
-        for c in (self.metric, self.thread, self.colour, self.min_pct):
+        for c in (self.metric, self.thread, self.colour, self.min_pct, self.fold):
             c.observe(self._changed, names="value")
         self.tabs.observe(lambda ch: self._show(ch["new"]), names="selected_index")
         self._show(0)
@@ -51,11 +52,16 @@ class Report:
         self.thread = W.Dropdown(options=[("all threads (merged)", -1)] +
                                  [(str(t), i) for i, t in enumerate(profile.threads)],
                                  value=-1, description="thread", layout=W.Layout(width="300px"))
-        self.colour = W.Dropdown(options=[("kind", "kind"), ("module", "module")], value="kind",
-                                 description="colour", layout=W.Layout(width="170px"))
+        self.colour = W.Dropdown(options=[("function", "function"), ("kind", "kind"), ("module", "module")],
+                                 value="function", description="colour", layout=W.Layout(width="190px"))
         self.min_pct = W.BoundedFloatText(value=0.0, min=0.0, max=50.0, step=0.1, description="fold < %",
                                           tooltip="fold call-tree nodes under this share of the view into (other)",
                                           layout=W.Layout(width="150px"))
+        self.fold = W.Checkbox(value=True, description="fold boilerplate", indent=False,
+                               tooltip="interpreter start-up, thread start, asyncio and kernel plumbing above the "
+                                       "first frame of user code, as one box (profmagic.boilerplate.RULES)",
+                               layout=W.Layout(width="150px"))
+        self.fold.add_class("profmagic-fold")
 
     def _click_row(self) -> list:
         """A box clicked in an icicle -> "show in Sandwich" (the click bridge relays plotly's click)."""
@@ -67,7 +73,11 @@ class Report:
                                     layout=W.Layout(width="170px"))
         self.to_sandwich.add_class("profmagic-to-sandwich")
         self.to_sandwich.on_click(lambda _: self.show_in_sandwich())
-        row = [self.to_sandwich, self.click_label]
+        self.to_source = W.Button(description="show source", disabled=True, icon="code",
+                                  layout=W.Layout(width="140px"))
+        self.to_source.add_class("profmagic-to-source")
+        self.to_source.on_click(lambda _: self.show_source())
+        row = [self.to_sandwich, self.to_source, self.click_label]
         try:
             self.bridge = ClickBridge()
         except ImportError:  # no anywidget: the Sandwich tab's own list still works
@@ -104,14 +114,14 @@ class Report:
     # -- tabs --------------------------------------------------------------------------------------
     def _tab_icicle(self):
         fig = self.p.icicle(metric=self.metric.value, thread=self.thread_name, colour=self.colour.value,
-                            min_share=self.min_pct.value / 100)
+                            min_share=self.min_pct.value / 100, boilerplate=self.fold.value)
         return [self._out(figure_output(fig))]
 
     def _tab_sandwich(self):
         W = self.W
         self.sw_filter = W.Text(placeholder="regex on name or file", description="filter",
                                 layout=W.Layout(width="320px"))
-        self.sw_sort = W.Dropdown(options=["total", "self", "name"], value="total", description="sort by",
+        self.sw_sort = W.Dropdown(options=["self", "total", "name"], value="self", description="sort by",
                                   layout=W.Layout(width="180px"))
         self.sw_list = W.Select(options=[], rows=12, layout=W.Layout(width="100%"))
         self.sw_list.add_class("profmagic-functions-list")
@@ -128,13 +138,13 @@ class Report:
         from ..views import sandwich
         try:
             df = sandwich.table(self.p, self.metric.value, self.thread_name, self.sw_filter.value or None,
-                                self.sw_sort.value)
+                                self.sw_sort.value, boilerplate=self.fold.value)
         except Exception as e:  # a bad regex, typically
             self.sw_msg.value = f"<span style='color:#b91c1c'>{escape(e)}</span>"
             return
         self.sw_msg.value = f"{len(df):,} functions"
         df = df.head(500)
-        self.sw_list.options = [(f"{t:6.1f}% total {s:6.1f}% self   {n}   {f}", int(i)) for i, n, f, t, s in
+        self.sw_list.options = [(f"{s:6.1f}% self {t:6.1f}% total   {n}   {f}", int(i)) for i, n, f, t, s in
                                 zip(df["id"], df["name"], df["file"], df["total_pct"], df["self_pct"])]
         self.sw_list.value = None
 
@@ -143,8 +153,11 @@ class Report:
         if change["new"] is None:
             return
         fig = self.p.sandwich(int(change["new"]), metric=self.metric.value, thread=self.thread_name,
-                              colour=self.colour.value, min_share=self.min_pct.value / 100)
+                              colour=self.colour.value, min_share=self.min_pct.value / 100,
+                              boilerplate=self.fold.value)
         self.sw_fig.outputs = (figure_output(fig),)
+        self.clicked = int(change["new"])
+        self.to_source.disabled = False
 
     def clicked_node(self, ev):
         """A box was clicked in a report icicle: ``ev["key"]`` is its function id (views.icicle.trace)."""
@@ -157,7 +170,7 @@ class Report:
         self.clicked = key
         self.click_label.value = (f"<span style='font:12px sans-serif'>clicked: <b class='profmagic-clicked'>"
                                   f"{escape(names[key])}</b></span>")
-        self.to_sandwich.disabled = False
+        self.to_sandwich.disabled = self.to_source.disabled = False
 
     def show_in_sandwich(self, key: int | None = None):
         """Open the Sandwich tab on function ``key`` (default: the last clicked box)."""
@@ -176,6 +189,50 @@ class Report:
             self.sw_list.options = list(self.sw_list.options) + [(label, key)]
         self.sw_list.value = key
 
+    def _tab_source(self):
+        """The cell's lines (or a picked function's) with their time: ``views.source``."""
+        from ..views import sandwich
+        W = self.W
+        fns = sandwich.table(self.p, None, self.thread_name, boilerplate=self.fold.value)
+        fns = fns[fns["file"].astype(str) != ""].head(50)
+        options = ([("this cell", -1)] if self.p.meta.get("cell") else []) + \
+            [(f"{n}   {f}", int(i)) for i, n, f in zip(fns["id"], fns["name"], fns["file"])]
+        value = self.source_of if self.source_of in [v for _, v in options] else \
+            (options[0][1] if options else None)
+        if self.source_of is not None and value != self.source_of:   # picked, but below the top 50
+            options.append((f"(picked) function {self.source_of}", self.source_of))
+            value = self.source_of
+        self.src_pick = W.Dropdown(options=options, value=value, description="source of",
+                                   layout=W.Layout(width="600px"))
+        self.src_pick.add_class("profmagic-source-pick")
+        self.src_view = W.HTML()
+        self.src_pick.observe(self._src_show, names="value")
+        self._src_show()
+        return [self.src_pick, self.src_view]
+
+    def _src_show(self, _=None):
+        from ..views import source
+        key = self.src_pick.value
+        if key is None:
+            body = "<p style='font:13px sans-serif'>No source: this profile has no cell and no frame with a file.</p>"
+        elif key == -1:
+            body = source.cell_html(self.p, self.thread_name) or "<p>This profile has no cell.</p>"
+        else:
+            body = source.function_html(self.p, key, self.thread_name)
+        self.source_of = key
+        self.src_view.value = header_html(self.p) + body
+
+    def show_source(self, key: int | None = None):
+        """Open the Source tab on function ``key`` (default: the last clicked or picked one)."""
+        key = self.clicked if key is None else int(key)
+        if key is None:
+            return
+        self.source_of = key
+        i = self.TABS.index("Source")
+        self.built[i] = False
+        self.tabs.selected_index = i
+        self._show(i)
+
     def _tab_ranks(self):
         from ..views import ranks
         box = ranks.widget(self.p, metric=self.metric.value)
@@ -193,8 +250,8 @@ class Report:
         return [self._out(figure_output(self.p.timeline(thread=self.thread_name, metric=self.metric.value)))]
 
     def _tab_table(self):
-        return [self._out(html_output(header_html(self.p) + table_html(self.p, self.metric.value,
-                                                                       self.thread_name)))]
+        return [self._out(html_output(header_html(self.p) + table_html(self.p, self.metric.value, self.thread_name,
+                                                                       self.fold.value)))]
 
     def _tab_raw(self):
         return [self.W.HTML(header_html(self.p) + downloads_html(self.p))]

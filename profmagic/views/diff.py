@@ -1,90 +1,187 @@
-"""Before/after (``profmagic.compare``): the differential icicle and the per-function delta table.
+"""Before/after (``profmagic.compare``): both icicles at one scale, the differential icicle and the
+per-function change table.
 
-The shape comes from ``after``, coloured by the change per call path (red slower, blue faster, as
-FlameGraph's difffolded); paths found in ``before`` only keep their ``before`` width, so nothing is
-dropped. Nodes merge by function (name, file); threads are merged. Unknown (NaN) weights are
-counted and said, never drawn as zeros.
+- The before and after icicles are drawn at the same seconds per pixel (a "normalised" switch
+  gives each its own width), one colour per function in both.
+- The differential icicle takes its shape from ``after`` and colours each call path by its change
+  (FlameGraph's difffolded convention: red slower, blue faster); paths found in ``before`` only keep
+  their ``before`` width, so nothing is dropped. It is in the live figure and in the static twin.
+- The table sorts by the change of self time; functions with no self time on either side (callers
+  that only pass time through) are left out of the display, never out of ``table``.
+
+Nodes merge by function (name, file); threads are merged; boilerplate is folded. Unknown (NaN)
+weights are counted and said, never drawn as zeros.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import plotly.graph_objects as go
 
+from .. import boilerplate as B
 from ..analysis import deltas
 from ..model import Profile
 from ..multi import common_metric
+from . import colours as C
 from . import esc, metric_label
+from . import icicle as I
 from . import tree as T
-from .display import ComparisonView, svg, svg_row, table_html
+from .display import ComparisonView, svg, svg_row, table_html, table_trace
+
+PANEL = 0.49
+PANELS_Y = [0.72, 0.95]
+DIFF_Y = [0.36, 0.66]
+TABLE_Y = [0.0, 0.31]
+
+
+@dataclass
+class DiffTree:
+    """The differential icicle's nodes: parent, label, file, before (A), after (B), drawn width (W)."""
+    parent: np.ndarray
+    depth: np.ndarray
+    labels: list
+    where: list
+    A: np.ndarray
+    B: np.ndarray
+    W: np.ndarray
+    gone: int        # subtrees found in before only
+    folded: int      # nodes folded into (other)
+
+    @property
+    def change(self) -> np.ndarray:
+        return self.B - self.A
+
+    def scaled(self, a: float, b: float) -> "DiffTree":
+        """Before divided by ``a`` and after by ``b`` (normalised to each total)."""
+        A, B_ = self.A / (a or 1.0), self.B / (b or 1.0)
+        return DiffTree(self.parent, self.depth, self.labels, self.where, A, B_,
+                        _widths(self.parent, self.depth, A, B_)[0], self.gone, self.folded)
 
 
 class Comparison(ComparisonView):
-    """The result of ``compare``: ``table`` (per-function deltas), ``figure`` (differential icicle)."""
+    """The result of ``compare``: ``table`` (per-function changes), ``figure`` (both icicles at one
+    scale, the differential icicle and the table, with a normalise switch)."""
 
     def __init__(self, before: Profile, after: Profile, metric: str, normalize: bool,
-                 labels: tuple[str, str], min_share: float, max_nodes: int):
-        self.before, self.after = before, after
+                 labels: tuple[str, str], min_share: float, max_nodes: int, boilerplate: bool = True):
+        self.before, self.after = (B.fold(before), B.fold(after)) if boilerplate else (before, after)
         self.metric, self.normalize, self.labels = metric, normalize, labels
-        wa, self.unknown_before = T.metric_weights(before, metric)
-        wb, self.unknown_after = T.metric_weights(after, metric)
+        wa, self.unknown_before = T.metric_weights(self.before, metric)
+        wb, self.unknown_after = T.metric_weights(self.after, metric)
         self.total_before, self.total_after = float(wa.sum()), float(wb.sum())
-        if normalize:
-            wa = wa / self.total_before if self.total_before else wa
-            wb = wb / self.total_after if self.total_after else wb
-        self._wa, self._wb = wa, wb
+        self._w = (wa, wb)
         self.unit = "share of total" if normalize else ("samples" if metric == "samples" else "s")
-        self.table = deltas(before, after, wa, wb, labels)
+        self.table = self._table(normalize)
         self._min_share, self._max_nodes = min_share, max_nodes
         self._figure = None
 
-    def _make_figure(self) -> go.Figure:
-        u = T.Union([self.before, self.after], [self._wa, self._wb])
-        width, n_gone = _widths(u)
+    def _table(self, normalize: bool):
+        wa, wb = self._w
+        if normalize:
+            wa = wa / self.total_before if self.total_before else wa
+            wb = wb / self.total_after if self.total_after else wb
+        t = deltas(self.before, self.after, wa, wb, self.labels)
+        return t[(t["file"] != B.FOLDED_FILE)].reset_index(drop=True)
+
+    def shown_table(self, normalize: bool | None = None):
+        """The table as displayed: functions with self time on some side (pass-through callers
+        folded away)."""
+        t = self.table if normalize in (None, self.normalize) else self._table(normalize)
+        return t[(t["self_before"] != 0) | (t["self_after"] != 0)].reset_index(drop=True)
+
+    # -- the differential tree ---------------------------------------------------------------------
+    def diff_tree(self) -> DiffTree:
+        u = T.Union([self.before, self.after], list(self._w))
+        width, n_gone = _widths(u.parent, u.depth, u.trees[0].total, u.trees[1].total)
         sel = T.select(u.parent, u.depth, width, self._min_share, self._max_nodes)
-        A, B, W = (sel.take(x) for x in (u.trees[0].total, u.trees[1].total, width))
-        D = B - A
         kept = sel.kept.tolist()
-        labels = [esc(u.name(n, "all threads")) for n in kept] + \
-                 [f"(other: {c} smaller)" for c in sel.folded_counts()]
-        where = [esc(u.where(n), 80) for n in kept] + [""] * len(sel.holders)
-        status = np.where(A <= 0, f"only in {self.labels[1]}",
-                          np.where(B <= 0, f"only in {self.labels[0]}", "in both"))
+        labels = [u.name(n, "all threads") for n in kept] + [f"(other: {c} smaller)" for c in sel.folded_counts()]
+        where = [u.where(n) for n in kept] + [""] * len(sel.holders)
+        parent = sel.parents(u.parent)
+        depth = np.concatenate([u.depth[sel.kept], u.depth[sel.holders] + 1])
+        return DiffTree(parent, depth, labels, where, sel.take(u.trees[0].total), sel.take(u.trees[1].total),
+                        sel.take(width), n_gone, len(u.parent) - len(sel.kept))
+
+    def _diff_trace(self, d: DiffTree, normalize: bool, visible: bool) -> go.Icicle:
+        if normalize:
+            d = d.scaled(self.total_before, self.total_after)
+        D = d.change
         lim = float(np.max(np.abs(D))) if len(D) and np.max(np.abs(D)) > 0 else 1.0
-        custom = np.empty((len(W), 5), dtype=object)
-        custom[:, 0] = where
-        custom[:, 1] = A.tolist()
-        custom[:, 2] = B.tolist()
+        status = np.where(d.A <= 0, f"only in {self.labels[1]}", np.where(d.B <= 0, f"only in {self.labels[0]}",
+                                                                          "in both"))
+        custom = np.empty((len(D), 5), dtype=object)
+        custom[:, 0] = [esc(w, 80) for w in d.where]
+        custom[:, 1] = d.A.tolist()
+        custom[:, 2] = d.B.tolist()
         custom[:, 3] = D.tolist()
         custom[:, 4] = [esc(s) for s in status]
-        parents = sel.parents(u.parent)
-        fig = go.Figure(go.Icicle(
-            ids=list(range(len(W))), parents=[""] + parents[1:].tolist(), values=W.tolist(),
-            branchvalues="total", labels=labels, customdata=custom, hovertemplate=self._hover(),
-            sort=True, textinfo="label",
-            marker=dict(colors=D.tolist(), colorscale="RdBu_r", cmid=0, cmin=-lim, cmax=lim,
-                        showscale=True, colorbar=dict(title=dict(text="change"), thickness=12)),
-            tiling=dict(orientation="v", flip="x", pad=0)))
-        note = (f"width from {self.labels[1]}; {n_gone} subtree(s) found only in {self.labels[0]} "
-                f"keep their {self.labels[0]} width" if n_gone else f"width from {self.labels[1]}")
-        if len(sel.kept) < len(u.parent):
-            note += f"; {len(u.parent) - len(sel.kept):,} small nodes folded into (other)"
-        fig.update_layout(
-            title=dict(text=f"<b>{esc(self.title())}</b><br><span style='font-size:11px'>"
-                            f"{esc(note)}<br>{esc(self.labels[0])}: {esc(self.before.describe())}<br>"
-                            f"{esc(self.labels[1])}: {esc(self.after.describe())}</span>",
-                       x=0.01, font=dict(size=13)),
-            margin=dict(l=8, r=8, t=110, b=8),
-            height=int(min(900, max(380, 140 + 22 * (int(u.depth.max()) + 1 if len(u.depth) else 1)))),
-            uniformtext=dict(minsize=9, mode="hide"))
-        return fig
+        return go.Icicle(
+            ids=list(range(len(D))), parents=[""] + d.parent[1:].tolist(), values=d.W.tolist(),
+            branchvalues="total", labels=[esc(x) for x in d.labels], customdata=custom,
+            hovertemplate=self._hover(normalize), sort=True, textinfo="label", visible=visible,
+            domain={"x": [0, 1], "y": DIFF_Y},
+            marker=dict(colors=D.tolist(), colorscale=C.change_scale(), cmid=0, cmin=-lim, cmax=lim,
+                        showscale=True, colorbar=dict(title=dict(text="change"), thickness=12, len=0.3,
+                                                      y=sum(DIFF_Y) / 2)),
+            tiling=dict(orientation="v", pad=0))
 
-    def _hover(self) -> str:
-        fmt = ".2%" if self.normalize else ".4~g"
-        unit = "" if self.normalize or self.metric == "samples" else " s"
+    def _hover(self, normalize: bool) -> str:
+        fmt = ".2%" if normalize else ".4~g"
+        unit = "" if normalize or self.metric == "samples" else " s"
         return ("<b>%{label}</b><br>%{customdata[0]}<br>"
                 f"{esc(self.labels[0])}: %{{customdata[1]:{fmt}}}{unit}<br>"
                 f"{esc(self.labels[1])}: %{{customdata[2]:{fmt}}}{unit}<br>"
                 f"change: %{{customdata[3]:+{fmt}}}{unit} · %{{customdata[4]}}<extra></extra>")
+
+    # -- the figure --------------------------------------------------------------------------------
+    def scales(self) -> tuple[float, float]:
+        """The before and after icicles' widths as shares of the wider one (one scale)."""
+        top = max(self.total_before, self.total_after) or 1.0
+        return self.total_before / top, self.total_after / top
+
+    def _panel_x(self, normalize: bool) -> list[list[float]]:
+        sb, sa = (1.0, 1.0) if normalize else self.scales()
+        return [[0.0, PANEL * sb], [1.0 - PANEL, 1.0 - PANEL + PANEL * sa]]
+
+    def _make_figure(self) -> go.Figure:
+        fig = go.Figure()
+        for p, xs, lab in zip((self.before, self.after), self._panel_x(self.normalize), self.labels):
+            t, _ = I.tree(p, self.metric, None, min_share=self._min_share, max_nodes=self._max_nodes // 2)
+            fig.add_trace(I.trace(I.Paint.of(p, self.metric), t, lab, domain={"x": xs, "y": PANELS_Y}))
+        for x0, lab, tot in ((0.0, self.labels[0], self.total_before), (1.0 - PANEL, self.labels[1], self.total_after)):
+            fig.add_annotation(text=f"<b>{esc(lab)}</b>: {tot:.4g} {'samples' if self.metric == 'samples' else 's'}",
+                               x=x0, y=PANELS_Y[1], xref="paper", yref="paper", xanchor="left", yanchor="bottom",
+                               showarrow=False)
+        d = self.diff_tree()
+        for norm in (False, True):
+            fig.add_trace(self._diff_trace(d, norm, visible=norm == self.normalize))
+        for norm in (False, True):
+            fig.add_trace(table_trace(self.shown_table(norm), {"x": [0, 1], "y": TABLE_Y},
+                                      "{:.3%}" if norm else "{:.4g}", visible=norm == self.normalize))
+        fig.update_layout(
+            title=dict(text=f"<b>{esc(self.title())}</b><br><span style='font-size:11px'>"
+                            f"{esc(self.note(d))}<br>{esc(self.labels[0])}: {esc(self.before.describe())}<br>"
+                            f"{esc(self.labels[1])}: {esc(self.after.describe())}</span>", x=0.01, font=dict(size=13)),
+            margin=dict(l=8, r=8, t=120, b=8), height=1150, uniformtext=dict(minsize=9, mode="hide"),
+            updatemenus=[dict(type="buttons", direction="right", x=1.0, xanchor="right", y=1.0, yanchor="bottom",
+                              active=1 if self.normalize else 0, showactive=True,
+                              buttons=[self._button(False), self._button(True)])])
+        return fig
+
+    def _button(self, normalize: bool) -> dict:
+        x = self._panel_x(normalize)
+        return dict(label="normalised" if normalize else "same scale", method="restyle",
+                    args=[{"domain.x": [x[0], x[1], [0, 1], [0, 1], [0, 1], [0, 1]],
+                           "visible": [True, True, not normalize, normalize, not normalize, normalize]}])
+
+    def note(self, d: DiffTree) -> str:
+        out = (f"differential icicle: width from {self.labels[1]}; {d.gone} subtree(s) found only in "
+               f"{self.labels[0]} keep their {self.labels[0]} width" if d.gone else
+               f"differential icicle: width from {self.labels[1]}")
+        if d.folded:
+            out += f"; {d.folded:,} small nodes folded into (other)"
+        return out
 
     # -- display ----------------------------------------------------------------------------------
     def title(self) -> str:
@@ -106,26 +203,45 @@ class Comparison(ComparisonView):
     def __repr__(self) -> str:
         return f"<Comparison {self.summary()}; {len(self.table)} functions>"
 
+    def diff_svg(self, width: int = 1120) -> str:
+        """The differential icicle as static SVG: each box filled by its change, red slower and
+        blue faster (``colours.change_colour``)."""
+        d = self.diff_tree()
+        if self.normalize:
+            d = d.scaled(self.total_before, self.total_after)
+        D = d.change
+        lim = float(np.max(np.abs(D))) if len(D) and np.max(np.abs(D)) > 0 else 1.0
+        t = T.Tree(d.parent, np.zeros(len(D), np.int64), d.depth, d.W, np.zeros(len(D)), np.zeros(len(D)),
+                   np.zeros(len(D), np.int64))
+        unit = "" if self.metric == "samples" else " s"
+        fmt = "{:+.2%}" if self.normalize else "{:+.4g}" + unit
+        tips = [f"{lab}\n{w}\n{self.labels[0]}: {a:.4g} · {self.labels[1]}: {b:.4g} · change {fmt.format(x)}"
+                for lab, w, a, b, x in zip(d.labels, d.where, d.A, d.B, D)]
+        return I.draw(t, d.labels, tips, [C.change_colour(x, lim) for x in D], width=width,
+                      css="profmagic-icicle profmagic-diff")
+
     def _parts(self) -> tuple[str, str, str]:
-        t = self.table.head(30)
-        head = f"<div class='profmagic-compare'><p>{esc(self.summary(), 1000)}</p></div>"
-        pic = svg_row([(f"{esc(self.labels[0])} ({esc(metric_label(self.metric))})",
-                        svg(self.before, self.metric, 560)),
-                       (f"{esc(self.labels[1])} ({esc(metric_label(self.metric))}; the colours of "
-                        "change are in the live view)", svg(self.after, self.metric, 560))])
-        table = (f"<div class='profmagic-compare-table'><p>Per-function change ({esc(self.unit)}), "
-                 f"largest first</p>{table_html(t)}</div>")
+        sb, sa = (1.0, 1.0) if self.normalize else self.scales()
+        unit = "samples" if self.metric == "samples" else "s"
+        head = f"<div class='profmagic-compare'><p><b>{esc(self.summary(), 1000)}</b></p></div>"
+        pic = svg_row([(f"{esc(self.labels[0])}: {self.total_before:.4g} {unit}",
+                        svg(self.before, self.metric, 560, scale=sb)),
+                       (f"{esc(self.labels[1])}: {self.total_after:.4g} {unit}",
+                        svg(self.after, self.metric, 560, scale=sa))])
+        pic += (f"<div style='font:12px sans-serif;margin:6px 0 2px'><b>{esc(self.title())}</b><br>"
+                f"{esc(self.note(self.diff_tree()))}</div>" + self.diff_svg())
+        t = self.shown_table().head(30)
+        table = (f"<div class='profmagic-compare-table'><p>Per-function change ({esc(self.unit)}), largest change "
+                 f"of self time first; callers with no self time on either side left out</p>{table_html(t)}</div>")
         return head, pic, table
 
     def _text(self) -> str:
-        return repr(self) + "\n" + self.table.head(30).to_string()
+        return repr(self) + "\n" + self.shown_table().head(30).to_string()
 
 
-def _widths(u: T.Union) -> tuple[np.ndarray, int]:
-    """Drawn width per union node: the after weight, plus the before weight of subtrees that
-    vanished (drawn too); and how many such subtrees there are."""
-    ta, tb = u.trees[0].total, u.trees[1].total
-    parent, depth = u.parent, u.depth
+def _widths(parent: np.ndarray, depth: np.ndarray, ta: np.ndarray, tb: np.ndarray) -> tuple[np.ndarray, int]:
+    """Drawn width per node: the after weight ``tb``, plus the before weight ``ta`` of subtrees
+    that vanished (drawn too); and how many such subtrees there are."""
     gone = (tb <= 0) & (ta > 0)
     gone[0] = False
     gone_root = gone.copy()
@@ -136,7 +252,7 @@ def _widths(u: T.Union) -> tuple[np.ndarray, int]:
 
 def compare(a: Profile, b: Profile, normalize: bool = False, metric: str | None = None, *,
             labels: tuple[str, str] = ("before", "after"), min_share: float = 0.0,
-            max_nodes: int = T.MAX_NODES) -> Comparison:
+            max_nodes: int = T.MAX_NODES, boilerplate: bool = True) -> Comparison:
     """Compare ``a`` (before) with ``b`` (after). ``normalize`` divides each by its own total, so
     the deltas are changes of share. ``metric`` defaults to one both profiles know
     (``multi.common_metric``)."""
@@ -145,4 +261,4 @@ def compare(a: Profile, b: Profile, normalize: bool = False, metric: str | None 
     for name, p in zip(labels, (a, b)):
         if metric not in p.metrics:
             raise ValueError(f"{name} has no {metric_label(metric)}; it has {', '.join(p.metrics)}")
-    return Comparison(a, b, metric, normalize, tuple(labels), min_share, max_nodes)
+    return Comparison(a, b, metric, normalize, tuple(labels), min_share, max_nodes, boilerplate)

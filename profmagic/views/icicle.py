@@ -1,27 +1,84 @@
 """Icicle (speedscope's Left Heavy): root on top, children heaviest first, click to zoom.
 
-Integer ids keep the payload small (path-string ids cost ~27x more); small nodes fold into one
-"(other)" child per parent so a figure stays under ``tree.MAX_NODES`` nodes.
+One colour per function (``views.colours``), off-CPU time hatched, and a hover that gives the box's
+numbers and its function's over all its calls, in wall, CPU and off-CPU time where measured.
+Boilerplate above the first frame of user code is folded (``profmagic.boilerplate``) unless
+``boilerplate=False``. Integer ids keep the payload small (path-string ids cost ~27x more); small
+nodes fold into one "(other)" child per parent so a figure stays under ``tree.MAX_NODES`` nodes.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
+import pandas as pd
 import plotly.graph_objects as go
 
+from .. import boilerplate as B
 from ..model import Profile
 from . import colours as C
 from . import esc, metric_label, title
 from . import tree as T
 
-KINDS = list(C.KIND_COLOURS)
+CLOCK_LABELS = {"wall": "wall", "cpu": "CPU", "off_cpu": "off-CPU"}
+HATCH_MIN = 0.05   # boxes at least this share off-CPU are hatched
 
 
-def node_codes(t: T.Tree, fcodes: np.ndarray, grey: int) -> np.ndarray:
-    """Colour code per node from the code per function id; root and (other) nodes are ``grey``."""
-    real = t.key >= 0
-    codes = np.full(len(t), grey, np.int64)
-    codes[real] = fcodes[t.key[real]]
-    return codes
+def clocks(profile: Profile, metric: str) -> tuple[str, ...]:
+    """The clocks a hover shows beside ``metric``: the other two of wall, CPU and off-CPU time,
+    where the profile measured both wall and CPU."""
+    if {"wall", "cpu"} <= set(profile.metrics) and metric in CLOCK_LABELS:
+        return tuple(m for m in CLOCK_LABELS if m != metric)
+    return ()
+
+
+@dataclass
+class Paint:
+    """What the traces of one figure share: the profile, the metric, the function table, a colour
+    per function id, and per function id its total and self over the view in ``metric`` and in
+    each of ``clocks`` (``fn[m] = (total, self)``)."""
+    profile: Profile
+    metric: str
+    ft: pd.DataFrame
+    colours: np.ndarray
+    clocks: tuple
+    fn: dict
+
+    @classmethod
+    def of(cls, profile: Profile, metric: str, thread: str | None = None, colour: str = "function",
+           colours: np.ndarray | None = None) -> "Paint":
+        ft = T.function_table(profile)
+        sub = profile if thread is None else profile.subset(T.thread_rows(profile, thread))
+        f = sub.functions(metric)
+        ids = f["id"].to_numpy()
+        size = int(ft.index.max()) + 1 if len(ft) else 0
+        cl = clocks(profile, metric)
+        fn = {}
+        for m in (metric,) + cl:
+            tot, slf = (f["total"], f["self"]) if m == metric else (f[m], f["self_" + m])
+            fn[m] = (_by_id(size, ids, tot), _by_id(size, ids, slf))
+        return cls(profile, metric, ft, C.by_scheme(ft, colour) if colours is None else colours, cl, fn)
+
+
+def _by_id(size: int, ids: np.ndarray, values) -> np.ndarray:
+    out = np.full(size, np.nan)
+    out[ids] = np.asarray(values, dtype=np.float64)
+    return out
+
+
+def tree(profile: Profile, metric: str, thread: str | None, *, min_share: float = 0.0,
+         max_nodes: int = T.MAX_NODES) -> tuple[T.Tree, list[str]]:
+    """The pruned call tree of the view, with the hover's clocks on its nodes, and the notes its
+    title must carry (nodes folded into (other), stacks of unknown weight)."""
+    full, unknown = T.from_profile(profile, metric, thread, also=clocks(profile, metric))
+    t = T.prune(full, min_share=min_share, max_nodes=max_nodes)
+    notes = []
+    if len(t) < len(full):
+        notes.append(f"{len(full) - 1:,} call-tree nodes shown as {len(t) - 1:,}: "
+                     "smaller ones folded into (other)")
+    if unknown:
+        notes.append(f"{unknown} stacks have no {metric} weight (the source could not measure it)")
+    return t, notes
 
 
 def _round(a: np.ndarray, digits: int = 4) -> list:
@@ -40,94 +97,145 @@ def ticks(t: T.Tree, metric: str) -> list[int]:
     return T.subtree_sum(t.parent, t.depth, np.rint(t.self * scale).astype(np.int64)).tolist()
 
 
-def trace(profile: Profile, t: T.Tree, metric: str, root_label: str, colour: str = "kind",
-          ft=None, flip: bool = False, domain: dict | None = None, fcodes=None) -> go.Icicle:
-    """A go.Icicle over a (pruned) tree. Labels, hovers and files are escaped. ``fcodes``:
-    (code per function id, palette) from ``colours.function_codes``, else by ``colour``."""
-    ft = T.function_table(profile) if ft is None else ft
-    fcodes, palette = fcodes or C.function_codes(ft, colour)
-    names = ft["name"].to_dict()
-    files = {i: T.short_file(f, l) for i, f, l in zip(ft.index, ft["file"], ft["line"])}
+def names(paint: Paint, t: T.Tree, root_label: str) -> tuple[list[str], list[str]]:
+    """(label, file:line) per node, unescaped."""
+    ft = paint.ft
+    nm = ft["name"].to_dict()
+    files = {i: "boilerplate (profmagic.boilerplate.RULES)" if f == B.FOLDED_FILE else T.short_file(f, ln)
+             for i, f, ln in zip(ft.index, ft["file"], ft["line"])}
     labels, where = [], []
     for k, folded in zip(t.key.tolist(), t.folded.tolist()):
         if k >= 0:
-            labels.append(esc(names[k]))
-            where.append(esc(files[k], 80))
-        elif k == T.OTHER:
-            labels.append(f"(other: {folded} smaller)")
-            where.append("")
+            labels.append(str(nm[k]))
+            where.append(files[k])
         else:
-            labels.append(esc(root_label))
+            labels.append(f"(other: {folded} smaller)" if k == T.OTHER else str(root_label))
             where.append("")
+    return labels, where
+
+
+def fills(paint: Paint, t: T.Tree) -> list[str]:
+    real = t.key >= 0
+    out = np.full(len(t), C.GREY, dtype=object)
+    out[real] = paint.colours[t.key[real]]
+    return out.tolist()
+
+
+def off_share(paint: Paint, t: T.Tree) -> np.ndarray | None:
+    """Per node, the share of its wall time spent off-CPU (None unless the view is in wall time
+    and CPU time was measured)."""
+    if paint.metric != "wall" or "off_cpu" not in t.extra:
+        return None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(t.total > 0, t.extra["off_cpu"][0] / t.total, 0.0)
+
+
+def function_numbers(paint: Paint, t: T.Tree, m: str) -> tuple[np.ndarray, np.ndarray]:
+    """Per node, the total and self of its function over all its calls in the view (``m``); the
+    node's own numbers for the root and (other) nodes."""
+    inst_total, inst_self = (t.total, t.self) if m == paint.metric else t.extra[m]
+    tot, slf = inst_total.copy(), inst_self.copy()
+    real = t.key >= 0
+    ftot, fself = paint.fn[m]
+    tot[real] = ftot[t.key[real]]
+    slf[real] = fself[t.key[real]]
+    return tot, slf
+
+
+def trace(paint: Paint, t: T.Tree, root_label: str, flip: bool = False,
+          domain: dict | None = None) -> go.Icicle:
+    """A go.Icicle over a (pruned) tree. Labels, hovers and files are escaped."""
+    labels, where = names(paint, t, root_label)
     root = float(t.total[0]) or 1.0
-    n = len(palette) + 1
-    codes = node_codes(t, fcodes, len(palette))
-    unit = "" if metric == "samples" else " s"
-    custom = np.empty((len(t), 6), dtype=object)
-    custom[:, 0] = where
+    unit = "" if paint.metric == "samples" else " s"
+    shown = [c for c in paint.clocks if c in t.extra]
+    custom = np.empty((len(t), 8 + 2 * len(shown)), dtype=object)
+    custom[:, 0] = [esc(w, 80) for w in where]
     custom[:, 1] = _round(t.total)
     custom[:, 2] = _round(t.self)
     custom[:, 3] = _round(t.self / root, 3)
     custom[:, 4] = _round(t.samples)
     custom[:, 5] = t.key.tolist()  # function id (report: "show in Sandwich" on click); <0 root/(other)
-    hover = ("<b>%{label}</b><br>%{customdata[0]}<br>"
-             f"total %{{customdata[1]:.4~g}}{unit} (%{{percentRoot:.1%}} of the view)<br>"
-             f"self %{{customdata[2]:.4~g}}{unit} (%{{customdata[3]:.1%}})<br>"
-             f"%{{customdata[4]:,}} samples · {esc(metric_label(metric))}<extra></extra>")
-    kw = {}
-    if domain:
-        kw["domain"] = domain
+    ftot, fself = function_numbers(paint, t, paint.metric)
+    custom[:, 6] = _round(ftot)
+    custom[:, 7] = _round(fself)
+    for i, c in enumerate(shown):
+        custom[:, 8 + 2 * i] = _round(t.extra[c][0])
+        custom[:, 9 + 2 * i] = _round(function_numbers(paint, t, c)[0])
+    marker = dict(colors=fills(paint, t), line=dict(width=0.5, color="#fff"))
+    share = off_share(paint, t)
+    if share is not None:
+        marker["pattern"] = dict(shape=np.where(share >= HATCH_MIN, "/", "").tolist(),
+                                 solidity=_round(0.15 + 0.5 * share, 2), fillmode="overlay", fgcolor=C.HATCH,
+                                 size=8)
     return go.Icicle(
         ids=list(range(len(t))),
         parents=[""] + t.parent[1:].tolist(),
-        values=ticks(t, metric),
+        values=ticks(t, paint.metric),
         branchvalues="total",
-        labels=labels,
+        labels=[esc(x) for x in labels],
         customdata=custom,
-        hovertemplate=hover,
-        marker=dict(colors=codes.tolist(), colorscale=C.stepped_scale(palette + [C.GREY]), cmin=0, cmax=n,
-                    showscale=False),
-        tiling=dict(orientation="v", flip="y" if flip else "x", pad=0),
+        hovertemplate=_hover(paint.metric, unit, shown),
+        marker=marker,
+        tiling=dict(orientation="v", pad=0, **({"flip": "y"} if flip else {})),
         sort=True,
         textinfo="label",
         maxdepth=-1,
-        **kw,
+        **({"domain": domain} if domain else {}),
     )
 
 
+def _hover(metric: str, unit: str, shown: list[str]) -> str:
+    def clock_line(first: int) -> str:
+        parts = [f"{CLOCK_LABELS[c]} %{{customdata[{first + 2 * i}]:.4~g}} s" for i, c in enumerate(shown)]
+        return ("&nbsp;&nbsp;" + " · ".join(parts) + "<br>") if parts else ""
+    return ("<b>%{label}</b><br>%{customdata[0]}<br>"
+            f"this call path: %{{customdata[1]:.4~g}}{unit} (%{{percentRoot:.1%}} of the view), "
+            f"self %{{customdata[2]:.4~g}}{unit}<br>" + clock_line(8) +
+            f"all its calls: %{{customdata[6]:.4~g}}{unit}, self %{{customdata[7]:.4~g}}{unit}<br>"
+            + clock_line(9) +
+            f"%{{customdata[4]:,}} samples · {esc(metric_label(metric))}<extra></extra>")
+
+
+def legend(paint: Paint, colour: str) -> str:
+    """The line under the icicle: colour families (or kinds) and what hatching means."""
+    if colour == "kind":
+        kinds = [k for k in C.KIND_COLOURS if (paint.ft["kind"].astype(str) == k).any()]
+        out = " ".join(f"<span style='color:{C.KIND_COLOURS[k]}'>■</span> {k}" for k in kinds)
+    elif colour == "function":
+        out = "one colour per function · " + C.families_legend(paint.ft)
+    else:
+        out = "colour: module"
+    if paint.metric == "wall" and "off_cpu" in paint.clocks:
+        out += " · hatched: off-CPU (denser = more of the box waiting)"
+    return out
+
+
 def figure(profile: Profile, metric: str | None = None, thread: str | None = None, *,
-           min_share: float = 0.0, max_nodes: int = T.MAX_NODES, colour: str = "kind",
-           height: int | None = None) -> go.Figure:
+           min_share: float = 0.0, max_nodes: int = T.MAX_NODES, colour: str = "function",
+           height: int | None = None, boilerplate: bool = True) -> go.Figure:
     """The icicle of ``thread`` (None: all threads merged) in ``metric``.
 
     Nodes under ``min_share`` of the view's total (0.01 = 1 %), and as many more as needed to stay
     within ``max_nodes``, fold into one "(other)" node per parent; totals stay exact.
     """
     metric = metric or profile.metric
-    full, unknown = T.from_profile(profile, metric, thread)
-    t = T.prune(full, min_share=min_share, max_nodes=max_nodes)
-    notes = []
-    if len(t) < len(full):
-        notes.append(f"{len(full) - 1:,} call-tree nodes shown as {len(t) - 1:,}: "
-                     "smaller ones folded into (other)")
-    if unknown:
-        notes.append(f"{unknown} stacks have no {metric} weight (the source could not measure it)")
-    ft = T.function_table(profile)
-    root_label = "all threads" if thread is None else str(thread)
-    fig = go.Figure(trace(profile, t, metric, root_label, colour, ft))
-    kinds = [k for k in KINDS if (ft["kind"].astype(str) == k).any()] if colour == "kind" else []
-    legend = " ".join(f"<span style='color:{C.KIND_COLOURS[k]}'>■</span> {k}" for k in kinds)
+    p = B.fold(profile) if boilerplate else profile
+    t, notes = tree(p, metric, thread, min_share=min_share, max_nodes=max_nodes)
+    if boilerplate and B.folded_frames(profile):
+        notes.append(f"{B.folded_frames(profile):,} boilerplate frames folded (boilerplate=False shows them)")
+    paint = Paint.of(p, metric, thread, colour)
+    fig = go.Figure(trace(paint, t, "all threads" if thread is None else str(thread)))
     depth = int(t.depth.max()) + 1 if len(t) else 1
     fig.update_layout(
         title=dict(text=title(profile, metric, "Icicle", thread, " · ".join(notes)), x=0.01,
                    font=dict(size=13)),
-        margin=dict(l=8, r=8, t=80, b=24 if legend else 8),
+        margin=dict(l=8, r=8, t=80, b=24),
         height=height or int(min(900, max(360, 110 + 22 * depth))),
         uniformtext=dict(minsize=9, mode="hide"),
     )
-    if legend:
-        fig.add_annotation(text=legend, x=0, y=0, xref="paper", yref="paper", yanchor="top",
-                           showarrow=False, font=dict(size=11), yshift=-4)
+    fig.add_annotation(text=legend(paint, colour), x=0, y=0, xref="paper", yref="paper", yanchor="top",
+                       showarrow=False, font=dict(size=11), yshift=-4)
     if t.total[0] == 0:
         fig.add_annotation(text=f"no {esc(metric_label(metric))} in this view", showarrow=False,
                            x=0.5, y=0.5, xref="paper", yref="paper")
@@ -148,51 +256,91 @@ def layout(t: T.Tree) -> tuple[np.ndarray, np.ndarray]:
     offset = csum - w - (csum[start] - w[start])  # width of earlier siblings
     off = np.zeros(len(t))
     off[order] = offset
-    for d in range(1, int(t.depth.max()) + 1 if len(t) > 1 else 1):
-        lvl = np.flatnonzero(t.depth == d)
+    for lvl in T.levels(t.depth)[1:]:
         x[lvl] = x[t.parent[lvl]] + off[lvl]
     return x, width
 
 
-def svg(profile: Profile, metric: str | None = None, thread: str | None = None, *, width: int = 960,
-        row: int = 18, min_share: float = 0.002, max_nodes: int = 1500, colour: str = "kind") -> str:
-    """A static, self-contained SVG icicle (no script): hover titles, every string escaped.
-    For outputs seen without a live kernel (nbconvert, GitHub, nbviewer)."""
-    metric = metric or profile.metric
-    full, _ = T.from_profile(profile, metric, thread)
-    t = T.prune(full, min_share=min_share, max_nodes=max_nodes)
-    ft = T.function_table(profile)
-    fcodes, palette = C.function_codes(ft, colour)
-    codes = node_codes(t, fcodes, len(palette))
-    colours = palette + [C.GREY]
+_HATCH_DEF = ("<defs><pattern id='profmagic-hatch' width='6' height='6' patternUnits='userSpaceOnUse' "
+              "patternTransform='rotate(45)'><rect width='6' height='6' fill='rgba(255,255,255,0.35)'/>"
+              "<line x1='0' y1='0' x2='0' y2='6' stroke='rgba(20,20,20,0.6)' stroke-width='2.5'/>"
+              "</pattern></defs>")
+
+
+def draw(t: T.Tree, labels: list[str], tips: list[str], colours: list[str], *, width: int = 960,
+         row: int = 18, scale: float = 1.0, hatch: np.ndarray | None = None, rest: str | None = None,
+         css: str = "profmagic-icicle") -> str:
+    """A static, self-contained SVG of a tree: one rect per node (``colours``), its label where it
+    fits and ``tips`` as hover titles; the root spans ``scale`` of ``width``, and ``rest`` labels
+    the dashed box over the remainder. ``hatch``: per node, the share of the box drawn hatched from
+    its right end (off-CPU time). Every string escaped."""
     x, w = layout(t)
-    names = ft["name"].to_dict()
-    files = {i: T.short_file(f, l) for i, f, l in zip(ft.index, ft["file"], ft["line"])}
-    root = float(t.total[0]) or 1.0
-    unit = metric_label(metric)
-    height = (int(t.depth.max()) + 1) * row + 2
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="profmagic-icicle" width="{width}" '
-           f'height="{height}" viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">']
+    height = (int(t.depth.max()) + 1) * row + 2 if len(t) else row
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="{css}" width="{width}" height="{height}" '
+           f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">']
+    if hatch is not None:
+        out.append(_HATCH_DEF)
+    span = width * scale
+    if rest and width - span >= 1:
+        out.append(f'<g class="profmagic-rest"><title>{esc(rest, 300)}</title><rect x="{span + 1:.1f}" y="0" '
+                   f'width="{width - span - 1.5:.1f}" height="{height - 2}" fill="#f4f4f4" stroke="#999" '
+                   f'stroke-dasharray="4 3"/><text x="{span + 5:.1f}" y="{row - 5}" fill="#444">'
+                   f'{esc(rest[:max(int((width - span - 8) / 6.5), 0)], None)}</text></g>')
     for i in np.argsort(t.depth, kind="stable").tolist():
-        k = int(t.key[i])
-        if k >= 0:
-            name, where = str(names[k]), files[k]
-        elif k == T.OTHER:
-            name, where = f"(other: {int(t.folded[i])} smaller)", ""
-        else:
-            name, where = ("all threads" if thread is None else str(thread)), ""
-        px, pw = x[i] * width, w[i] * width
+        px, pw = x[i] * span, w[i] * span
         if pw < 0.5:
             continue
-        tip = (f"{name}\n{where}\ntotal {t.total[i]:.4g} ({100 * t.total[i] / root:.1f}%) · "
-               f"self {t.self[i]:.4g} ({100 * t.self[i] / root:.1f}%) · {int(t.samples[i]):,} samples · {unit}")
         y = int(t.depth[i]) * row
-        out.append(f'<g><title>{esc(tip, 600)}</title><rect x="{px:.1f}" y="{y}" width="{max(pw - 0.5, 0.5):.1f}" '
-                   f'height="{row - 1}" fill="{colours[codes[i]]}" rx="1"/>')
+        fill = colours[i]
+        out.append(f'<g><title>{esc(tips[i], 800)}</title><rect x="{px:.1f}" y="{y}" '
+                   f'width="{max(pw - 0.5, 0.5):.1f}" height="{row - 1}" fill="{fill}" rx="1"/>')
+        if hatch is not None and hatch[i] >= HATCH_MIN:
+            hw = max(pw - 0.5, 0.5) * min(float(hatch[i]), 1.0)
+            out.append(f'<rect class="profmagic-offcpu" x="{px + max(pw - 0.5, 0.5) - hw:.1f}" y="{y}" '
+                       f'width="{hw:.1f}" height="{row - 1}" fill="url(#profmagic-hatch)"/>')
         chars = int((pw - 4) / 6.5)
         if chars >= 3:
+            name = labels[i]
             label = name if len(name) <= chars else name[:chars - 1] + "…"
-            out.append(f'<text x="{px + 2:.1f}" y="{y + row - 5}" fill="#fff">{esc(label, None)}</text>')
+            out.append(f'<text x="{px + 2:.1f}" y="{y + row - 5}" fill="{C.text_colour(fill)}">'
+                       f'{esc(label, None)}</text>')
         out.append("</g>")
     out.append("</svg>")
     return "".join(out)
+
+
+def svg(profile: Profile, metric: str | None = None, thread: str | None = None, *, width: int = 960,
+        row: int = 18, min_share: float = 0.002, max_nodes: int = 1500, colour: str = "function",
+        scale: float = 1.0, rest: str | None = None, boilerplate: bool = True) -> str:
+    """A static, self-contained SVG icicle (no script): hover titles, every string escaped, off-CPU
+    hatched. ``scale`` < 1 draws the root narrower than ``width`` (one scale for two panels), with
+    ``rest`` labelling the remainder. For outputs seen without a live kernel (nbconvert, GitHub)."""
+    metric = metric or profile.metric
+    p = B.fold(profile) if boilerplate else profile
+    t, _ = tree(p, metric, thread, min_share=min_share, max_nodes=max_nodes)
+    paint = Paint.of(p, metric, thread, colour)
+    labels, where = names(paint, t, "all threads" if thread is None else str(thread))
+    return draw(t, labels, tips(paint, t, labels, where), fills(paint, t), width=width, row=row, scale=scale,
+                hatch=off_share(paint, t), rest=rest)
+
+
+def tips(paint: Paint, t: T.Tree, labels: list[str], where: list[str]) -> list[str]:
+    """The static icicle's hover text per node: the same numbers as the live hover."""
+    root = float(t.total[0]) or 1.0
+    unit = metric_label(paint.metric)
+    shown = [c for c in paint.clocks if c in t.extra]
+    ftot, fself = function_numbers(paint, t, paint.metric)
+    clock_inst = {c: t.extra[c][0] for c in shown}
+    clock_fn = {c: function_numbers(paint, t, c)[0] for c in shown}
+    out = []
+    for i in range(len(t)):
+        lines = [labels[i], where[i],
+                 f"this call path: {t.total[i]:.4g} ({100 * t.total[i] / root:.1f}%), self {t.self[i]:.4g}"]
+        if shown:
+            lines.append("  " + " · ".join(f"{CLOCK_LABELS[c]} {clock_inst[c][i]:.4g} s" for c in shown))
+        lines.append(f"all its calls: {ftot[i]:.4g}, self {fself[i]:.4g}")
+        if shown:
+            lines.append("  " + " · ".join(f"{CLOCK_LABELS[c]} {clock_fn[c][i]:.4g} s" for c in shown))
+        lines.append(f"{int(t.samples[i]):,} samples · {unit}")
+        out.append("\n".join(x for x in lines if x))
+    return out

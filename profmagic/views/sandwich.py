@@ -1,6 +1,7 @@
 """Sandwich: functions by total and self; for one function, its callers above and callees below.
 
-Totals cover every instance of the function, counting a recursive one once per stack.
+Totals cover every instance of the function, counting a recursive one once per stack. The list
+is sorted by self time: where the time is spent, not what it passes through.
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from .. import boilerplate as B
 from ..model import Profile
 from . import esc, fmt, metric_label, title
 from . import icicle
@@ -17,13 +19,17 @@ from . import tree as T
 
 
 def table(profile: Profile, metric: str | None = None, thread: str | None = None,
-          pattern: str | None = None, sort: str = "total") -> pd.DataFrame:
+          pattern: str | None = None, sort: str = "self", boilerplate: bool = True) -> pd.DataFrame:
     """Functions with name, file, self, total and their shares of the view, filtered by a regex
-    on name or file, sorted by ``sort`` (total, self or name)."""
+    on name or file, sorted by ``sort`` (self, total or name). With ``boilerplate`` (the default),
+    functions found only in folded boilerplate are left out (``profmagic.boilerplate``)."""
     metric = metric or profile.metric
     T.metric_weights(profile, metric)  # raises if the profile cannot know the metric
+    if boilerplate:
+        profile = B.fold(profile)
     p = profile if thread is None else profile.subset(T.thread_rows(profile, thread))
     df = p.functions(metric)
+    df = df[df["file"] != B.FOLDED_FILE]
     grand = float(np.nansum(p.weights(metric).to_numpy(dtype=np.float64))) or 1.0
     df = df.assign(total_pct=100 * df["total"] / grand, self_pct=100 * df["self"] / grand)
     if pattern:
@@ -47,12 +53,13 @@ def trees(profile: Profile, function, metric: str | None = None, thread: str | N
 
 
 def figure(profile: Profile, function=None, metric: str | None = None, thread: str | None = None, *,
-           min_share: float = 0.0, top: int = 200, colour: str = "kind") -> go.Figure:
-    """Without ``function``: the function table. With it: callers (inverted icicle, left) and
-    callees (icicle, right) of every instance of the function."""
+           min_share: float = 0.0, top: int = 200, colour: str = "function",
+           boilerplate: bool = True) -> go.Figure:
+    """Without ``function``: the function table, by self time. With it: callers (inverted icicle,
+    left) and callees (icicle, right) of every instance of the function."""
     metric = metric or profile.metric
     if function is None:
-        df = table(profile, metric, thread).head(top)
+        df = table(profile, metric, thread, boilerplate=boilerplate).head(top)
         unit = metric_label(metric)
         fig = go.Figure(go.Table(
             columnwidth=[4, 1, 1, 3],
@@ -67,16 +74,16 @@ def figure(profile: Profile, function=None, metric: str | None = None, thread: s
                                      font=dict(size=13)),
                           margin=dict(l=8, r=8, t=80, b=8), height=min(900, 140 + 24 * len(df)))
         return fig
+    if boilerplate:
+        profile = B.fold(profile)
     callers, callees, fns = trees(profile, function, metric, thread, min_share)
-    ft = T.function_table(profile)
-    name = str(ft.loc[int(fns[0]), "name"])
+    paint = icicle.Paint.of(profile, metric, thread, colour)
+    name = str(paint.ft.loc[int(fns[0]), "name"])
     also = f" (+{len(fns) - 1} more matching)" if len(fns) > 1 else ""
     total = float(callees.total[0])
     view = float(np.nansum(T.metric_weights(profile, metric)[0][T.thread_rows(profile, thread)])) or 1.0
-    fig = go.Figure([
-        icicle.trace(profile, callers, metric, name, colour, ft, flip=True, domain=dict(x=[0, 0.49])),
-        icicle.trace(profile, callees, metric, name, colour, ft, domain=dict(x=[0.51, 1])),
-    ])
+    fig = go.Figure([icicle.trace(paint, callers, name, flip=True, domain=dict(x=[0, 0.49])),
+                     icicle.trace(paint, callees, name, domain=dict(x=[0.51, 1]))])
     note = (f"{name}{also}: total {fmt(metric, total)} ({100 * total / view:.1f}% of the view), "
             f"self {fmt(metric, _self(profile, fns, metric, thread))} over all instances")
     fig.update_layout(

@@ -10,7 +10,6 @@ from ..model import Profile
 from ..multi import common_metric
 from . import esc, metric_label
 from . import icicle as I
-from . import tree as T
 from .display import ComparisonView, svg, svg_row, table_html
 
 
@@ -86,9 +85,8 @@ class SideBySide(ComparisonView):
                 fig.add_annotation(text=f"{esc(metric_label(self.metric))} unknown for this backend",
                                    x=mid, y=0.5, xref="paper", yref="paper", showarrow=False)
                 continue
-            full, _ = T.from_profile(p, m, None)
-            t = T.prune(full, max_nodes=self._max_nodes)
-            fig.add_trace(I.trace(p, t, m, f"{name}: {metric_label(m)}", "kind", domain=dom))
+            t, _ = I.tree(p, m, None, max_nodes=self._max_nodes)
+            fig.add_trace(I.trace(I.Paint.of(p, m), t, f"{name}: {metric_label(m)}", domain=dom))
         fig.update_layout(title=dict(text=f"<b>{k} backends, one cell</b>", x=0.01, font=dict(size=13)),
                           margin=dict(l=8, r=8, t=100, b=8), height=520,
                           uniformtext=dict(minsize=8, mode="hide"))

@@ -1,5 +1,6 @@
 """Time order: one lane per thread, one mark per sample at its time and stack depth, coloured by
-its leaf function. Only for sources that keep the order of their samples (Profile.samples)."""
+its leaf function (the function's own colour, as in every view). Only for sources that keep the
+order of their samples (Profile.samples)."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,7 +9,7 @@ from plotly.subplots import make_subplots
 
 from ..model import Profile
 from . import esc, title
-from .colours import GREY, PALETTE
+from .colours import GREY, PALETTE, by_function
 from . import tree as T
 
 MAX_POINTS = 50_000
@@ -55,7 +56,8 @@ def figure(profile: Profile, thread: str | None = None, metric: str | None = Non
     fig = make_subplots(rows=len(threads), cols=1, shared_xaxes=True, vertical_spacing=0.03,
                         subplot_titles=[esc(th, 80) for th in threads])
     thr = s["thread"].to_numpy()
-    groups = [(f, PALETTE[i], esc(ft.loc[f, "name"], 60)) for i, f in enumerate(top)] + [(None, GREY, "(other)")]
+    colour = by_function(ft)
+    groups = [(f, colour[f], esc(ft.loc[f, "name"], 60)) for f in top] + [(None, GREY, "(other)")]
     for lane, th in enumerate(threads, start=1):
         in_lane = thr == th
         for f, colour, name in groups:

@@ -6,7 +6,7 @@ always smaller than its children's ids.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -27,6 +27,7 @@ class Tree:
     self: np.ndarray     # float64, weight of samples ending at the node
     samples: np.ndarray  # float64, sample count through the node
     folded: np.ndarray   # int64, nodes folded into an OTHER node (0 elsewhere)
+    extra: dict = field(default_factory=dict)  # other metric -> (total, self), on the same nodes
 
     def __len__(self) -> int:
         return len(self.parent)
@@ -111,18 +112,18 @@ def entries(profile: Profile, rows: np.ndarray | None = None):
 
 
 def build(rows: np.ndarray, keys: np.ndarray, depth: np.ndarray, weights: np.ndarray,
-          counts: np.ndarray, row_mask: np.ndarray | None = None) -> Tree:
+          counts: np.ndarray, row_mask: np.ndarray | None = None, extra: dict | None = None) -> Tree:
     """Merge stacks given as entries (row, key, depth) into a tree.
 
-    Each row's depths must run 0..len-1. ``weights``/``counts`` are per row; rows outside
-    ``row_mask`` (when given) do not count, even with no entries.
+    Each row's depths must run 0..len-1. ``weights``/``counts`` (and each of ``extra``, a metric ->
+    weights) are per row; rows outside ``row_mask`` (when given) do not count, even with no entries.
     """
     nrow = len(weights)
-    w = np.asarray(weights, dtype=np.float64)
-    n = np.asarray(counts, dtype=np.float64)
-    if row_mask is not None:
-        w = np.where(row_mask, w, 0.0)
-        n = np.where(row_mask, n, 0.0)
+
+    def per_row(x) -> np.ndarray:
+        x = np.asarray(x, dtype=np.float64)
+        return x if row_mask is None else np.where(row_mask, x, 0.0)
+    w, n = per_row(weights), per_row(counts)
     cur = np.zeros(nrow, dtype=np.int64)
     parents = [np.array([-1], np.int64)]
     keyl = [np.array([ROOT], np.int64)]
@@ -145,24 +146,28 @@ def build(rows: np.ndarray, keys: np.ndarray, depth: np.ndarray, weights: np.nda
             nxt += len(uniq)
             cur[r] = ids
             node_of_entry[idx] = ids
-    parent = np.concatenate(parents)
-    total = np.bincount(node_of_entry, weights=w[rows], minlength=nxt)
-    samples = np.bincount(node_of_entry, weights=n[rows], minlength=nxt)
-    total[0] = w.sum()
-    samples[0] = n.sum()
-    selfw = np.bincount(cur, weights=w, minlength=nxt)
-    return Tree(parent, np.concatenate(keyl), np.concatenate(depths), total, selfw, samples,
-                np.zeros(nxt, np.int64))
+    def sums(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        total = np.bincount(node_of_entry, weights=x[rows], minlength=nxt)
+        total[0] = x.sum()
+        return total, np.bincount(cur, weights=x, minlength=nxt)
+    total, selfw = sums(w)
+    samples, _ = sums(n)
+    more = {m: sums(per_row(x)) for m, x in (extra or {}).items()}
+    return Tree(np.concatenate(parents), np.concatenate(keyl), np.concatenate(depths), total, selfw, samples,
+                np.zeros(nxt, np.int64), more)
 
 
-def from_profile(profile: Profile, metric: str, thread: str | None = None) -> tuple[Tree, int]:
-    """The call tree of one thread (or all, merged) and the count of rows with unknown weight."""
+def from_profile(profile: Profile, metric: str, thread: str | None = None,
+                 also: tuple = ()) -> tuple[Tree, int]:
+    """The call tree of one thread (or all, merged) in ``metric``, with the metrics ``also`` on
+    the same nodes (``Tree.extra``); and the count of rows with unknown weight."""
     w, unknown = metric_weights(profile, metric)
     sel = thread_rows(profile, thread)
     mask = np.zeros(len(w), bool)
     mask[sel] = True
     r, fn, depth = entries(profile, sel)
-    return build(r, fn, depth, w, profile.stacks["samples"].to_numpy(), mask), unknown
+    extra = {m: metric_weights(profile, m)[0] for m in also}
+    return build(r, fn, depth, w, profile.stacks["samples"].to_numpy(), mask, extra), unknown
 
 
 def levels(depth: np.ndarray) -> list[np.ndarray]:
@@ -271,7 +276,9 @@ def prune(t: Tree, min_share: float = 0.0, max_nodes: int = MAX_NODES) -> Tree:
                 total=sel.take(t.total),
                 self=np.concatenate([t.self[sel.kept], other_total]),
                 samples=sel.take(t.samples),
-                folded=np.concatenate([t.folded[sel.kept], sel.folded_counts()]))
+                folded=np.concatenate([t.folded[sel.kept], sel.folded_counts()]),
+                extra={m: (sel.take(tot), np.concatenate([s[sel.kept], sel.take(tot)[len(sel.kept):]]))
+                       for m, (tot, s) in t.extra.items()})
 
 
 def function_set(profile: Profile, function) -> np.ndarray:
