@@ -5,9 +5,12 @@ finding without drawing anything.
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
+from .boilerplate import FOLDED_FILE
 from .model import METRIC_LABELS, Profile
 from .multi import PROCESS, by_process, processes
 
@@ -58,9 +61,10 @@ def off_cpu_verdict(p: Profile) -> str:
 def _waits(p: Profile, off: np.ndarray) -> tuple[dict, dict]:
     """Off-CPU weight by leaf function, and by (leaf function, caller function): each with the
     first frame seen for it. The caller is the nearest Python frame above the leaf, else the
-    nearest frame of another function."""
+    nearest frame of another function (never a folded boilerplate frame)."""
     fn = p.function_ids()
     kinds = p.frames["kind"].astype(str)
+    folded = set(p.frames.index[(p.frames["file"] == FOLDED_FILE).to_numpy()].tolist())
     leaf: dict[int, list] = {}
     caller: dict[tuple[int, int], list] = {}
     for stack, x in zip(p.stacks["stack"], off):
@@ -68,7 +72,7 @@ def _waits(p: Profile, off: np.ndarray) -> tuple[dict, dict]:
             continue
         y = int(fn[stack[-1]])
         leaf.setdefault(y, [0.0, stack[-1]])[0] += x
-        above = [f for f in reversed(stack[:-1]) if int(fn[f]) != y]
+        above = [f for f in reversed(stack[:-1]) if int(fn[f]) != y and f not in folded]
         py = [f for f in above if kinds[f] == "python"]
         pick = py[0] if py else (above[0] if above else None)
         if pick is not None:
@@ -156,10 +160,24 @@ def _total_gap(totals: pd.Series, peers: list, p) -> float:
 
 
 # -- tables of the comparison views -------------------------------------------------------------------
+CELL_FILE = re.compile(r"In\[\d+\]")
+
+
+def match_key(name: str, file) -> tuple:
+    """The key that matches a function across profiles: (name, file), except that the top level of
+    every notebook cell (``<module>`` in ``In[N]``) is one function, so the same code recorded in
+    two cells compares line for line."""
+    if name == "<module>" and CELL_FILE.fullmatch(str(file or "")):
+        return (name, "In[·]")
+    return (name, file)
+
+
 def _functions(p: Profile, w: np.ndarray) -> pd.DataFrame:
-    """``p.functions()`` over the weights ``w`` (one per stack row) instead of a metric column."""
+    """``p.functions()`` over the weights ``w`` (one per stack row) instead of a metric column, with
+    files as ``match_key`` gives them."""
     f = p.replace(stacks=p.stacks.assign(wall=w), metric="wall").functions("wall")
-    return f[["name", "file", "self", "total"]]
+    f = f[["name", "file", "self", "total"]]
+    return f.assign(file=[match_key(n, x)[1] for n, x in zip(f["name"], f["file"])])
 
 
 def deltas(before: Profile, after: Profile, w_before: np.ndarray, w_after: np.ndarray,

@@ -1,8 +1,11 @@
-"""A real JupyterLab on 127.0.0.1 and Debian's Chromium driven by Playwright, for browser tests.
+"""A real JupyterLab (or Notebook 7) on 127.0.0.1 and Debian's Chromium driven by Playwright, for
+browser tests.
 
-    with jupyter_lab(tmpdir) as lab, chromium() as browser:
+    with jupyter_lab(tmpdir) as lab, chromium() as browser:       # or jupyter_server(tmpdir, "notebook")
         page = lab.open(browser, "nb.ipynb")
-        run_all(page)
+        run_cell(page, 0)
+
+Both front ends are built from JupyterLab's components, so one set of selectors drives both.
 """
 from __future__ import annotations
 
@@ -35,9 +38,14 @@ def missing() -> str | None:
         import playwright.sync_api  # noqa: F401
     except ImportError:
         return "playwright is not installed (pip install playwright)"
-    if not shutil.which("jupyter-lab", path=os.path.dirname(sys.executable)):
-        return f"jupyter-lab is not installed next to {sys.executable}"
+    for app in APPS.values():
+        if not shutil.which(app, path=os.path.dirname(sys.executable)):
+            return f"{app} is not installed next to {sys.executable} (pip install jupyterlab notebook)"
     return None
+
+
+APPS = {"lab": "jupyter-lab", "notebook": "jupyter-notebook"}   # front end -> its server command
+URLS = {"lab": "/lab/tree/{}", "notebook": "/notebooks/{}"}
 
 
 def free_port() -> int:
@@ -55,8 +63,8 @@ def write_notebook(path: str, cells: list[str]) -> str:
 
 
 class Lab:
-    def __init__(self, root: str, port: int, token: str, proc: subprocess.Popen, log: str):
-        self.root, self.port, self.token, self.proc, self.log = root, port, token, proc, log
+    def __init__(self, root: str, port: int, token: str, proc: subprocess.Popen, log: str, app: str = "lab"):
+        self.root, self.port, self.token, self.proc, self.log, self.app = root, port, token, proc, log, app
 
     @property
     def base(self) -> str:
@@ -65,7 +73,7 @@ class Lab:
     def open(self, browser, notebook: str, viewport=(1400, 1000)):
         """A new page with ``notebook`` open and its kernel idle."""
         page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]}, accept_downloads=True)
-        page.goto(f"{self.base}/lab/tree/{notebook}?token={self.token}&reset")
+        page.goto(f"{self.base}{URLS[self.app].format(notebook)}?token={self.token}&reset")
         page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
         page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60_000)
         # On a loaded machine JupyterLab sometimes asks "Select Kernel" for a notebook whose kernelspec
@@ -86,9 +94,14 @@ class Lab:
             return f.read()[-4000:]
 
 
-@contextlib.contextmanager
 def jupyter_lab(root: str):
-    """JupyterLab on a random free port with a token, in its own config and runtime dirs."""
+    return jupyter_server(root, "lab")
+
+
+@contextlib.contextmanager
+def jupyter_server(root: str, app: str = "lab"):
+    """JupyterLab (``app="lab"``) or Notebook 7 (``"notebook"``) on a random free port with a
+    token, in its own config and runtime dirs."""
     port, token = free_port(), secrets.token_hex(16)
     home = os.path.join(root, ".jupyter-home")
     os.makedirs(home, exist_ok=True)
@@ -103,7 +116,7 @@ def jupyter_lab(root: str):
         json.dump({"fetchNews": "false", "checkForUpdates": False}, f)  # no news toast over the page
     env["JUPYTERLAB_SETTINGS_DIR"] = os.path.join(home, "settings")
     log = os.path.join(home, "lab.log")
-    cmd = [os.path.join(os.path.dirname(sys.executable), "jupyter-lab"), "--no-browser",
+    cmd = [os.path.join(os.path.dirname(sys.executable), APPS[app]), "--no-browser",
            "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
            f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
            "--LabApp.news_url=",
@@ -111,19 +124,19 @@ def jupyter_lab(root: str):
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=root,
                                 start_new_session=True)
-    lab = Lab(root, port, token, proc, log)
+    lab = Lab(root, port, token, proc, log, app)
     try:
         deadline = time.monotonic() + 60
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"jupyter lab exited with {proc.returncode}:\n{lab.logs()}")
+                raise RuntimeError(f"{APPS[app]} exited with {proc.returncode}:\n{lab.logs()}")
             try:
                 with urllib.request.urlopen(f"{lab.base}/api/status?token={token}", timeout=2) as r:
                     json.load(r)
                 break
             except OSError:
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"jupyter lab did not answer in 60 s:\n{lab.logs()}") from None
+                    raise RuntimeError(f"{APPS[app]} did not answer in 60 s:\n{lab.logs()}") from None
                 time.sleep(0.3)
         yield lab
     finally:

@@ -1,13 +1,16 @@
-"""The report in a real JupyterLab and a real Chromium: icicle drawn, zoom, sandwich, download,
-no script from hostile names, and the static fallback after nbclient + nbconvert offline."""
+"""The report in a real JupyterLab and in Notebook 7, in a real Chromium: icicle drawn, zoom,
+sandwich, source, download, no script from hostile names; and the static fallback after nbclient +
+nbconvert offline, with a working speedscope download."""
 from __future__ import annotations
 
+import base64
 import json
 import os
 
 import pytest
 
 import browser as B
+import profmagic
 from profmagic.model import StackBuilder
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
@@ -45,7 +48,7 @@ def spin_child(seconds):
     while time.perf_counter() - t0 < seconds:
         pass
 '''
-PROFILE_CELL = "%%profile --backend sampler\nbusy_outer()"
+PROFILE_CELL = "%%profile --backend sampler\nbusy_outer()\npart_b(0.2)"   # line 1 is the hot one
 CHILD_SPINS = (0.3, 0.9)
 RANKS_CELL = f'''%%profile --subprocesses --backend sampler
 import multiprocessing as mp
@@ -73,9 +76,7 @@ def evil_profile(path: str) -> str:
     return path
 
 
-@pytest.fixture(scope="module")
-def root(tmp_path_factory):
-    d = tmp_path_factory.mktemp("lab")
+def make_root(d):
     evil_profile(str(d / "evil.speedscope.json"))
     B.write_notebook(str(d / "report.ipynb"), [
         WORKLOAD, PROFILE_CELL,
@@ -86,21 +87,33 @@ def root(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    return make_root(tmp_path_factory.mktemp("static"))
+
+
+@pytest.fixture(scope="module")
 def browser():
     with B.chromium() as b:
         yield b
 
 
-@pytest.fixture(scope="module")
-def page(root, browser):
-    with B.jupyter_lab(str(root)) as lab:
+@pytest.fixture(scope="module", params=list(B.APPS))
+def page(request, tmp_path_factory, browser):
+    """The notebook run in JupyterLab, then in Notebook 7 (``page.app``)."""
+    root = make_root(tmp_path_factory.mktemp(request.param))
+    with B.jupyter_server(str(root), request.param) as lab:
         pg = lab.open(browser, "report.ipynb")
+        pg.app = request.param
         pg.dialogs = []
         pg.on("dialog", lambda d: (pg.dialogs.append(d.message), d.dismiss()))
         for i in range(4):
             B.run_cell(pg, i)
         yield pg
         pg.close()
+
+
+def shot(page, name: str, locator=None):
+    return B.screenshot(page, f"{page.app}-{name}", locator)
 
 
 def cell(page, i):
@@ -143,7 +156,7 @@ def test_icicle_drawn_with_labels_and_zooms(page):
     assert "wall" in title and "sampler" in title and "samples" in title and "Hz" in title, title
     # The static twin is hidden once the widget is drawn.
     assert not cell(page, 1).locator(".profmagic-static").first.is_visible()
-    B.screenshot(page, "report-icicle.png", cell(page, 1))
+    shot(page, "report-icicle.png", cell(page, 1))
     full = plot.evaluate("e => e.querySelector('.main-svg').getBoundingClientRect().width")
     before = slice_box(plot, "part_b")
     assert before and before["width"] < 0.6 * full, (before, full)
@@ -153,7 +166,7 @@ def test_icicle_drawn_with_labels_and_zooms(page):
             const t = g.querySelector('text');
             if (t && t.textContent === 'part_b') return g.querySelector('path').getBoundingClientRect().width > 0.9 * w; }
         return false; }""", arg=[plot.element_handle(), full], timeout=10_000)
-    B.screenshot(page, "report-icicle-zoomed.png", cell(page, 1))
+    shot(page, "report-icicle-zoomed.png", cell(page, 1))
 
 
 def test_sandwich_pick_function(page):
@@ -172,7 +185,7 @@ def test_sandwich_pick_function(page):
     title = w.evaluate("e => Array.from(e.querySelectorAll('.js-plotly-plot')).filter(p => p.offsetParent)"
                        ".map(p => p.querySelector('.gtitle').textContent).join(' ')")
     assert "callers" in title and "part_b" in title
-    B.screenshot(page, "report-sandwich.png", cell(page, 1))
+    shot(page, "report-sandwich.png", cell(page, 1))
 
 
 def visible_titles(w) -> str:
@@ -200,7 +213,32 @@ def test_click_in_icicle_then_show_in_sandwich(page):
     assert w.get_by_role("tab", name="Sandwich").get_attribute("aria-selected") == "true"
     texts = slice_texts(w)
     assert {"busy_inner", "part_a", "part_b", "busy_outer"} <= set(texts), texts  # both callers
-    B.screenshot(page, "report-click-to-sandwich.png", cell(page, 1))
+    shot(page, "report-click-to-sandwich.png", cell(page, 1))
+
+
+def test_source_tab_shows_the_cells_hottest_line_first(page):
+    """The Source tab: the cell's lines with wall/CPU per line, the hottest listed first; a box
+    clicked in the icicle shows its function's source."""
+    w = cell(page, 1).locator(".profmagic-widget")
+    w.get_by_role("tab", name="Source").click()
+    hot = w.locator(".profmagic-hot-line").first
+    hot.wait_for(timeout=60_000)
+    assert hot.get_attribute("data-line") == "1", hot.text_content()
+    assert "busy_outer()" in hot.text_content() and "wall time" in hot.text_content()
+    rows = w.locator("tr.profmagic-src-line")
+    assert rows.count() == 2 and "profmagic-hottest" in rows.first.get_attribute("class")
+    shot(page, "report-source.png", cell(page, 1))
+    # A function picked in the icicle: its definition, with time per line.
+    w.get_by_role("tab", name="Icicle").click()
+    slice_texts(w)
+    box = slice_box(w.locator(".js-plotly-plot").first, "busy_inner")
+    page.mouse.click(box["x"] + min(20, box["width"] / 2), box["y"] + box["height"] / 2)
+    w.locator(".profmagic-clicked", has_text="busy_inner").wait_for(timeout=30_000)
+    w.locator(".profmagic-to-source").click()
+    w.locator(".profmagic-source", has_text="busy_inner").wait_for(timeout=60_000)
+    code = " ".join(w.locator("tr.profmagic-src-line").all_text_contents())
+    assert "def busy_inner(n):" in code and "s += i * i" in code, code
+    shot(page, "report-source-function.png", cell(page, 1))
 
 
 def test_ranks_tab_one_bar_per_process_and_its_icicle(page):
@@ -229,7 +267,7 @@ def test_ranks_tab_one_bar_per_process_and_its_icicle(page):
         out[ys[i]] = (out[ys[i]] || 0) + r.width; }); } return out; }""")
     spin = {p: widths[p] for p in widths if "spinner" in p}
     assert max(spin, key=spin.get).split("spinner")[1].startswith(str(len(CHILD_SPINS) - 1)), widths
-    B.screenshot(page, "report-ranks.png", c)
+    shot(page, "report-ranks.png", c)
     # Click the longest spinner: its icicle, with the function it ran.
     button = ranks.locator(".profmagic-ranks-pick button", has_text=f"spinner{len(CHILD_SPINS) - 1}")
     button.click()
@@ -238,7 +276,7 @@ def test_ranks_tab_one_bar_per_process_and_its_icicle(page):
     assert "busy_outer" not in slice_texts(ranks)
     titles = visible_titles(ranks)
     assert "Icicle" in titles and "sampler" in titles and "samples" in titles, titles
-    B.screenshot(page, "report-ranks-icicle.png", c)
+    shot(page, "report-ranks-icicle.png", c)
 
 
 def test_speedscope_download(page, tmp_path):
@@ -285,14 +323,14 @@ def test_hostile_names_run_no_script(page):
         page.wait_for_timeout(300)
     w.get_by_role("tab", name="Table").click()
     assert EVIL_IMG in w.locator("table").first.text_content()
-    B.screenshot(page, "report-hostile.png", cell(page, 2))
+    shot(page, "report-hostile.png", cell(page, 2))
     assert page.evaluate("typeof window.__xss") == "undefined"
     assert page.dialogs == []
     # Nothing hostile became an element.
     assert page.evaluate("document.querySelectorAll('img[src=x], svg[onload], [onerror]').length") == 0
 
 
-def test_static_fallback_offline_after_nbconvert(root, browser):
+def test_static_fallback_offline_after_nbconvert(root, browser, tmp_path):
     """nbconvert --execute (nbclient) runs the notebook, saving widget state as it does by default;
     nbconvert makes HTML;
     Chromium opens it with every network request refused: the SVG icicle shows, and no script runs."""
@@ -308,7 +346,7 @@ def test_static_fallback_offline_after_nbconvert(root, browser):
     subprocess.run(jupyter + ["--to", "html", "--output-dir", B.ARTIFACTS, "--output", "report-static",
                               "executed.ipynb"], cwd=root, check=True, capture_output=True, timeout=120)
     out = os.path.join(B.ARTIFACTS, "report-static.html")
-    pg = browser.new_page(viewport={"width": 1200, "height": 900})
+    pg = browser.new_page(viewport={"width": 1200, "height": 900}, accept_downloads=True)
     dialogs = []
     pg.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
     pg.route("http*://**", lambda route: route.abort())  # offline
@@ -327,5 +365,17 @@ def test_static_fallback_offline_after_nbconvert(root, browser):
     assert pg.locator(".profmagic-differs").first.is_visible()
     assert "differs most" in pg.locator(".profmagic-differs").first.text_content()
     B.screenshot(pg, "report-static.png", svgs.nth(0))
+    # The saved output keeps its downloads: the speedscope JSON, as a data URI that loads back.
+    link = pg.locator("a.profmagic-speedscope").first
+    href = link.get_attribute("href")
+    assert href.startswith("data:application/json;base64,")
+    saved = tmp_path / "from-link.speedscope.json"
+    saved.write_bytes(base64.b64decode(href.split(",", 1)[1]))
+    p = profmagic.load(str(saved))
+    assert {"busy_outer", "part_a", "part_b", "busy_inner"} <= set(p.frames["name"]) and p.sample_count > 10
+    with pg.expect_download() as dl:          # and the browser offers it as a download, offline
+        link.click()
+    dl.value.save_as(str(tmp_path / "clicked.json"))
+    assert profmagic.load(str(tmp_path / "clicked.json")).sample_count == p.sample_count
     assert pg.evaluate("typeof window.__xss") == "undefined" and dialogs == []
     pg.close()

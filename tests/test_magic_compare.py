@@ -130,14 +130,14 @@ def test_compare_shows_two_icicles_table_and_verdict(k):
     figs = [d[PLOTLY] for d in r.data if PLOTLY in d]
     assert len(figs) == 1, [list(d) for d in r.data]
     traces = figs[0]["data"]
-    assert [t["type"] for t in traces] == ["icicle", "icicle"]
+    assert [t["type"] for t in traces] == ["icicle", "icicle", "table"]   # CPU, wall (one scale), off-CPU table
     html = "".join(d.get("text/html", "") for d in r.data)
     assert "% of wall time off-CPU, mostly in" in html
     for col in ("cpu s", "off-CPU s", "wall s", "on-CPU %"):
         assert f"<th>{col}</th>" in html, col
     assert html.count("<svg") == 2          # the static twin: CPU and wall icicles
     assert "<img src=x" not in html and "&lt;img src=x onerror=alert(1)&gt;" in html
-    assert all("<img" not in str(lab) for t in traces for lab in t["labels"])
+    assert all("<img" not in str(lab) for t in traces if t["type"] == "icicle" for lab in t["labels"])
     # still the Profile: returned (shown as one line) and in _profile
     assert r.result is not None and r.result["text/plain"].startswith("<Profile")
     assert k.value("type(_).__name__ + ' ' + _profile.meta['mode']") == "QuietProfile both"

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ..analysis import match_key
 from ..model import METRIC_LABELS, Profile
 
 ROOT = -1   # key of the root node
@@ -325,8 +326,8 @@ def sandwich(profile: Profile, fns: np.ndarray, metric: str, thread: str | None 
 
 
 class Union:
-    """Call trees of several profiles over one node set: function keys are (name, file), so the
-    same node id means the same call path in every tree."""
+    """Call trees of several profiles over one node set: function keys are ``analysis.match_key``s
+    (name, file), so the same node id means the same call path in every tree."""
 
     def __init__(self, profiles: list[Profile], weights: list[np.ndarray]):
         keymap: dict[tuple, int] = {}
@@ -339,7 +340,7 @@ class Union:
             ft = function_table(p)
             local = np.full(int(ft.index.max()) + 1 if len(ft) else 0, -1, np.int64)
             for fid, name, file, line in zip(ft.index, ft["name"], ft["file"], ft["line"]):
-                k = (name, file)
+                k = match_key(name, file)
                 if k not in keymap:
                     keymap[k] = len(self.names)
                     self.names.append(name)
