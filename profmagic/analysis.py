@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from .boilerplate import FOLDED_FILE
-from .model import METRIC_LABELS, Profile
+from .model import METRIC_LABELS, Profile, unique_ints
 from .multi import PROCESS, by_process, processes
 
 
@@ -246,13 +246,13 @@ def line_table(profile: Profile, file: str, thread: str | None = None,
     hit = in_file[fids] & keep[rows] & (line_of[fids] >= 0)
     r, ln = rows[hit], line_of[fids[hit]]
     span = int(ln.max()) + 1 if len(ln) else 1
-    pair = np.unique(r * span + ln)                 # one entry per (stack row, line)
+    pair = unique_ints(r * span + ln)               # one entry per (stack row, line)
     prow, pline = pair // span, pair % span
     nonempty = lengths > 0
     leaf = fids[np.cumsum(lengths)[nonempty] - 1]
     leaf_rows = np.flatnonzero(nonempty)
     leaf_hit = in_file[leaf] & keep[leaf_rows] & (line_of[leaf] >= 0)
-    lines = np.unique(pline)
+    lines = unique_ints(pline)
     out = pd.DataFrame(index=pd.Index(lines, name="line"))
 
     def per_line(w: np.ndarray, r_: np.ndarray, l_: np.ndarray) -> np.ndarray:

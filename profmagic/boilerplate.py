@@ -90,9 +90,9 @@ def fold(profile: Profile, rules: list[Rule] | None = None) -> Profile:
     key = tuple(RULES if rules is None else rules)
     hit = _CACHE.get(profile)
     if hit is not None and hit[0] == key:
-        return hit[1]
+        return profile if hit[1] is None else hit[1]
     out = _fold(profile, list(key))
-    _CACHE[profile] = (key, out)
+    _CACHE[profile] = (key, None if out is profile else out)   # never the key itself: it would never be freed
     return out
 
 

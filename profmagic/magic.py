@@ -300,6 +300,8 @@ def _run_async(backend, options, compiled, ns, session_kw):
 
 def load_ipython_extension(ipython) -> None:
     ipython.register_magics(ProfileMagics)
+    from .report import warm_up
+    warm_up()   # the front end loads its plotly renderer now, not after the first profiled cell
 
 
 def unload_ipython_extension(ipython) -> None:

@@ -1,6 +1,7 @@
 """Every teaching notebook runs to the end in a real kernel (nbclient), assert cells included,
 and converts to HTML."""
 import importlib.util
+import re
 from pathlib import Path
 
 import nbformat
@@ -42,6 +43,16 @@ def test_executes_and_converts(path, tmp_path):
     assert title.split(":")[0] in html
     executed = nbformat.read(r["executed"], as_version=4)
     assert not [o for c in executed.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    # The HTML shows the profiles, drawn (static SVG, no script needed), not only tables of numbers.
+    icicles = re.findall(r'<svg [^>]*class="profmagic-icicle( profmagic-diff)?"', html)
+    assert len(icicles) >= 2, f"{path.name}: {len(icicles)} drawn profiles"
     if path.name.startswith("04"):
         lines = r["summary"].splitlines()
         assert len(lines) == 3 and lines[0].startswith("case study:") and "x faster" in lines[2]
+        # The four pictures: the main thread's wall icicle (the py-spy --idle report), the worker's
+        # wall icicle with off-CPU hatched beside perf's CPU icicle, the differential icicle.
+        assert "backend py-spy" in html and "class=\"profmagic-offcpu\"" in html
+        row = html[html.index("eu-stack: worker, wall time"):]
+        row = row[:row.index("Top functions per backend")]
+        assert "perf: worker, CPU samples" in row and row.count("<svg") == 2
+        assert ' profmagic-diff"' in html

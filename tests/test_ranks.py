@@ -2,7 +2,6 @@
 names the one that differs most, says which processes ended, and works offline as static HTML."""
 from __future__ import annotations
 
-import base64
 import json
 import re
 
@@ -12,6 +11,7 @@ import pytest
 
 from profmagic import analysis, multi, report
 from profmagic.model import StackBuilder
+from plotly_json import arr
 from profmagic.views import fmt, ranks
 
 pytestmark = pytest.mark.timeout(120)
@@ -34,13 +34,6 @@ def worker(i: int):
             b.add(sid, time=t, wall=0.01, cpu=cpu)
             t += 0.01
     return b.build(metric="wall", meta={"backend": "sampler", "rate": 100.0, "duration": t, "pid": 100 + i})
-
-
-def arr(v) -> list:
-    """A plotly JSON array: a list, or a typed array {"dtype", "bdata"} as plotly.py writes numpy."""
-    if isinstance(v, dict):
-        return np.frombuffer(base64.b64decode(v["bdata"]), dtype=v["dtype"]).tolist()
-    return list(v)
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ import re
 import pytest
 
 import profmagic
+from plotly_json import arr
 from profmagic import report
 from profmagic.model import Raw, StackBuilder
 
@@ -100,7 +101,7 @@ def test_widget_tabs_and_pickers():
     fig = r.panes[0].children[0].outputs[0]["data"][report.PLOTLY_MIME]
     labels = fig["data"][0]["labels"]
     assert "work" not in labels and "&lt;/script&gt;&lt;script&gt;alert(2)&lt;/script&gt;" in labels
-    assert fig["data"][0]["values"][0] == 3  # the worker's samples
+    assert arr(fig["data"][0]["values"])[0] == 3  # the worker's samples
     assert "samples" in fig["layout"]["title"]["text"] and "worker" in fig["layout"]["title"]["text"]
     # Sandwich: the list is text; picking shows callers and callees; a bad regex says so.
     r.tabs.selected_index = 1
@@ -150,6 +151,27 @@ def test_display_under_a_real_kernel(kernel):
     assert "text/html" not in rep.result  # not twice
 
 
+@pytest.mark.kernel
+def test_del_frees_a_displayed_profile_and_its_report_says_so(kernel):
+    """A profile held in a variable and displayed is held by its report only weakly: ``del`` frees
+    it (and everything derived from it); the report's other tabs then say it is gone."""
+    setup = ("import gc, weakref\nfrom IPython.display import display\nfrom profmagic import report\n"
+             "from profmagic.model import StackBuilder\nb = StackBuilder()\n"
+             "b.add(b.stack('T', (b.frame('main', 'a.py', 1, 'python'), b.frame('work', 'a.py', 2, 'python'))), wall=0.5)\n"
+             "p = b.build(meta={'backend': 'k'})\nref = weakref.ref(p)\ndisplay(p)\n"
+             "r = report.Report(p, hold=not report.display._named(p))")
+    rep = kernel.run(setup)
+    assert rep.status == "ok", rep.error
+    assert any("application/vnd.jupyter.widget-view+json" in d for d in rep.data)
+    rep = kernel.run("del p\ngc.collect()\nprint(ref() is None)\nr.tabs.selected_index = r.TABS.index('Sandwich')\n"
+                     "print(r.panes[r.TABS.index('Sandwich')].children[0].value)")
+    assert rep.status == "ok", rep.error
+    freed, message = rep.stdout.splitlines()[:2]
+    assert freed == "True" and "deleted from the kernel" in message
+    # Displayed without a name (display(load(f))): its report holds it, or nothing would.
+    assert kernel.value("report.display._named(b.build(meta={'backend': 'k'}))") is False
+
+
 def test_partial_and_message_are_shown():
     p = profile().with_meta(partial="the code raised ZeroDivisionError; this profile covers it up to there",
                             message="py-spy missed the first 0.1 s")
@@ -178,7 +200,7 @@ def test_click_in_icicle_shows_the_function_in_sandwich():
     assert r.bridge is not None and r.to_sandwich.disabled
     fig = r.panes[0].children[0].outputs[0]["data"][report.PLOTLY_MIME]["data"][0]
     node = fig["labels"].index("work")
-    key = fig["customdata"][node][5]
+    key = int(arr(fig["customdata"])[node][0])
     assert p.functions().set_index("id").loc[key, "name"] == "work"
     r.bridge.clicked = {"key": key, "label": "work", "n": 1}   # what the browser sends on plotly_click
     assert not r.to_sandwich.disabled and ">work</b>" in r.click_label.value

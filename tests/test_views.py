@@ -106,7 +106,7 @@ def test_icicle_ids_are_integers_and_title_is_honest():
     p = random_profile(seed=2)
     fig = p.icicle(metric="cpu")
     tr = fig.data[0]
-    assert all(isinstance(i, int) for i in tr.ids)
+    assert np.asarray(tr.ids).dtype.kind == "i"   # integer ids: sent as one typed array
     assert tr.parents[0] == "" and all(isinstance(x, int) for x in tr.parents[1:])
     # Integer values that never leave a parent smaller than its children.
     vals = np.asarray(tr.values)
@@ -275,3 +275,24 @@ def test_every_view_title_names_metric_backend_rate_count_duration_and_approxima
         for want in (METRIC_LABELS[metric], "backend synthetic", "100 Hz", f"{p.sample_count:,} samples",
                      "4.250 s", "approximate: made up for this test"):
             assert want in t, (name, want, t)
+
+
+def test_a_large_profile_is_cut_early_with_the_same_result_and_paged(monkeypatch):
+    """Over tree.LARGE frames, the view's tree is built with an early cut: the nodes shown and their
+    totals are those of pruning the full tree. Sandwich lists a page, with exact totals."""
+    p = big_profile(nstacks=20_000)
+    want = T.prune(T.from_profile(p, "wall")[0], max_nodes=300)
+    fid = int(p.functions("wall")["id"].iloc[3])
+    want_sw = sandwich.trees(p, fid, "wall", max_nodes=200)[:2]
+    monkeypatch.setattr(T, "LARGE", 1000)
+    for a, b in zip(sandwich.trees(p, fid, "wall", max_nodes=200)[:2], want_sw):   # callers, callees
+        assert sorted(zip(paths(p, a), np.round(a.total, 9))) == sorted(zip(paths(p, b), np.round(b.total, 9)))
+    got, n_full, _ = T.pruned(p, "wall", max_nodes=300)
+    assert n_full is None                                     # the full tree was never built
+    assert sorted(zip(paths(p, got), np.round(got.total, 9))) == sorted(zip(paths(p, want), np.round(want.total, 9)))
+    check_exact(got)
+    page = sandwich.table(p, "wall", limit=40)
+    assert len(page) == 40 and list(page["self"]) == sorted(page["self"], reverse=True)
+    exact = p.functions("wall").set_index("id")
+    for fid, total, slf in zip(page["id"], page["total"], page["self"]):
+        assert (total, slf) == pytest.approx((exact.at[fid, "total"], exact.at[fid, "self"]))

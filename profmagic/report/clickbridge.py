@@ -1,12 +1,12 @@
 """The click bridge: a hidden anywidget that relays plotly's click on an icicle box to Python.
 
-Each icicle trace carries the function id of every box in ``customdata[5]`` (views.icicle.trace).
+Each icicle trace carries the function id of every box in ``customdata[0]`` (views.icicle.trace).
 """
 from __future__ import annotations
 
 _CLICK_ESM = """
 function render({ model, el }) {
-  // Relay plotly_click on any icicle in this report to Python: customdata[5] is the function id.
+  // Relay plotly_click on any icicle in this report to Python: customdata[0] is the function id.
   let n = 0;
   const bind = () => {
     const root = el.closest('.profmagic-widget');
@@ -16,7 +16,7 @@ function render({ model, el }) {
       plot.__profmagicClick = true;
       plot.on('plotly_click', (ev) => {
         const pt = ev && ev.points && ev.points[0];
-        const key = pt && pt.customdata ? pt.customdata[5] : null;
+        const key = pt && pt.customdata ? pt.customdata[0] : null;
         if (typeof key !== 'number' || key < 0) return;
         model.set('clicked', { key: key, label: String(pt.label), n: ++n });
         model.save_changes();

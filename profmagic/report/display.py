@@ -2,7 +2,10 @@
 as its own output, then the live widget; and the repr with the error when building either fails."""
 from __future__ import annotations
 
+import re
+
 from ..model import Profile
+from ..views.mime import PLOTLY_MIME
 from .static import escape, static_html
 from .widget import widget
 
@@ -14,6 +17,35 @@ def _live_kernel() -> bool:
         return False
     ip = get_ipython()
     return ip is not None and getattr(ip, "kernel", None) is not None
+
+
+_CACHE_NAMES = re.compile(r"_+\d*|_i+\d*|_[ido]h|In|Out")   # IPython's input and output history
+
+
+def _named(profile: Profile) -> bool:
+    """Whether a variable of the user's namespace holds ``profile``: then the report holds it only
+    weakly, and ``del`` of that variable frees it. A profile displayed without a name (``display(
+    load(f))``) is held by its report."""
+    from IPython import get_ipython
+    ns = get_ipython().user_ns
+    return any(v is profile for k, v in list(ns.items()) if not _CACHE_NAMES.fullmatch(k))
+
+
+# An invisible figure: drawing it makes JupyterLab load its plotly renderer (4.8 MB) now.
+_BLANK = {"data": [], "layout": {"height": 10, "width": 10, "margin": {"l": 0, "r": 0, "t": 0, "b": 0},
+                                 "xaxis": {"visible": False}, "yaxis": {"visible": False},
+                                 "paper_bgcolor": "rgba(0,0,0,0)", "plot_bgcolor": "rgba(0,0,0,0)"},
+          "config": {"staticPlot": True, "displayModeBar": False}}
+
+
+def warm_up() -> None:
+    """Under a live kernel, display an invisible 10-pixel plotly figure, so that the front end
+    loads its plotly renderer while the user's first profiled cell runs, not after it: the first
+    report's icicle then draws as fast as the next ones (bench/RESULTS.md). ``%load_ext profmagic``
+    calls it; the output it leaves is empty in nbconvert and GitHub."""
+    if _live_kernel():
+        from IPython.display import display
+        display({PLOTLY_MIME: _BLANK, "text/html": "", "text/plain": ""}, raw=True)
 
 
 def fallback(profile: Profile, error: BaseException) -> dict:
@@ -49,7 +81,7 @@ def _mimebundle(profile: Profile) -> dict:
     from IPython.display import display
     uid = uuid.uuid4().hex[:12]
     try:
-        view = widget(profile, uid)._repr_mimebundle_()
+        view = widget(profile, uid, hold=not _named(profile))._repr_mimebundle_()
     except ImportError:  # ipywidgets missing: the static HTML alone
         return {"text/plain": repr(profile), "text/html": static_html(profile)}
     display({"text/html": static_html(profile, uid)}, raw=True)

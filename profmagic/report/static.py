@@ -20,7 +20,7 @@ def functions_html(profile: Profile, metric: str, top: int = TOP_FUNCTIONS, thre
     """The ``top`` functions by self time: self and total in ``metric`` with their shares, and
     total wall, CPU and off-CPU time where both clocks were measured."""
     from ..views import sandwich
-    df = sandwich.table(profile, metric, thread, boilerplate=boilerplate).head(top)
+    df = sandwich.table(profile, metric, thread, boilerplate=boilerplate, limit=top).head(top)
     unit = METRIC_LABELS.get(metric, metric)
     show = pd.DataFrame({
         "function": df["name"].astype(str),

@@ -6,19 +6,30 @@ it is first shown, and again after a picker changes.
 """
 from __future__ import annotations
 
+import weakref
+
 from .. import multi
 from ..model import METRIC_LABELS, Profile
+from ..views.header import large_export
 from ..views.mime import figure_output, html_output
 from .clickbridge import ClickBridge
 from .static import downloads_html, escape, header_html, table_html
 
 
-class Report:
-    """The interactive report. ``Report(p).widget`` is an ipywidgets.VBox; ``TABS`` its tab titles."""
+class ProfileGone(RuntimeError):
+    """The report's profile was deleted from the kernel."""
 
-    def __init__(self, profile: Profile, uid: str = ""):
+
+class Report:
+    """The interactive report. ``Report(p).widget`` is an ipywidgets.VBox; ``TABS`` its tab titles.
+
+    ``hold=False`` keeps only a weak reference to the profile, so ``del p`` frees it and all the
+    report derived from it; the tabs already drawn stay, the others then say so."""
+
+    def __init__(self, profile: Profile, uid: str = "", hold: bool = True):
         import ipywidgets as W
-        self.p = profile
+        self._held = profile if hold else None
+        self._ref = weakref.ref(profile)
         self.W = W
         self.tab_builders = [("Icicle", self._tab_icicle), ("Sandwich", self._tab_sandwich),
                              ("Source", self._tab_source), ("Time order", self._tab_time)]
@@ -89,6 +100,13 @@ class Report:
 
     # -- state -------------------------------------------------------------------------------------
     @property
+    def p(self) -> Profile:
+        p = self._ref()
+        if p is None:
+            raise ProfileGone("this profile was deleted from the kernel (del); run its cell again to explore it")
+        return p
+
+    @property
     def thread_name(self):
         i = self.thread.value
         return None if i == -1 else self.p.threads[i]
@@ -102,7 +120,10 @@ class Report:
             return
         self.built[i] = True
         try:
+            self.p  # noqa: B018 -- raises ProfileGone once the profile was deleted
             self.panes[i].children = self.tab_builders[i][1]()
+        except ProfileGone as e:
+            self.panes[i].children = [self.W.HTML(f"<p style='font:13px sans-serif'>{escape(e)}.</p>")]
         except Exception as e:  # show the error in the tab rather than a dead widget
             self.panes[i].children = [self.W.HTML(f"<pre>{escape(type(e).__name__)}: {escape(e)}</pre>")]
 
@@ -138,7 +159,7 @@ class Report:
         from ..views import sandwich
         try:
             df = sandwich.table(self.p, self.metric.value, self.thread_name, self.sw_filter.value or None,
-                                self.sw_sort.value, boilerplate=self.fold.value)
+                                self.sw_sort.value, boilerplate=self.fold.value, limit=sandwich.PAGE)
         except Exception as e:  # a bad regex, typically
             self.sw_msg.value = f"<span style='color:#b91c1c'>{escape(e)}</span>"
             return
@@ -235,7 +256,7 @@ class Report:
 
     def _tab_ranks(self):
         from ..views import ranks
-        box = ranks.widget(self.p, metric=self.metric.value)
+        box = ranks.widget(self._ref, metric=self.metric.value)
         self.ranks = box
         if self.thread_name is None:
             return [box]
@@ -254,7 +275,13 @@ class Report:
                                                                        self.fold.value)))]
 
     def _tab_raw(self):
-        return [self.W.HTML(header_html(self.p) + downloads_html(self.p))]
+        links = self.W.HTML(header_html(self.p) + downloads_html(self.p))
+        if not large_export(self.p):
+            return [links]
+        make = self.W.Button(description="write the speedscope JSON next to the notebook",
+                             layout=self.W.Layout(width="380px"))
+        make.on_click(lambda _: setattr(links, "value", header_html(self.p) + downloads_html(self.p, export_large=True)))
+        return [links, make]
 
 
 def _hide_twin(uid: str) -> str:
@@ -268,5 +295,5 @@ def _hide_twin(uid: str) -> str:
             "{display:none}</style>")
 
 
-def widget(profile: Profile, uid: str = ""):
-    return Report(profile, uid).widget
+def widget(profile: Profile, uid: str = "", hold: bool = True):
+    return Report(profile, uid, hold).widget

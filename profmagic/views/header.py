@@ -15,8 +15,10 @@ import os
 import shutil
 
 from ..model import METRIC_LABELS, Profile
+from .tree import flat
 
 MAX_DATA_URI = 10 * 1024 * 1024  # bytes per file; docs/report.md
+MAX_EXPORT = 1_000_000   # frames: a larger profile's speedscope JSON is built only when asked
 RAW_EXT = {"speedscope": ".speedscope.json", "folded": ".folded", "pstats": ".pstats", "perf_script": ".perf.txt",
            "perf": ".perf.data", "pyinstrument": ".pyisession", "eu_stack": ".eu-stack.txt", "stap": ".stap.txt"}
 
@@ -104,8 +106,15 @@ def speedscope_bytes(profile: Profile) -> bytes:
     return json.dumps(speedscope.to_dict(profile), ensure_ascii=True, separators=(",", ":")).encode("ascii")
 
 
-def downloads_html(profile: Profile, directory: str | None = None) -> str:
-    """Download links for the speedscope JSON and the raw capture (see the module docstring)."""
+def large_export(profile: Profile) -> bool:
+    """True when the profile's speedscope JSON is built only when asked (over ``MAX_EXPORT`` frames)."""
+    return int(flat(profile).lengths.sum()) > MAX_EXPORT
+
+
+def downloads_html(profile: Profile, directory: str | None = None, export_large: bool = False) -> str:
+    """Download links for the speedscope JSON and the raw capture (see the module docstring). The
+    speedscope JSON of a profile of more than ``MAX_EXPORT`` frames (seconds to build) is made
+    only with ``export_large``."""
     items = []
     raw = profile.raw
     if raw is None:
@@ -118,8 +127,15 @@ def downloads_html(profile: Profile, directory: str | None = None) -> str:
                                directory))
         else:
             items.append(f"Raw capture ({escape(raw.format)}): its file {escape(raw.path)} is gone.")
-    items.append(_link("profmagic-speedscope", stem(profile) + ".speedscope.json", "speedscope JSON",
-                       speedscope_bytes(profile), "application/json", directory=directory)
-                 + " — opens in speedscope (www.speedscope.app: drop the file on the page; it stays in your browser)")
+    if large_export(profile) and not export_large:
+        items.append(f"speedscope JSON: not built for this display ({int(flat(profile).lengths.sum()):,} frames "
+                     "would take seconds); "
+                     "the live report's Raw tab writes it next to the notebook, or "
+                     "<code>p.save('profile.speedscope.json')</code>")
+    else:
+        items.append(_link("profmagic-speedscope", stem(profile) + ".speedscope.json", "speedscope JSON",
+                           speedscope_bytes(profile), "application/json", directory=directory)
+                     + " — opens in speedscope (www.speedscope.app: drop the file on the page; it stays in "
+                       "your browser)")
     return "<div class='profmagic-downloads' style='font:13px sans-serif;line-height:1.8'>" + "<br>".join(items) \
         + "</div>"

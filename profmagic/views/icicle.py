@@ -19,6 +19,7 @@ from ..model import Profile
 from . import colours as C
 from . import esc, metric_label, title
 from . import tree as T
+from .memo import functions
 
 CLOCK_LABELS = {"wall": "wall", "cpu": "CPU", "off_cpu": "off-CPU"}
 HATCH_MIN = 0.05   # boxes at least this share off-CPU are hatched
@@ -44,19 +45,25 @@ class Paint:
     clocks: tuple
     fn: dict
 
+    @property
+    def calls(self) -> bool:
+        """Whether the hover gives a function's numbers over all its calls (not for a profile over
+        ``tree.LARGE`` frames: the Sandwich tab has them)."""
+        return bool(self.fn)
+
     @classmethod
     def of(cls, profile: Profile, metric: str, thread: str | None = None, colour: str = "function",
            colours: np.ndarray | None = None) -> "Paint":
         ft = T.function_table(profile)
-        sub = profile if thread is None else profile.subset(T.thread_rows(profile, thread))
-        f = sub.functions(metric)
-        ids = f["id"].to_numpy()
-        size = int(ft.index.max()) + 1 if len(ft) else 0
         cl = clocks(profile, metric)
         fn = {}
-        for m in (metric,) + cl:
-            tot, slf = (f["total"], f["self"]) if m == metric else (f[m], f["self_" + m])
-            fn[m] = (_by_id(size, ids, tot), _by_id(size, ids, slf))
+        if not T.large(profile):
+            f = functions(profile, metric, None if thread is None else T.thread_rows(profile, thread), thread)
+            ids = f["id"].to_numpy()
+            size = int(ft.index.max()) + 1 if len(ft) else 0
+            for m in (metric,) + cl:
+                tot, slf = (f["total"], f["self"]) if m == metric else (f[m], f["self_" + m])
+                fn[m] = (_by_id(size, ids, tot), _by_id(size, ids, slf))
         return cls(profile, metric, ft, C.by_scheme(ft, colour) if colours is None else colours, cl, fn)
 
 
@@ -70,31 +77,24 @@ def tree(profile: Profile, metric: str, thread: str | None, *, min_share: float 
          max_nodes: int = T.MAX_NODES) -> tuple[T.Tree, list[str]]:
     """The pruned call tree of the view, with the hover's clocks on its nodes, and the notes its
     title must carry (nodes folded into (other), stacks of unknown weight)."""
-    full, unknown = T.from_profile(profile, metric, thread, also=clocks(profile, metric))
-    t = T.prune(full, min_share=min_share, max_nodes=max_nodes)
+    t, n_full, unknown = T.pruned(profile, metric, thread, clocks(profile, metric), min_share=min_share,
+                                  max_nodes=max_nodes)
     notes = []
-    if len(t) < len(full):
-        notes.append(f"{len(full) - 1:,} call-tree nodes shown as {len(t) - 1:,}: "
-                     "smaller ones folded into (other)")
+    if n_full is None:
+        notes.append(f"call tree shown as {len(t) - 1:,} nodes: smaller ones folded into (other)")
+    elif len(t) < n_full:
+        notes.append(f"{n_full - 1:,} call-tree nodes shown as {len(t) - 1:,}: smaller ones folded into (other)")
     if unknown:
         notes.append(f"{unknown} stacks have no {metric} weight (the source could not measure it)")
     return t, notes
 
 
-def _round(a: np.ndarray, digits: int = 4) -> list:
-    """Shorter JSON: values rounded to ``digits`` significant digits."""
-    a = np.asarray(a, dtype=np.float64)
-    if np.all(a == np.round(a)):
-        return a.astype(np.int64).tolist()
-    return [float(f"{x:.{digits}g}") for x in a.tolist()]
-
-
-def ticks(t: T.Tree, metric: str) -> list[int]:
+def ticks(t: T.Tree, metric: str) -> np.ndarray:
     """Node totals as integers (samples, or microseconds), summed from the leaves up so that no
     parent is smaller than its children's sum: plotly refuses a "total" tree that is, and float
     sums in another order could be, by an ulp."""
     scale = 1 if metric == "samples" else 1e6
-    return T.subtree_sum(t.parent, t.depth, np.rint(t.self * scale).astype(np.int64)).tolist()
+    return T.subtree_sum(t.parent, t.depth, np.rint(t.self * scale).astype(np.int64))
 
 
 def names(paint: Paint, t: T.Tree, root_label: str) -> tuple[list[str], list[str]]:
@@ -135,6 +135,8 @@ def function_numbers(paint: Paint, t: T.Tree, m: str) -> tuple[np.ndarray, np.nd
     node's own numbers for the root and (other) nodes."""
     inst_total, inst_self = (t.total, t.self) if m == paint.metric else t.extra[m]
     tot, slf = inst_total.copy(), inst_self.copy()
+    if not paint.calls:
+        return tot, slf
     real = t.key >= 0
     ftot, fself = paint.fn[m]
     tot[real] = ftot[t.key[real]]
@@ -146,55 +148,56 @@ def trace(paint: Paint, t: T.Tree, root_label: str, flip: bool = False,
           domain: dict | None = None) -> go.Icicle:
     """A go.Icicle over a (pruned) tree. Labels, hovers and files are escaped."""
     labels, where = names(paint, t, root_label)
-    root = float(t.total[0]) or 1.0
     unit = "" if paint.metric == "samples" else " s"
     shown = [c for c in paint.clocks if c in t.extra]
-    custom = np.empty((len(t), 8 + 2 * len(shown)), dtype=object)
-    custom[:, 0] = [esc(w, 80) for w in where]
-    custom[:, 1] = _round(t.total)
-    custom[:, 2] = _round(t.self)
-    custom[:, 3] = _round(t.self / root, 3)
-    custom[:, 4] = _round(t.samples)
-    custom[:, 5] = t.key.tolist()  # function id (report: "show in Sandwich" on click); <0 root/(other)
-    ftot, fself = function_numbers(paint, t, paint.metric)
-    custom[:, 6] = _round(ftot)
-    custom[:, 7] = _round(fself)
+    # Numbers only, so plotly sends them as one typed array (4 bytes a number, no list per node):
+    # 0 function id (the report's "show in Sandwich" on click; <0 root/(other)), 1 total, 2 self,
+    # 3 samples, 4-5 total and self of the function over all its calls, then per clock shown
+    # its total for this box and for all calls of the function.
+    custom = np.empty((len(t), 6 + 2 * len(shown)), dtype=np.float32)
+    custom[:, 0] = t.key
+    custom[:, 1] = t.total
+    custom[:, 2] = t.self
+    custom[:, 3] = t.samples
+    custom[:, 4], custom[:, 5] = function_numbers(paint, t, paint.metric)
     for i, c in enumerate(shown):
-        custom[:, 8 + 2 * i] = _round(t.extra[c][0])
-        custom[:, 9 + 2 * i] = _round(function_numbers(paint, t, c)[0])
+        custom[:, 6 + 2 * i] = t.extra[c][0]
+        custom[:, 7 + 2 * i] = function_numbers(paint, t, c)[0]
     marker = dict(colors=fills(paint, t), line=dict(width=0.5, color="#fff"))
     share = off_share(paint, t)
     if share is not None:
         marker["pattern"] = dict(shape=np.where(share >= HATCH_MIN, "/", "").tolist(),
-                                 solidity=_round(0.15 + 0.5 * share, 2), fillmode="overlay", fgcolor=C.HATCH,
+                                 solidity=np.round(0.15 + 0.5 * share, 2), fillmode="overlay", fgcolor=C.HATCH,
                                  size=8)
     return go.Icicle(
-        ids=list(range(len(t))),
+        ids=np.arange(len(t)),
         parents=[""] + t.parent[1:].tolist(),
         values=ticks(t, paint.metric),
         branchvalues="total",
         labels=[esc(x) for x in labels],
+        hovertext=[esc(w, 80) for w in where],
         customdata=custom,
-        hovertemplate=_hover(paint.metric, unit, shown),
+        hovertemplate=_hover(paint.metric, unit, shown, paint.calls),
         marker=marker,
         tiling=dict(orientation="v", pad=0, **({"flip": "y"} if flip else {})),
         sort=True,
         textinfo="label",
         maxdepth=-1,
         **({"domain": domain} if domain else {}),
+        _validate=False,   # built from checked arrays; plotly's check costs ~1 s on 8,000 nodes
     )
 
 
-def _hover(metric: str, unit: str, shown: list[str]) -> str:
+def _hover(metric: str, unit: str, shown: list[str], calls: bool = True) -> str:
     def clock_line(first: int) -> str:
         parts = [f"{CLOCK_LABELS[c]} %{{customdata[{first + 2 * i}]:.4~g}} s" for i, c in enumerate(shown)]
         return ("&nbsp;&nbsp;" + " · ".join(parts) + "<br>") if parts else ""
-    return ("<b>%{label}</b><br>%{customdata[0]}<br>"
+    all_calls = (f"all its calls: %{{customdata[4]:.4~g}}{unit}, self %{{customdata[5]:.4~g}}{unit}<br>"
+                 + clock_line(7)) if calls else "all its calls: see Sandwich (a profile this large)<br>"
+    return ("<b>%{label}</b><br>%{hovertext}<br>"
             f"this call path: %{{customdata[1]:.4~g}}{unit} (%{{percentRoot:.1%}} of the view), "
-            f"self %{{customdata[2]:.4~g}}{unit}<br>" + clock_line(8) +
-            f"all its calls: %{{customdata[6]:.4~g}}{unit}, self %{{customdata[7]:.4~g}}{unit}<br>"
-            + clock_line(9) +
-            f"%{{customdata[4]:,}} samples · {esc(metric_label(metric))}<extra></extra>")
+            f"self %{{customdata[2]:.4~g}}{unit}<br>" + clock_line(6) + all_calls +
+            f"%{{customdata[3]:,}} samples · {esc(metric_label(metric))}<extra></extra>")
 
 
 def legend(paint: Paint, colour: str) -> str:
@@ -317,7 +320,8 @@ def svg(profile: Profile, metric: str | None = None, thread: str | None = None, 
     ``rest`` labelling the remainder. For outputs seen without a live kernel (nbconvert, GitHub)."""
     metric = metric or profile.metric
     p = B.fold(profile) if boilerplate else profile
-    t, _ = tree(p, metric, thread, min_share=min_share, max_nodes=max_nodes)
+    # From the live figure's tree (built once): pruning a pruned tree further gives the same nodes.
+    t = T.prune(tree(p, metric, thread)[0], min_share=min_share, max_nodes=max_nodes)
     paint = Paint.of(p, metric, thread, colour)
     labels, where = names(paint, t, "all threads" if thread is None else str(thread))
     return draw(t, labels, tips(paint, t, labels, where), fills(paint, t), width=width, row=row, scale=scale,
@@ -338,8 +342,9 @@ def tips(paint: Paint, t: T.Tree, labels: list[str], where: list[str]) -> list[s
                  f"this call path: {t.total[i]:.4g} ({100 * t.total[i] / root:.1f}%), self {t.self[i]:.4g}"]
         if shown:
             lines.append("  " + " · ".join(f"{CLOCK_LABELS[c]} {clock_inst[c][i]:.4g} s" for c in shown))
-        lines.append(f"all its calls: {ftot[i]:.4g}, self {fself[i]:.4g}")
-        if shown:
+        lines.append(f"all its calls: {ftot[i]:.4g}, self {fself[i]:.4g}" if paint.calls else
+                     "all its calls: see Sandwich (a profile this large)")
+        if shown and paint.calls:
             lines.append("  " + " · ".join(f"{CLOCK_LABELS[c]} {clock_fn[c][i]:.4g} s" for c in shown))
         lines.append(f"{int(t.samples[i]):,} samples · {unit}")
         out.append("\n".join(x for x in lines if x))

@@ -7,6 +7,8 @@
 """
 from __future__ import annotations
 
+import weakref
+
 import plotly.graph_objects as go
 
 from ..analysis import differs_most, process_profile, shares
@@ -135,17 +137,20 @@ def html(profile: Profile, metric: str | None = None, include_plotlyjs: bool = F
     return line + b + h
 
 
-def widget(profile: Profile, metric: str | None = None):
-    """ipywidgets: the one line, bars, heat table; a button per process shows its icicle."""
-    return _Ranks(profile, metric or profile.metric).box
+def widget(profile, metric: str | None = None):
+    """ipywidgets: the one line, bars, heat table; a button per process shows its icicle.
+    ``profile``: a Profile, or a weak reference to one (the report's, which ``del`` may free)."""
+    get = profile if isinstance(profile, weakref.ref) else (lambda: profile)
+    return _Ranks(get, metric or get().metric).box
 
 
 class _Ranks:
     """The widget of ``widget()``: ``box.show_process(i)`` does what a click on process i does."""
 
-    def __init__(self, profile: Profile, metric: str):
+    def __init__(self, get, metric: str):
         import ipywidgets as W
-        self.profile, self.metric, self.W = profile, metric, W
+        self.get, self.metric, self.W = get, metric, W
+        profile = get()
         self.procs = processes(profile)
         line = W.HTML(f"<b>{esc(differs_most(profile, metric), 600)}</b>")
         pick = W.ToggleButtons(options=[(str(p)[:40], i) for i, p in enumerate(self.procs)], value=None,
@@ -167,5 +172,9 @@ class _Ranks:
     def _show(self, change):
         if change["new"] is None:
             return
-        sub = process_profile(self.profile, self.procs[change["new"]])
+        profile = self.get()
+        if profile is None:
+            self.icicles.children = [self.W.HTML("this profile was deleted from the kernel (del)")]
+            return
+        sub = process_profile(profile, self.procs[change["new"]])
         self.icicles.children = [self._out(icicle.figure(sub, metric=self.metric))]

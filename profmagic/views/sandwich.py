@@ -16,25 +16,35 @@ from ..model import Profile
 from . import esc, fmt, metric_label, title
 from . import icicle
 from . import tree as T
+from .memo import functions
+
+
+PAGE = 500   # functions listed at once (a large profile gets totals for these only)
 
 
 def table(profile: Profile, metric: str | None = None, thread: str | None = None,
-          pattern: str | None = None, sort: str = "self", boilerplate: bool = True) -> pd.DataFrame:
+          pattern: str | None = None, sort: str = "self", boilerplate: bool = True,
+          limit: int | None = None) -> pd.DataFrame:
     """Functions with name, file, self, total and their shares of the view, filtered by a regex
     on name or file, sorted by ``sort`` (self, total or name). With ``boilerplate`` (the default),
-    functions found only in folded boilerplate are left out (``profmagic.boilerplate``)."""
+    functions found only in folded boilerplate are left out (``profmagic.boilerplate``). A profile
+    of more than ``tree.LARGE`` frames lists a page: the ``limit`` (default ``PAGE``) heaviest by
+    self time, totals computed for those only."""
     metric = metric or profile.metric
     T.metric_weights(profile, metric)  # raises if the profile cannot know the metric
     if boilerplate:
         profile = B.fold(profile)
-    p = profile if thread is None else profile.subset(T.thread_rows(profile, thread))
-    df = p.functions(metric)
+    rx = re.compile(pattern) if pattern else None
+    if T.large(profile):
+        df = _page(profile, metric, thread, rx, limit or PAGE)
+    else:
+        df = functions(profile, metric, None if thread is None else T.thread_rows(profile, thread), thread)
+        if rx is not None:
+            df = df[[bool(rx.search(str(n)) or rx.search(str(f))) for n, f in zip(df["name"], df["file"])]]
     df = df[df["file"] != B.FOLDED_FILE]
-    grand = float(np.nansum(p.weights(metric).to_numpy(dtype=np.float64))) or 1.0
+    w = T.metric_weights(profile, metric)[0]
+    grand = float(w.sum() if thread is None else w[T.thread_rows(profile, thread)].sum()) or 1.0
     df = df.assign(total_pct=100 * df["total"] / grand, self_pct=100 * df["self"] / grand)
-    if pattern:
-        rx = re.compile(pattern)
-        df = df[[bool(rx.search(str(n)) or rx.search(str(f))) for n, f in zip(df["name"], df["file"])]]
     if sort == "name":
         return df.sort_values("name", kind="stable")
     if sort not in ("total", "self"):
@@ -43,13 +53,32 @@ def table(profile: Profile, metric: str | None = None, thread: str | None = None
     return df.sort_values([sort, other], ascending=False, kind="stable")
 
 
+def _page(profile: Profile, metric: str, thread: str | None, rx, limit: int) -> pd.DataFrame:
+    """``functions()``-shaped rows for the ``limit`` functions heaviest by self time (of those whose
+    name or file matches ``rx``), with totals computed for them only."""
+    ft = T.function_table(profile)
+    clocks = tuple(m for m in ("wall", "cpu", "off_cpu") if m != metric) if icicle.clocks(profile, metric) else ()
+    sums = T.function_sums(profile, (metric,) + clocks, thread, totals=False)
+    ids = ft.index.to_numpy()
+    if rx is not None:
+        ids = ids[[bool(rx.search(str(n)) or rx.search(str(f))) for n, f in zip(ft["name"], ft["file"])]]
+    ids = ids[np.argsort(-sums["self_" + metric].to_numpy()[ids], kind="stable")][:limit]
+    page = T.function_sums(profile, (metric,) + clocks, thread, only=ids).loc[ids]
+    out = pd.DataFrame({"id": ids, "name": ft.loc[ids, "name"].to_numpy(), "file": ft.loc[ids, "file"].to_numpy(),
+                        "self": page["self_" + metric].to_numpy(), "total": page["total_" + metric].to_numpy()})
+    for m in clocks + ((metric,) if clocks else ()):
+        out[m] = page["total_" + m].to_numpy()
+        out["self_" + m] = page["self_" + m].to_numpy()
+    return out
+
+
 def trees(profile: Profile, function, metric: str | None = None, thread: str | None = None,
           min_share: float = 0.0, max_nodes: int = T.MAX_NODES // 2):
     """(callers, callees, function ids) for ``function`` (id, exact name, or regex), pruned."""
     metric = metric or profile.metric
     fns = T.function_set(profile, function)
-    callers, callees = T.sandwich(profile, fns, metric, thread)
-    return (T.prune(callers, min_share, max_nodes), T.prune(callees, min_share, max_nodes), fns)
+    callers, callees = T.sandwich(profile, fns, metric, thread, min_share=min_share, max_nodes=max_nodes)
+    return callers, callees, fns
 
 
 def figure(profile: Profile, function=None, metric: str | None = None, thread: str | None = None, *,
@@ -97,6 +126,5 @@ def figure(profile: Profile, function=None, metric: str | None = None, thread: s
 
 
 def _self(profile: Profile, fns, metric: str, thread: str | None) -> float:
-    p = profile if thread is None else profile.subset(T.thread_rows(profile, thread))
-    f = p.functions(metric)
-    return float(f.loc[f["id"].isin(fns), "self"].sum())
+    sums = T.function_sums(profile, (metric,), thread, totals=False)["self_" + metric]
+    return float(sums.to_numpy()[np.asarray(fns)].sum())

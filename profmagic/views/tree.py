@@ -5,6 +5,7 @@ always smaller than its children's ids.
 """
 from __future__ import annotations
 
+import itertools
 import os
 from dataclasses import dataclass, field
 
@@ -12,7 +13,8 @@ import numpy as np
 import pandas as pd
 
 from ..analysis import match_key
-from ..model import METRIC_LABELS, Profile
+from ..model import METRIC_LABELS, Profile, unique_ints
+from .memo import function_ids, memo
 
 ROOT = -1   # key of the root node
 OTHER = -2  # key of an "(other)" node that holds pruned children
@@ -40,9 +42,14 @@ class Tree:
 
 
 def function_table(profile: Profile) -> pd.DataFrame:
-    """One row per function id: name, file, line (the smallest seen), kind, module."""
+    """One row per function id: name, file, line (the smallest seen), kind, module (computed once
+    per profile)."""
+    return memo(profile, "function_table", lambda: _function_table(profile))
+
+
+def _function_table(profile: Profile) -> pd.DataFrame:
     fr = profile.frames
-    fn = profile.function_ids()[fr.index.to_numpy()] if len(fr) else np.zeros(0, np.int64)
+    fn = function_ids(profile)[fr.index.to_numpy()] if len(fr) else np.zeros(0, np.int64)
     df = fr.assign(_fn=fn)
     g = df.groupby("_fn", sort=True)
     out = g.agg(name=("name", "first"), file=("file", "first"), kind=("kind", "first"))
@@ -98,77 +105,170 @@ def thread_rows(profile: Profile, thread: str | None) -> np.ndarray:
     return np.flatnonzero((profile.stacks["thread"] == thread).to_numpy())
 
 
-def entries(profile: Profile, rows: np.ndarray | None = None):
-    """(row, function id, depth) for every frame of the selected stacks rows, root first."""
-    r, fids, lengths = profile._exploded()
-    fn = profile.function_ids()[fids] if len(fids) else np.zeros(0, np.int64)
-    starts = np.cumsum(lengths) - lengths
-    depth = np.arange(len(r), dtype=np.int64) - np.repeat(starts, lengths)
-    if rows is not None and len(rows) != len(lengths):
-        sel = np.zeros(len(lengths), bool)
-        sel[rows] = True
-        m = sel[r]
-        r, fn, depth = r[m], fn[m], depth[m]
-    return r, fn, depth
+@dataclass
+class Flat:
+    """Every stack of a profile in one array: ``fn`` (the function id of each frame, root first,
+    stack after stack), and per stack row its ``starts`` offset into ``fn`` and its length."""
+    fn: np.ndarray
+    starts: np.ndarray
+    lengths: np.ndarray
+
+    @property
+    def leaves(self) -> tuple[np.ndarray, np.ndarray]:
+        """(rows with a frame, the function id of their leaf)."""
+        rows = np.flatnonzero(self.lengths > 0)
+        return rows, self.fn[self.starts[rows] + self.lengths[rows] - 1]
 
 
-def build(rows: np.ndarray, keys: np.ndarray, depth: np.ndarray, weights: np.ndarray,
-          counts: np.ndarray, row_mask: np.ndarray | None = None, extra: dict | None = None) -> Tree:
-    """Merge stacks given as entries (row, key, depth) into a tree.
+def flat(profile: Profile) -> Flat:
+    """The profile's stacks as a ``Flat``, built once per profile."""
+    return memo(profile, "flat", lambda: _flat(profile))
 
-    Each row's depths must run 0..len-1. ``weights``/``counts`` (and each of ``extra``, a metric ->
-    weights) are per row; rows outside ``row_mask`` (when given) do not count, even with no entries.
+
+def _flat(profile: Profile) -> Flat:
+    stacks = profile.stacks["stack"].to_numpy()
+    lengths = np.fromiter(map(len, stacks), dtype=np.int64, count=len(stacks))
+    fids = np.fromiter(itertools.chain.from_iterable(stacks), dtype=np.int64, count=int(lengths.sum()))
+    fn = function_ids(profile)[fids] if len(fids) else np.zeros(0, np.int64)
+    return Flat(fn, np.cumsum(lengths) - lengths, lengths)
+
+
+def build(fn: np.ndarray, base: np.ndarray, n: np.ndarray, weights: dict, rows: np.ndarray | None = None,
+          step: int = 1, cut: float = 0.0) -> Tree:
+    """Merge paths into a tree, one level at a time. Row i's path is the function ids
+    ``fn[base[i] + step * d]`` for d in 0..n[i]-1 (step -1 walks a stack from a frame to its root).
+
+    ``weights``: metric -> one weight per row. The first is the tree's own (``total``, ``self``);
+    a "samples" entry gives ``samples``; the others go to ``Tree.extra``. Only ``rows`` count
+    (default: all). With ``cut`` > 0, nodes lighter than ``cut`` (in the first metric) are not
+    built: under each parent they become one "(other)" node, and their rows go no deeper; the
+    totals of every node built are exact.
     """
-    nrow = len(weights)
+    names = list(weights)
+    ws = {m: np.asarray(weights[m], dtype=np.float64) for m in names}
+    rows = np.arange(len(n), dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
+    span = int(fn.max()) + 1 if len(fn) else 1
+    parent, key, depth, folded = [np.array([-1])], [np.array([ROOT])], [np.array([0])], [np.array([0])]
+    totals = {m: [np.array([w[rows].sum()])] for m, w in ws.items()}
+    node = np.zeros(len(n), dtype=np.int64)        # the deepest node of each row so far
+    alive = rows[n[rows] > 0]
+    nxt, d = 1, 0
+    while len(alive):
+        uniq, inv = np.unique(node[alive] * span + fn[base[alive] + step * d], return_inverse=True)
+        level = {m: np.bincount(inv, weights=w[alive], minlength=len(uniq)) for m, w in ws.items()}
+        keep = level[names[0]] >= cut if cut > 0 else np.ones(len(uniq), bool)
+        light = np.flatnonzero(~keep)
+        holders, group = np.unique(uniq[light] // span, return_inverse=True)   # an (other) per parent
+        n_keep = int(keep.sum())
+        ids = np.empty(len(uniq), np.int64)
+        ids[keep] = nxt + np.arange(n_keep)
+        ids[light] = nxt + n_keep + group
+        nxt += n_keep + len(holders)
+        parent += [uniq[keep] // span, holders]
+        key += [uniq[keep] % span, np.full(len(holders), OTHER)]
+        depth.append(np.full(n_keep + len(holders), d + 1))
+        folded += [np.zeros(n_keep, np.int64), np.bincount(group, minlength=len(holders))]
+        for m in names:
+            totals[m].append(np.concatenate([level[m][keep], np.bincount(group, weights=level[m][light],
+                                                                         minlength=len(holders))]))
+        node[alive] = ids[inv]
+        alive = alive[keep[inv] & (n[alive] > d + 1)]
+        d += 1
+    sums = {}
+    for m, w in ws.items():
+        total = np.concatenate(totals[m])
+        sums[m] = (total, np.bincount(node[rows], weights=w[rows], minlength=len(total)))
+    parent_a = np.concatenate(parent).astype(np.int64)
+    samples = sums["samples"][0] if "samples" in sums else np.zeros(len(parent_a))
+    return Tree(parent_a, np.concatenate(key).astype(np.int64), np.concatenate(depth).astype(np.int64),
+                *sums[names[0]], samples, np.concatenate(folded).astype(np.int64),
+                {m: v for m, v in sums.items() if m not in (names[0], "samples")})
 
-    def per_row(x) -> np.ndarray:
-        x = np.asarray(x, dtype=np.float64)
-        return x if row_mask is None else np.where(row_mask, x, 0.0)
-    w, n = per_row(weights), per_row(counts)
-    cur = np.zeros(nrow, dtype=np.int64)
-    parents = [np.array([-1], np.int64)]
-    keyl = [np.array([ROOT], np.int64)]
-    depths = [np.array([0], np.int64)]
-    node_of_entry = np.empty(len(rows), dtype=np.int64)
-    nxt = 1
-    if len(rows):
-        span = int(keys.max()) + 1
-        order = np.argsort(depth, kind="stable")
-        bounds = np.searchsorted(depth[order], np.arange(int(depth.max()) + 2))
-        for d in range(len(bounds) - 1):
-            idx = order[bounds[d]:bounds[d + 1]]
-            r = rows[idx]
-            pk = cur[r] * span + keys[idx]
-            uniq, inv = np.unique(pk, return_inverse=True)
-            ids = nxt + inv
-            parents.append(uniq // span)
-            keyl.append(uniq % span)
-            depths.append(np.full(len(uniq), d + 1, np.int64))
-            nxt += len(uniq)
-            cur[r] = ids
-            node_of_entry[idx] = ids
-    def sums(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        total = np.bincount(node_of_entry, weights=x[rows], minlength=nxt)
-        total[0] = x.sum()
-        return total, np.bincount(cur, weights=x, minlength=nxt)
-    total, selfw = sums(w)
-    samples, _ = sums(n)
-    more = {m: sums(per_row(x)) for m, x in (extra or {}).items()}
-    return Tree(np.concatenate(parents), np.concatenate(keyl), np.concatenate(depths), total, selfw, samples,
-                np.zeros(nxt, np.int64), more)
+
+LARGE = 2_000_000   # frames: above this, a view's tree is built with an early cut (``pruned``), and
+                    # function totals are computed for the functions shown only (``function_sums``)
 
 
-def from_profile(profile: Profile, metric: str, thread: str | None = None,
-                 also: tuple = ()) -> tuple[Tree, int]:
+def large(profile: Profile) -> bool:
+    return int(flat(profile).lengths.sum()) > LARGE
+
+
+def function_sums(profile: Profile, metrics: tuple, thread: str | None = None,
+                  only: np.ndarray | None = None, totals: bool = True) -> pd.DataFrame:
+    """Per function id: ``self_<m>`` and (with ``totals``) ``total_<m>`` for each metric, over the
+    stacks of ``thread`` (None: all). A function's total counts each stack once however often it
+    recurses there. ``only``: the function ids whose totals are wanted (the others get none), so a
+    page of a long list costs a fraction of the whole."""
+    f = flat(profile)
+    rows = np.arange(len(f.lengths)) if thread is None else thread_rows(profile, thread)
+    nfn = int(f.fn.max()) + 1 if len(f.fn) else 0
+    ws = {m: metric_weights(profile, m)[0] for m in metrics}
+    leaf_rows, leaf_fn = f.leaves
+    in_view = np.zeros(len(f.lengths), bool)
+    in_view[rows] = True
+    keep = in_view[leaf_rows]
+    out = pd.DataFrame(index=pd.RangeIndex(nfn, name="function"))
+    for m, w in ws.items():
+        out["self_" + m] = np.bincount(leaf_fn[keep], weights=w[leaf_rows[keep]], minlength=nfn)
+    if totals:
+        if only is None:
+            fn, row_of = f.fn, np.repeat(np.arange(len(f.lengths), dtype=np.int64), f.lengths)
+        else:
+            hit = np.flatnonzero(np.isin(f.fn, only))
+            fn, row_of = f.fn[hit], np.searchsorted(f.starts, hit, side="right") - 1   # stack after stack
+        hit_in = in_view[row_of]
+        pair = unique_ints(row_of[hit_in] * max(nfn, 1) + fn[hit_in])   # once per (stack, function)
+        for m, w in ws.items():
+            total = np.bincount(pair % max(nfn, 1), weights=w[pair // max(nfn, 1)], minlength=nfn)
+            out["total_" + m] = total if only is None else np.where(np.isin(np.arange(nfn), only), total, np.nan)
+    return out
+
+
+def from_profile(profile: Profile, metric: str, thread: str | None = None, also: tuple = (),
+                 cut: float = 0.0) -> tuple[Tree, int]:
     """The call tree of one thread (or all, merged) in ``metric``, with the metrics ``also`` on
     the same nodes (``Tree.extra``); and the count of rows with unknown weight."""
     w, unknown = metric_weights(profile, metric)
-    sel = thread_rows(profile, thread)
-    mask = np.zeros(len(w), bool)
-    mask[sel] = True
-    r, fn, depth = entries(profile, sel)
-    extra = {m: metric_weights(profile, m)[0] for m in also}
-    return build(r, fn, depth, w, profile.stacks["samples"].to_numpy(), mask, extra), unknown
+    f = flat(profile)
+    weights = {metric: w, "samples": profile.stacks["samples"].to_numpy(dtype=np.float64)}
+    weights.update({m: metric_weights(profile, m)[0] for m in also if m not in weights})
+    rows = None if thread is None else thread_rows(profile, thread)
+    return build(f.fn, f.starts, f.lengths, weights, rows, cut=cut), unknown
+
+
+def pruned(profile: Profile, metric: str, thread: str | None = None, also: tuple = (), *,
+           min_share: float = 0.0, max_nodes: int = MAX_NODES) -> tuple[Tree, int | None, int]:
+    """``prune(from_profile(...))``: the view's tree pruned to ``min_share`` and ``max_nodes``, once
+    per profile and view. A profile of more than ``LARGE`` frames is built with an early cut just
+    low enough for the same result (the nodes kept have the totals of the full tree). Returns
+    (tree, node count of the full tree or None when it was never built whole, unknown rows)."""
+    key = ("pruned", metric, thread, tuple(also), min_share, max_nodes)
+    return memo(profile, key, lambda: _pruned(profile, metric, thread, tuple(also), min_share, max_nodes))
+
+
+def _pruned(profile, metric, thread, also, min_share, max_nodes):
+    w, unknown = metric_weights(profile, metric)
+    total = float(w.sum() if thread is None else w[thread_rows(profile, thread)].sum())
+    t, n_full = cut_and_prune(lambda cut: from_profile(profile, metric, thread, also, cut=cut)[0], total,
+                              min_share, max_nodes, large(profile))
+    return t, n_full, unknown
+
+
+def cut_and_prune(make, total: float, min_share: float, max_nodes: int, early: bool) -> tuple[Tree, int | None]:
+    """``prune(make(0.0), min_share, max_nodes)``, where ``make(cut)`` builds a tree (``build``'s
+    cut). With ``early``, first tries a cut that makes the tree far smaller, and lowers it until
+    the result is the same as pruning the full tree. Returns the tree and the full tree's node
+    count (None when it was never built whole)."""
+    floor = min_share * total
+    cut = max(total / max_nodes, floor) if early else 0.0
+    while True:
+        t = make(cut)
+        sel = select(t.parent, t.depth, t.total, min_share, max_nodes, never=t.key == OTHER)
+        # Exact when not everything of at least `cut` fits (the full tree's threshold is then above
+        # `cut`), or when nothing under `cut` would be kept anyway.
+        if cut == 0.0 or sel.threshold > cut or cut <= floor:
+            return apply(t, sel), (len(t) if cut == 0.0 else None)
+        cut = cut / 16 if cut > total * 1e-7 else 0.0
 
 
 def levels(depth: np.ndarray) -> list[np.ndarray]:
@@ -193,11 +293,13 @@ def subtree_sum(parent: np.ndarray, depth: np.ndarray, values: np.ndarray) -> np
 class Selection:
     """Which nodes of a tree stay, and the "(other)" nodes that take the rest: ``kept`` (old ids,
     ascending), ``dropped`` (the top node of each folded subtree), ``group`` (the (other) node of
-    each dropped node) and ``holders`` (the kept parent of each (other) node)."""
+    each dropped node), ``holders`` (the kept parent of each (other) node) and ``threshold``
+    (the least width a kept node has)."""
     kept: np.ndarray
     dropped: np.ndarray
     group: np.ndarray
     holders: np.ndarray
+    threshold: float = 0.0
 
     def take(self, values: np.ndarray) -> np.ndarray:
         """Per new node: a kept node's own value; an (other) node's, the sum over its subtrees."""
@@ -212,8 +314,11 @@ class Selection:
         return np.concatenate([np.where(kept_parent >= 0, new_id[np.maximum(kept_parent, 0)], -1),
                                new_id[self.holders]])
 
-    def folded_counts(self) -> np.ndarray:
-        return np.bincount(self.group, minlength=len(self.holders)).astype(np.int64)
+    def folded_counts(self, folded: np.ndarray | None = None) -> np.ndarray:
+        """Per (other) node, how many nodes it holds; ``folded``: per old node, how many it stands
+        for itself (an (other) node of an earlier cut), else 1 each."""
+        w = None if folded is None else np.maximum(folded[self.dropped], 1)
+        return np.rint(np.bincount(self.group, weights=w, minlength=len(self.holders))).astype(np.int64)
 
 
 def _closed(parent: np.ndarray, lv: list, keep: np.ndarray) -> np.ndarray:
@@ -233,14 +338,16 @@ def _tops(parent: np.ndarray, width: np.ndarray, keep: np.ndarray) -> np.ndarray
 
 
 def select(parent: np.ndarray, depth: np.ndarray, width: np.ndarray, min_share: float = 0.0,
-           max_nodes: int = MAX_NODES) -> Selection:
+           max_nodes: int = MAX_NODES, never: np.ndarray | None = None) -> Selection:
     """Keep the nodes of at least ``min_share`` of the root's ``width`` (closed upwards), and raise
-    that threshold as little as needed to stay within ``max_nodes`` nodes, (other) nodes included."""
+    that threshold as little as needed to stay within ``max_nodes`` nodes, (other) nodes included.
+    ``never``: nodes that only ever fold into their parent's (other) node (those of an earlier cut)."""
     lv = levels(depth)
     thr = max(min_share * float(width[0]), 0.0)
+    can = (width > 0) if never is None else (width > 0) & ~never
 
     def keep_at(t: float) -> np.ndarray:
-        return _closed(parent, lv, (width >= t) & (width > 0))
+        return _closed(parent, lv, (width >= t) & can)
 
     def count(keep: np.ndarray) -> int:
         holders = parent[_tops(parent, width, keep)]
@@ -248,7 +355,7 @@ def select(parent: np.ndarray, depth: np.ndarray, width: np.ndarray, min_share: 
 
     keep = keep_at(thr)
     if count(keep) > max_nodes:
-        cand = np.unique(width[width > thr])  # ascending: find the smallest threshold that fits
+        cand = np.unique(width[(width > thr) & can])  # ascending: find the smallest threshold that fits
         lo, hi = 0, len(cand) - 1
         best = cand[-1] if len(cand) else thr
         while lo <= hi:
@@ -257,16 +364,20 @@ def select(parent: np.ndarray, depth: np.ndarray, width: np.ndarray, min_share: 
                 best, hi = cand[mid], mid - 1
             else:
                 lo = mid + 1
-        keep = keep_at(best)
+        keep, thr = keep_at(best), float(best)
     dropped = np.flatnonzero(_tops(parent, width, keep))
     holders, group = np.unique(parent[dropped], return_inverse=True)
-    return Selection(np.flatnonzero(keep), dropped, group.astype(np.int64), holders)
+    return Selection(np.flatnonzero(keep), dropped, group.astype(np.int64), holders, thr)
 
 
 def prune(t: Tree, min_share: float = 0.0, max_nodes: int = MAX_NODES) -> Tree:
     """Fold nodes below ``min_share`` of the root (and more, to stay within ``max_nodes``)
     into one "(other)" child per parent. Every kept node's total, self and samples stay exact."""
-    sel = select(t.parent, t.depth, t.total, min_share, max_nodes)
+    return apply(t, select(t.parent, t.depth, t.total, min_share, max_nodes, never=t.key == OTHER))
+
+
+def apply(t: Tree, sel: Selection) -> Tree:
+    """The tree ``sel`` keeps of ``t``, with its (other) nodes."""
     if len(sel.kept) == len(t):
         return t
     n_other = len(sel.holders)
@@ -277,7 +388,7 @@ def prune(t: Tree, min_share: float = 0.0, max_nodes: int = MAX_NODES) -> Tree:
                 total=sel.take(t.total),
                 self=np.concatenate([t.self[sel.kept], other_total]),
                 samples=sel.take(t.samples),
-                folded=np.concatenate([t.folded[sel.kept], sel.folded_counts()]),
+                folded=np.concatenate([t.folded[sel.kept], sel.folded_counts(t.folded)]),
                 extra={m: (sel.take(tot), np.concatenate([s[sel.kept], sel.take(tot)[len(sel.kept):]]))
                        for m, (tot, s) in t.extra.items()})
 
@@ -302,26 +413,30 @@ def function_set(profile: Profile, function) -> np.ndarray:
     return hit.astype(np.int64)
 
 
-def sandwich(profile: Profile, fns: np.ndarray, metric: str, thread: str | None = None) -> tuple[Tree, Tree]:
-    """(callers, callees) of the functions ``fns``: trees rooted at them, from each stack's
+def sandwich(profile: Profile, fns: np.ndarray, metric: str, thread: str | None = None, *,
+             min_share: float = 0.0, max_nodes: int = MAX_NODES) -> tuple[Tree, Tree]:
+    """(callers, callees) of the functions ``fns``, pruned: trees rooted at them, from each stack's
     outermost occurrence, so a recursive function counts once per stack."""
     w, _ = metric_weights(profile, metric)
-    sel = thread_rows(profile, thread)
-    r, fn, depth = entries(profile, sel)
-    hit = np.isin(fn, fns)
-    first = np.full(len(w), np.iinfo(np.int64).max)
-    np.minimum.at(first, r[hit], depth[hit])
-    has = first < np.iinfo(np.int64).max
-    counts = profile.stacks["samples"].to_numpy()
-    target = int(fns[0])
-    # Callees: the suffix from the first occurrence; the occurrence itself becomes the root.
-    m = has[r] & (depth > first[r])
-    callees = build(r[m], fn[m], depth[m] - first[r[m]] - 1, w, counts, has)
-    # Callers: the prefix up to the first occurrence, reversed.
-    m = has[r] & (depth < first[r])
-    callers = build(r[m], fn[m], first[r[m]] - depth[m] - 1, w, counts, has)
+    f = flat(profile)
+    hit = np.flatnonzero(np.isin(f.fn, fns))
+    row_of = np.searchsorted(f.starts, hit, side="right") - 1      # entries are stack after stack
+    outermost = np.r_[True, row_of[1:] != row_of[:-1]] if len(hit) else np.zeros(0, bool)
+    first = np.full(len(f.lengths), -1, np.int64)                  # depth of the outermost occurrence
+    first[row_of[outermost]] = hit[outermost] - f.starts[row_of[outermost]]
+    rows = np.flatnonzero(first >= 0)
+    if thread is not None:
+        rows = np.intersect1d(rows, thread_rows(profile, thread))
+    weights = {metric: w, "samples": profile.stacks["samples"].to_numpy(dtype=np.float64)}
+    total = float(w[rows].sum())
+    # Callees: the suffix after the outermost occurrence, which is the root. Callers: the prefix
+    # above it, nearest caller first.
+    callees, _ = cut_and_prune(lambda cut: build(f.fn, f.starts + first + 1, f.lengths - first - 1, weights, rows,
+                                                 cut=cut), total, min_share, max_nodes, large(profile))
+    callers, _ = cut_and_prune(lambda cut: build(f.fn, f.starts + first - 1, first, weights, rows, step=-1,
+                                                 cut=cut), total, min_share, max_nodes, large(profile))
     for t in (callers, callees):
-        t.key[0] = target
+        t.key[0] = int(fns[0])
     return callers, callees
 
 
@@ -334,9 +449,9 @@ class Union:
         self.names: list[str] = []
         self.files: list[str] = []
         self.lines: list = []
-        rows, keys, depths = [], [], []
-        offsets = np.cumsum([0] + [len(p.stacks) for p in profiles])
-        for p, off in zip(profiles, offsets):
+        fns, bases, ns = [], [], []
+        offset = 0
+        for p in profiles:
             ft = function_table(p)
             local = np.full(int(ft.index.max()) + 1 if len(ft) else 0, -1, np.int64)
             for fid, name, file, line in zip(ft.index, ft["name"], ft["file"], ft["line"]):
@@ -347,22 +462,22 @@ class Union:
                     self.files.append(file)
                     self.lines.append(line)
                 local[fid] = keymap[k]
-            r, fn, d = entries(p)
-            rows.append(r + off)
-            keys.append(local[fn])
-            depths.append(d)
-        rows_a, keys_a, depth_a = (np.concatenate(x) if x else np.zeros(0, np.int64)
-                                   for x in (rows, keys, depths))
-        self.trees: list[Tree] = []
+            f = flat(p)
+            fns.append(local[f.fn])
+            bases.append(f.starts + offset)
+            ns.append(f.lengths)
+            offset += len(f.fn)
+        rows = np.cumsum([0] + [len(p.stacks) for p in profiles])
+        per_row = {}
         for i, (p, w) in enumerate(zip(profiles, weights)):
-            mine = slice(offsets[i], offsets[i + 1])
-            full = np.zeros(offsets[-1])
-            cnt = np.zeros(offsets[-1])
-            full[mine] = w
-            cnt[mine] = p.stacks["samples"].to_numpy(dtype=np.float64)
-            # The node numbering depends only on (rows, keys, depth): every tree shares it.
-            self.trees.append(build(rows_a, keys_a, depth_a, full, cnt))
-        t = self.trees[0]
+            for name, x in ((f"w{i}", w), (f"n{i}", p.stacks["samples"].to_numpy(dtype=np.float64))):
+                per_row[name] = np.zeros(rows[-1])
+                per_row[name][rows[i]:rows[i + 1]] = x
+        t = build(np.concatenate(fns), np.concatenate(bases), np.concatenate(ns), per_row)
+        sums = {"w0": (t.total, t.self), **t.extra}
+        # One node set; a tree per profile over it.
+        self.trees = [Tree(t.parent, t.key, t.depth, *sums[f"w{i}"], sums[f"n{i}"][0], t.folded)
+                      for i in range(len(profiles))]
         self.parent, self.key, self.depth = t.parent, t.key, t.depth
 
     def name(self, node: int, root: str) -> str:

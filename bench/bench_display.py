@@ -1,0 +1,152 @@
+"""Display-scale benchmark (issue 21, item 13): how long the report of a profile with millions of
+distinct stacks takes to build, its Sandwich and Table tabs, and whether memory is released.
+
+    .venv/bin/python bench/bench_display.py [--stacks 2000000] [--no-write]
+
+The profile is made in memory (no file): STACKS distinct (thread, stack) rows over 8 threads and
+5,000 functions, depth 10-40: a random call tree of 2,000 nodes gives each stack its head (as real
+programs share their top frames) and a random tail of 5-30 frames makes it distinct. Wall and CPU
+weights on every row. Each figure is measured in a fresh child process, the time of the step
+alone (imports and building the profile excluded); RSS is read from /proc/self/status.
+Kernel side only: what the kernel spends before the front end receives the first view.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def make_profile(n: int, seed: int = 5):
+    import numpy as np
+    import pandas as pd
+    from profmagic.model import Profile, make_frames
+    rng = np.random.default_rng(seed)
+    nfn = 5000
+    frames = make_frames([f"func_{i}" for i in range(nfn)], [f"/app/pkg{i % 40}/mod_{i % 97}.py" for i in range(nfn)],
+                         [1 + i % 800 for i in range(nfn)], ["python"] * nfn)
+    # A random head tree of 2,000 nodes (parent < child), each node a function.
+    parent = np.r_[-1, rng.integers(0, np.arange(1, 2000))]
+    node_fn = rng.integers(0, nfn, 2000)
+    heads = []
+    for node in range(2000):
+        path, x = [], node
+        while x >= 0:
+            path.append(int(node_fn[x]))
+            x = int(parent[x])
+        heads.append(tuple(path[::-1]))
+    head_of = rng.integers(0, 2000, n)
+    tail_len = rng.integers(5, 31, n)
+    tails = (rng.zipf(1.2, int(tail_len.sum())) % nfn).tolist()
+    stacks, pos = [], 0
+    for h, k in zip(head_of.tolist(), tail_len.tolist()):
+        stacks.append(heads[h] + tuple(tails[pos:pos + k]))
+        pos += k
+    samples = rng.integers(1, 4, n)
+    threads = np.array([f"worker-{i}" for i in range(8)], dtype=object)[rng.integers(0, 8, n)]
+    df = pd.DataFrame({"thread": threads, "stack": pd.Series(stacks, dtype=object), "samples": samples})
+    df["wall"] = samples * 0.01
+    df["cpu"] = df["wall"] * rng.uniform(0, 1, n)
+    return Profile(frames, df, None, {"backend": "synthetic", "rate": 100.0}, None, "wall")
+
+
+STEPS = ("first view", "Sandwich", "Table", "del")
+
+
+def child(n: int, step: str) -> dict:
+    from profmagic import report
+    import ipywidgets  # noqa: F401 -- imported before the baseline, as in a kernel
+    start = rss_mb()
+    p = make_profile(n)
+    gc.collect()
+    base = rss_mb()
+    out = {"rows": len(p.stacks), "entries": int(p.stacks["stack"].map(len).sum()), "rss_profile": base,
+           "rss_start": start}
+    t0, c0 = time.perf_counter(), time.process_time()
+    if step == "first view":   # what a Profile's display builds: the static twin, then the widget
+        html = report.static_html(p)
+        r = report.Report(p)
+        out["bytes"] = len(html) + len(json.dumps(r.panes[0].children[0].outputs[0]["data"]))
+    elif step == "Sandwich":
+        r = report.Report(p)
+        t0, c0 = time.perf_counter(), time.process_time()
+        r.tabs.selected_index = r.TABS.index("Sandwich")
+        r.sw_list.value = r.sw_list.options[0][1]          # pick the first function: callers and callees
+    elif step == "Table":
+        r = report.Report(p)
+        t0, c0 = time.perf_counter(), time.process_time()
+        r.tabs.selected_index = r.TABS.index("Table")
+    out["seconds"], out["cpu"] = time.perf_counter() - t0, time.process_time() - c0
+    if step == "del":   # as the display of a profile held in a variable: its report holds it weakly
+        html = report.static_html(p)
+        r = report.Report(p, hold=False)
+        for i in range(len(r.TABS)):
+            r.tabs.selected_index = i
+        out["rss_shown"] = rss_mb()
+        del p, html
+        gc.collect()
+        out["rss_after_del"] = rss_mb()
+        out["seconds"] = out["cpu"] = float("nan")
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--stacks", type=int, default=2_000_000)
+    ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--child", nargs=2, metavar=("N", "STEP"))
+    a = ap.parse_args()
+    if a.child:
+        print(json.dumps(child(int(a.child[0]), a.child[1])))
+        return 0
+    res = {}
+    for step in STEPS:
+        r = subprocess.run([sys.executable, __file__, "--child", str(a.stacks), step], capture_output=True, text=True)
+        if r.returncode:
+            print(r.stderr[-3000:], file=sys.stderr)
+            return 1
+        res[step] = json.loads(r.stdout.strip().splitlines()[-1])
+        print(step, res[step], flush=True)
+    first = res["first view"]
+    lines = ["## Display scale (issue 21)", "",
+             f"Command: `.venv/bin/python bench/bench_display.py --stacks {a.stacks}` ({time.strftime('%Y-%m-%d')}, "
+             f"2 shared cores, load average {os.getloadavg()[0]:.1f} at the end). A synthetic profile of "
+             f"{first['rows']:,} distinct (thread, stack) rows, {first['entries']:,} frames in all, 5,000 functions, "
+             "wall and CPU on every row, made in memory (see the script). Kernel-side seconds, each in a fresh process.",
+             "", "| step | wall s | CPU s (the process's own) | target |", "|---|---|---|---|",
+             f"| first view (static twin + live widget with its icicle; {first['bytes'] / 1e6:.2f} MB sent) | "
+             f"{first['seconds']:.2f} | {first['cpu']:.2f} | ≤ 5 s |",
+             f"| Sandwich tab: function list (a page of {500}) and one function's callers/callees | "
+             f"{res['Sandwich']['seconds']:.2f} | {res['Sandwich']['cpu']:.2f} | ≤ 5 s |",
+             f"| Table tab | {res['Table']['seconds']:.2f} | {res['Table']['cpu']:.2f} | ≤ 5 s |", "",
+             f"Memory (RSS): {res['del']['rss_start']:,.0f} MB before the profile, {res['del']['rss_profile']:,.0f} MB "
+             f"with it built, {res['del']['rss_shown']:,.0f} MB after its display and every tab, "
+             f"{res['del']['rss_after_del']:,.0f} MB after `del` and `gc.collect()` (the report holds a profile "
+             "kept in a variable weakly).", ""]
+    text = "\n".join(lines)
+    print(text)
+    if not a.no_write:
+        from results import write_section
+        write_section(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, HERE)
+    raise SystemExit(main())
