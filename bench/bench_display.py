@@ -66,12 +66,12 @@ def make_profile(n: int, seed: int = 5):
     return Profile(frames, df, None, {"backend": "synthetic", "rate": 100.0}, None, "wall")
 
 
-STEPS = ("first view", "Sandwich", "Table", "del")
+STEPS = ("flatten", "first view", "Sandwich", "Table", "del")
 
 
 def child(n: int, step: str) -> dict:
     from profmagic import report
-    import ipywidgets  # noqa: F401 -- imported before the baseline, as in a kernel
+    import ipywidgets  # noqa: F401 (imported before the baseline, as in a kernel)
     start = rss_mb()
     p = make_profile(n)
     gc.collect()
@@ -79,7 +79,10 @@ def child(n: int, step: str) -> dict:
     out = {"rows": len(p.stacks), "entries": int(p.stacks["stack"].map(len).sum()), "rss_profile": base,
            "rss_start": start}
     t0, c0 = time.perf_counter(), time.process_time()
-    if step == "first view":   # what a Profile's display builds: the static twin, then the widget
+    if step == "flatten":      # the floor of every view: the stack tuples turned into one frame array
+        from profmagic.views import tree
+        tree.flat(p)
+    elif step == "first view":   # what a Profile's display builds: the static twin, then the widget
         html = report.static_html(p)
         r = report.Report(p)
         out["bytes"] = len(html) + len(json.dumps(r.panes[0].children[0].outputs[0]["data"]))
@@ -134,11 +137,19 @@ def main() -> int:
              f"{first['seconds']:.2f} | {first['cpu']:.2f} | ≤ 5 s |",
              f"| Sandwich tab: function list (a page of {500}) and one function's callers/callees | "
              f"{res['Sandwich']['seconds']:.2f} | {res['Sandwich']['cpu']:.2f} | ≤ 5 s |",
-             f"| Table tab | {res['Table']['seconds']:.2f} | {res['Table']['cpu']:.2f} | ≤ 5 s |", "",
+             f"| Table tab | {res['Table']['seconds']:.2f} | {res['Table']['cpu']:.2f} | ≤ 5 s |",
+             f"| (part of each: the {first['rows']:,} stack tuples made one frame array, once per profile) | "
+             f"{res['flatten']['seconds']:.2f} | {res['flatten']['cpu']:.2f} | |", "",
              f"Memory (RSS): {res['del']['rss_start']:,.0f} MB before the profile, {res['del']['rss_profile']:,.0f} MB "
              f"with it built, {res['del']['rss_shown']:,.0f} MB after its display and every tab, "
              f"{res['del']['rss_after_del']:,.0f} MB after `del` and `gc.collect()` (the report holds a profile "
-             "kept in a variable weakly).", ""]
+             "kept in a variable weakly; every object of the profile is freed, the allocator keeps some pages).",
+             "", "How: the stacks are made one frame array once per profile (the model keeps a tuple per stack, so "
+             "this is a pass over every frame in Python, the floor of every view); a view's call tree is built "
+             "level by level with an early cut (nodes under 1/32,000 of the view are not built, and the cut is "
+             "lowered until the result equals pruning the full tree); Sandwich lists a page of 500 functions with "
+             "totals for those only; the static twin's table gives self time only for a profile this large; the "
+             "speedscope JSON is built on request.", ""]
     text = "\n".join(lines)
     print(text)
     if not a.no_write:

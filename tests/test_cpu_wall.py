@@ -75,7 +75,7 @@ def test_two_icicles_same_colour_per_function_at_one_scale():
     # Off-CPU hatched in the wall icicle: wait (all off-CPU) densely, work (10 %) lightly.
     pattern = dict(zip(wall.labels, zip(wall.marker.pattern.shape, wall.marker.pattern.solidity)))
     assert pattern["wait"] == ("/", pytest.approx(0.65)) and pattern["work"][0] == "/"
-    assert pattern["work"][1] < pattern["io"][1] < pattern["wait"][1]
+    assert pattern["work"][1] < pattern["io"][1] <= pattern["wait"][1]   # denser: more of the box waiting
     assert cpu.marker.pattern.shape is None    # the CPU icicle has nothing off-CPU
 
 

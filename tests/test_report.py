@@ -172,6 +172,18 @@ def test_del_frees_a_displayed_profile_and_its_report_says_so(kernel):
     assert kernel.value("report.display._named(b.build(meta={'backend': 'k'}))") is False
 
 
+@pytest.mark.kernel
+def test_load_ext_draws_an_invisible_figure_so_plotly_loads_early(kernel):
+    """%load_ext profmagic makes the front end load its plotly renderer then, not after the first
+    profiled cell: one empty 10-pixel figure, with nothing for nbconvert or GitHub to show."""
+    rep = kernel.run("%reload_ext profmagic")
+    assert rep.status == "ok", rep.error
+    figs = [d for d in rep.data if report.PLOTLY_MIME in d]
+    assert len(figs) == 1 and figs[0]["text/html"] == "" and figs[0]["text/plain"] == ""
+    fig = figs[0][report.PLOTLY_MIME]
+    assert fig["data"] == [] and fig["layout"]["height"] <= 10 and fig["config"]["staticPlot"] is True
+
+
 def test_partial_and_message_are_shown():
     p = profile().with_meta(partial="the code raised ZeroDivisionError; this profile covers it up to there",
                             message="py-spy missed the first 0.1 s")

@@ -2,6 +2,8 @@
 as its own output, then the live widget; and the repr with the error when building either fails."""
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import re
 
 from ..model import Profile
@@ -40,12 +42,19 @@ _BLANK = {"data": [], "layout": {"height": 10, "width": 10, "margin": {"l": 0, "
 
 def warm_up() -> None:
     """Under a live kernel, display an invisible 10-pixel plotly figure, so that the front end
-    loads its plotly renderer while the user's first profiled cell runs, not after it: the first
-    report's icicle then draws as fast as the next ones (bench/RESULTS.md). ``%load_ext profmagic``
-    calls it; the output it leaves is empty in nbconvert and GitHub."""
+    loads its plotly renderer while the user's first profiled cell runs, not after it, and import
+    the views: the first report then draws about as fast as the next ones (bench/RESULTS.md).
+    ``%load_ext profmagic`` calls it; the output it leaves is empty in nbconvert and GitHub."""
     if _live_kernel():
         from IPython.display import display
         display({PLOTLY_MIME: _BLANK, "text/html": "", "text/plain": ""}, raw=True)
+        # And the kernel imports now what the first report needs: plotly's figure classes (~1 s), and
+        # those of an icicle, which plotly imports on first use.
+        for module in ("profmagic.formats.speedscope", "profmagic.views.icicle", "profmagic.views.sandwich",
+                       "profmagic.views.source", "ipywidgets"):
+            importlib.import_module(module)
+        import plotly.graph_objects as go
+        go.Figure(go.Icicle(ids=[0], parents=[""], values=[1], marker=dict(colors=["#fff"]))).to_json()
 
 
 def fallback(profile: Profile, error: BaseException) -> dict:
@@ -77,12 +86,12 @@ def _mimebundle(profile: Profile) -> dict:
     """
     if not _live_kernel():
         return {"text/plain": repr(profile), "text/html": static_html(profile)}
+    if importlib.util.find_spec("ipywidgets") is None:  # no widgets: the static HTML alone
+        return {"text/plain": repr(profile), "text/html": static_html(profile)}
     import uuid
     from IPython.display import display
     uid = uuid.uuid4().hex[:12]
-    try:
-        view = widget(profile, uid, hold=not _named(profile))._repr_mimebundle_()
-    except ImportError:  # ipywidgets missing: the static HTML alone
-        return {"text/plain": repr(profile), "text/html": static_html(profile)}
+    # The twin goes out before the widget is built: it is the first view the user can read.
     display({"text/html": static_html(profile, uid)}, raw=True)
+    view = widget(profile, uid, hold=not _named(profile))._repr_mimebundle_()
     return {"text/plain": repr(profile), **{k: v for k, v in (view or {}).items() if k != "text/plain"}}

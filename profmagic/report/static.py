@@ -16,24 +16,33 @@ TOP_FUNCTIONS = 25
 
 
 def functions_html(profile: Profile, metric: str, top: int = TOP_FUNCTIONS, thread: str | None = None,
-                   boilerplate: bool = True) -> str:
+                   boilerplate: bool = True, totals: bool | None = None) -> str:
     """The ``top`` functions by self time: self and total in ``metric`` with their shares, and
-    total wall, CPU and off-CPU time where both clocks were measured."""
+    total wall, CPU and off-CPU time where both clocks were measured. ``totals=None``: not for a
+    profile over ``tree.LARGE`` frames (seconds to count; the live Sandwich and Table tabs have them)."""
     from ..views import sandwich
-    df = sandwich.table(profile, metric, thread, boilerplate=boilerplate, limit=top).head(top)
+    from ..views import tree as T
+    if totals is None:
+        totals = not T.large(profile)
+    df = sandwich.table(profile, metric, thread, boilerplate=boilerplate, limit=top, totals=totals).head(top)
     unit = METRIC_LABELS.get(metric, metric)
     show = pd.DataFrame({
         "function": df["name"].astype(str),
-        f"self ({unit})": [f"{v:.4g}" for v in df["self"]],
-        "self %": [f"{v:.1f}" for v in df["self_pct"]],
-        f"total ({unit})": [f"{v:.4g}" for v in df["total"]],
-        "total %": [f"{v:.1f}" for v in df["total_pct"]],
+        f"self ({unit})": [_num(v, "{:.4g}") for v in df["self"]],
+        "self %": [_num(v, "{:.1f}") for v in df["self_pct"]],
+        f"total ({unit})": [_num(v, "{:.4g}") for v in df["total"]],
+        "total %": [_num(v, "{:.1f}") for v in df["total_pct"]],
     })
     for m in ("wall", "cpu", "off_cpu"):
         if m in df and m != metric:
-            show[f"total {METRIC_LABELS[m].split(' =')[0]}"] = [f"{v:.4g}" for v in df[m]]
+            show[f"total {METRIC_LABELS[m].split(' =')[0]}"] = [_num(v, "{:.4g}") for v in df[m]]
     show["file"] = df["file"].astype(str).to_numpy()
     return show.to_html(index=False, escape=True, border=0, classes="profmagic-functions")
+
+
+def _num(v, fmt: str) -> str:
+    """A number, or "—" where it was not computed (NaN)."""
+    return "—" if v != v else fmt.format(v)
 
 
 def _section(title: str, build) -> str:
@@ -74,7 +83,7 @@ def table_html(profile: Profile, metric: str, thread: str | None, boilerplate: b
     """The pandas frames behind the views: functions, per-thread totals, heaviest stacks."""
     from ..views import tree as T
     parts = ["<div style='font:12px sans-serif'>", "<b>Functions</b> (<code>p.functions()</code>)",
-             functions_html(profile, metric, top=100, thread=thread, boilerplate=boilerplate)]
+             functions_html(profile, metric, top=100, thread=thread, boilerplate=boilerplate, totals=True)]
     st = profile.stacks
     per = st.groupby("thread", sort=False)[[c for c in ("samples", "wall", "cpu") if c in st]].sum(min_count=1)
     parts += ["<b>Threads</b>", per.to_html(escape=True, border=0, na_rep="n/a (not measured)")]

@@ -214,7 +214,7 @@ class Report:
         """The cell's lines (or a picked function's) with their time: ``views.source``."""
         from ..views import sandwich
         W = self.W
-        fns = sandwich.table(self.p, None, self.thread_name, boilerplate=self.fold.value)
+        fns = sandwich.table(self.p, None, self.thread_name, boilerplate=self.fold.value, limit=50, totals=False)
         fns = fns[fns["file"].astype(str) != ""].head(50)
         options = ([("this cell", -1)] if self.p.meta.get("cell") else []) + \
             [(f"{n}   {f}", int(i)) for i, n, f in zip(fns["id"], fns["name"], fns["file"])]

@@ -166,9 +166,10 @@ def trace(paint: Paint, t: T.Tree, root_label: str, flip: bool = False,
     marker = dict(colors=fills(paint, t), line=dict(width=0.5, color="#fff"))
     share = off_share(paint, t)
     if share is not None:
+        # Four densities: each distinct pattern is an SVG definition the browser draws.
         marker["pattern"] = dict(shape=np.where(share >= HATCH_MIN, "/", "").tolist(),
-                                 solidity=np.round(0.15 + 0.5 * share, 2), fillmode="overlay", fgcolor=C.HATCH,
-                                 size=8)
+                                 solidity=0.15 + 0.5 * np.ceil(np.clip(share, 0, 1) * 4) / 4, fillmode="overlay",
+                                 fgcolor=C.HATCH, size=8)
     return go.Icicle(
         ids=np.arange(len(t)),
         parents=[""] + t.parent[1:].tolist(),

@@ -24,19 +24,19 @@ PAGE = 500   # functions listed at once (a large profile gets totals for these o
 
 def table(profile: Profile, metric: str | None = None, thread: str | None = None,
           pattern: str | None = None, sort: str = "self", boilerplate: bool = True,
-          limit: int | None = None) -> pd.DataFrame:
+          limit: int | None = None, totals: bool = True) -> pd.DataFrame:
     """Functions with name, file, self, total and their shares of the view, filtered by a regex
     on name or file, sorted by ``sort`` (self, total or name). With ``boilerplate`` (the default),
     functions found only in folded boilerplate are left out (``profmagic.boilerplate``). A profile
     of more than ``tree.LARGE`` frames lists a page: the ``limit`` (default ``PAGE``) heaviest by
-    self time, totals computed for those only."""
+    self time, totals computed for those only (``totals=False``: none, NaN)."""
     metric = metric or profile.metric
     T.metric_weights(profile, metric)  # raises if the profile cannot know the metric
     if boilerplate:
         profile = B.fold(profile)
     rx = re.compile(pattern) if pattern else None
     if T.large(profile):
-        df = _page(profile, metric, thread, rx, limit or PAGE)
+        df = _page(profile, metric, thread, rx, limit or PAGE, totals)
     else:
         df = functions(profile, metric, None if thread is None else T.thread_rows(profile, thread), thread)
         if rx is not None:
@@ -53,7 +53,7 @@ def table(profile: Profile, metric: str | None = None, thread: str | None = None
     return df.sort_values([sort, other], ascending=False, kind="stable")
 
 
-def _page(profile: Profile, metric: str, thread: str | None, rx, limit: int) -> pd.DataFrame:
+def _page(profile: Profile, metric: str, thread: str | None, rx, limit: int, totals: bool = True) -> pd.DataFrame:
     """``functions()``-shaped rows for the ``limit`` functions heaviest by self time (of those whose
     name or file matches ``rx``), with totals computed for them only."""
     ft = T.function_table(profile)
@@ -63,7 +63,9 @@ def _page(profile: Profile, metric: str, thread: str | None, rx, limit: int) -> 
     if rx is not None:
         ids = ids[[bool(rx.search(str(n)) or rx.search(str(f))) for n, f in zip(ft["name"], ft["file"])]]
     ids = ids[np.argsort(-sums["self_" + metric].to_numpy()[ids], kind="stable")][:limit]
-    page = T.function_sums(profile, (metric,) + clocks, thread, only=ids).loc[ids]
+    page = T.function_sums(profile, (metric,) + clocks, thread, only=ids, totals=totals).loc[ids]
+    if not totals:
+        page = page.assign(**{"total_" + m: np.nan for m in (metric,) + clocks})
     out = pd.DataFrame({"id": ids, "name": ft.loc[ids, "name"].to_numpy(), "file": ft.loc[ids, "file"].to_numpy(),
                         "self": page["self_" + metric].to_numpy(), "total": page["total_" + metric].to_numpy()})
     for m in clocks + ((metric,) if clocks else ()):

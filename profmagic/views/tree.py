@@ -112,6 +112,19 @@ class Flat:
     fn: np.ndarray
     starts: np.ndarray
     lengths: np.ndarray
+    _rows: np.ndarray | None = None
+
+    def rows(self) -> np.ndarray:
+        """The stack row of every frame (int32: a row number per frame costs 4 bytes)."""
+        if self._rows is None:
+            self._rows = np.repeat(np.arange(len(self.lengths), dtype=np.int32), self.lengths)
+        return self._rows
+
+    def having(self, fns) -> np.ndarray:
+        """Positions in ``fn`` of the frames of the functions ``fns`` (a look-up table, not np.isin)."""
+        table = np.zeros(int(self.fn.max()) + 1 if len(self.fn) else 0, bool)
+        table[np.asarray(fns, dtype=np.int64)] = True
+        return np.flatnonzero(table[self.fn]) if len(table) else np.zeros(0, np.int64)
 
     @property
     def leaves(self) -> tuple[np.ndarray, np.ndarray]:
@@ -154,11 +167,12 @@ def build(fn: np.ndarray, base: np.ndarray, n: np.ndarray, weights: dict, rows: 
     alive = rows[n[rows] > 0]
     nxt, d = 1, 0
     while len(alive):
-        uniq, inv = np.unique(node[alive] * span + fn[base[alive] + step * d], return_inverse=True)
+        # pandas' hash factorize: ~8x faster than np.unique's sort when a level has few nodes
+        inv, uniq = pd.factorize(node[alive] * span + fn[base[alive] + step * d])
         level = {m: np.bincount(inv, weights=w[alive], minlength=len(uniq)) for m, w in ws.items()}
         keep = level[names[0]] >= cut if cut > 0 else np.ones(len(uniq), bool)
         light = np.flatnonzero(~keep)
-        holders, group = np.unique(uniq[light] // span, return_inverse=True)   # an (other) per parent
+        group, holders = pd.factorize(uniq[light] // span)   # an (other) node per parent
         n_keep = int(keep.sum())
         ids = np.empty(len(uniq), np.int64)
         ids[keep] = nxt + np.arange(n_keep)
@@ -212,15 +226,17 @@ def function_sums(profile: Profile, metrics: tuple, thread: str | None = None,
         out["self_" + m] = np.bincount(leaf_fn[keep], weights=w[leaf_rows[keep]], minlength=nfn)
     if totals:
         if only is None:
-            fn, row_of = f.fn, np.repeat(np.arange(len(f.lengths), dtype=np.int64), f.lengths)
+            fn, row_of = f.fn, f.rows()
         else:
-            hit = np.flatnonzero(np.isin(f.fn, only))
-            fn, row_of = f.fn[hit], np.searchsorted(f.starts, hit, side="right") - 1   # stack after stack
+            hit = f.having(only)
+            fn, row_of = f.fn[hit], f.rows()[hit]
         hit_in = in_view[row_of]
-        pair = unique_ints(row_of[hit_in] * max(nfn, 1) + fn[hit_in])   # once per (stack, function)
+        pair = unique_ints(row_of[hit_in].astype(np.int64) * max(nfn, 1) + fn[hit_in])   # once per (stack, fn)
         for m, w in ws.items():
             total = np.bincount(pair % max(nfn, 1), weights=w[pair // max(nfn, 1)], minlength=nfn)
-            out["total_" + m] = total if only is None else np.where(np.isin(np.arange(nfn), only), total, np.nan)
+            if only is not None:
+                total[np.setdiff1d(np.arange(nfn), only)] = np.nan
+            out["total_" + m] = total
     return out
 
 
@@ -260,7 +276,7 @@ def cut_and_prune(make, total: float, min_share: float, max_nodes: int, early: b
     the result is the same as pruning the full tree. Returns the tree and the full tree's node
     count (None when it was never built whole)."""
     floor = min_share * total
-    cut = max(total / max_nodes, floor) if early else 0.0
+    cut = max(total / (4 * max_nodes), floor) if early else 0.0
     while True:
         t = make(cut)
         sel = select(t.parent, t.depth, t.total, min_share, max_nodes, never=t.key == OTHER)
@@ -419,8 +435,8 @@ def sandwich(profile: Profile, fns: np.ndarray, metric: str, thread: str | None 
     outermost occurrence, so a recursive function counts once per stack."""
     w, _ = metric_weights(profile, metric)
     f = flat(profile)
-    hit = np.flatnonzero(np.isin(f.fn, fns))
-    row_of = np.searchsorted(f.starts, hit, side="right") - 1      # entries are stack after stack
+    hit = f.having(fns)
+    row_of = f.rows()[hit]
     outermost = np.r_[True, row_of[1:] != row_of[:-1]] if len(hit) else np.zeros(0, bool)
     first = np.full(len(f.lengths), -1, np.int64)                  # depth of the outermost occurrence
     first[row_of[outermost]] = hit[outermost] - f.starts[row_of[outermost]]
