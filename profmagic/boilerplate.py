@@ -4,8 +4,9 @@ A frame is boilerplate when a rule of ``RULES`` matches it: interpreter start-up
 frames, thread start, ``std::thread`` invoke chains, asyncio, and the kernel's plumbing (ipykernel,
 IPython, tornado, zmq, the %%profile magic). ``fold(profile)`` replaces each stack's leading run of
 boilerplate frames by one frame named after the groups it holds, e.g. ``⋯ thread start ·
-std::thread (folded)``; frames after the first frame of user code are never folded, and a stack of
-boilerplate alone keeps its leaf. The views fold by default; ``boilerplate=False`` shows everything.
+std::thread (folded)``; frames after the first frame of user code are never folded, a stack of
+boilerplate alone keeps its leaf, and a stack that begins with its thread's root frame (perf's comm)
+keeps that. The views fold by default; ``boilerplate=False`` shows everything.
 
 Add a rule for your own framework::
 
@@ -64,6 +65,8 @@ RULES: list[Rule] = [
     Rule("%%profile", "", r"(^|/)profmagic/(magic|session|attaching)\.py$"),
     Rule("interpreter", "", INTERPRETER_FILE),
     Rule("interpreter", INTERPRETER_NAME, r"^$"),
+    # A raw address, or a library perf could not symbolise: above user code, it is the runtime's.
+    Rule("unresolved", r"0x[0-9a-fA-F]+|\[[^\]]+\]"),
 ]
 
 _CACHE: "weakref.WeakKeyDictionary[Profile, tuple]" = weakref.WeakKeyDictionary()
@@ -106,30 +109,29 @@ def _fold(profile: Profile, rules: list[Rule]) -> Profile:
     stacks = profile.stacks["stack"].to_numpy()
     if not len(g) or not len(stacks) or not (g >= 0).any():
         return profile
-    rows, fids, lengths = profile._exploded()
-    starts = np.cumsum(lengths) - lengths
-    depth = np.arange(len(rows), dtype=np.int64) - np.repeat(starts, lengths)
-    user = g[fids] < 0
-    first_user = lengths.copy()
-    np.minimum.at(first_user, rows[user], depth[user])
-    prefix = np.minimum(first_user, np.maximum(lengths - 1, 0))   # a stack of boilerplate keeps its leaf
-    todo = np.flatnonzero(prefix > 0)
-    if not len(todo):
-        return profile
+    # Stacks that begin with a thread's root frame (perf, stap: FlameGraph's comm root) keep it.
+    skip = 1 if profile.meta.get("folded_thread_roots") is False else 0
     names = [r.group for r in rules]
     base = int(profile.frames.index.max()) + 1
     label_ids: dict[str, int] = {}
     new_stacks = stacks.copy()
-    for row in todo.tolist():
-        st = stacks[row]
-        k = int(prefix[row])
-        label = " · ".join(dict.fromkeys(names[g[f]] for f in st[:k]))
+    folded = 0
+    for row, st in enumerate(stacks):
+        if len(st) <= skip + 1 or g[st[skip]] < 0:
+            continue
+        end = skip
+        while end < len(st) - 1 and g[st[end]] >= 0:   # a stack of boilerplate keeps its leaf
+            end += 1
+        label = " · ".join(dict.fromkeys(names[g[f]] for f in st[skip:end]))
         fid = label_ids.setdefault(label, base + len(label_ids))
-        new_stacks[row] = (fid,) + tuple(st[k:])
+        new_stacks[row] = tuple(st[:skip]) + (fid,) + tuple(st[end:])
+        folded += end - skip
+    if not label_ids:
+        return profile
     labels = list(label_ids)
     extra = make_frames([f"⋯ {lab} (folded)" for lab in labels], [FOLDED_FILE] * len(labels),
                         [None] * len(labels), ["other"] * len(labels))
     extra.index = pd.RangeIndex(base, base + len(labels), name="frame")
     frames = pd.concat([profile.frames, extra])
     return profile.replace(frames=frames, stacks=profile.stacks.assign(stack=new_stacks),
-                           meta=profile.meta.replace(boilerplate_folded=int(prefix[todo].sum())))
+                           meta=profile.meta.replace(boilerplate_folded=folded))

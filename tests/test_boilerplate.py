@@ -89,3 +89,18 @@ def test_user_code_named_like_boilerplate_is_not_folded():
     # "main" and "run" are boilerplate only in the interpreter's binary and in threading.py.
     p = profmagic.load("main;run;work 3\n")
     assert B.fold(p) is p
+
+
+def test_a_perf_stack_keeps_its_thread_root_and_folds_unresolved_runtime_frames():
+    """perf stacks begin with FlameGraph's comm root: it stays; the thread start under it folds,
+    with the library perf could not symbolise ([libstdc++...]) and raw addresses."""
+    b = StackBuilder()
+    names = ["cs-worker", "clone3", "start_thread", "[libstdc++.so.6.0.30]", "0x7f58b34d44a3",
+             "std::thread::_State_impl<std::thread::_Invoker<std::tuple<void (*)(Engine*), Engine*> > >::_M_run",
+             "worker_loop", "topk"]
+    fids = [b.frame(n, None, None, "other" if i == 0 else "native") for i, n in enumerate(names)]
+    b.add(b.stack("cs-worker-1/2", fids), samples=5)
+    p = b.build(metric="samples", meta={"backend": "perf", "folded_thread_roots": False})
+    q = B.fold(p)
+    assert [q.frames["name"][f] for f in q.stacks["stack"][0]] == [
+        "cs-worker", "⋯ thread start · unresolved · std::thread (folded)", "worker_loop", "topk"]

@@ -7,9 +7,9 @@
 from __future__ import annotations
 
 from ..views.mime import PLOTLY_MIME
-from .display import fallback, mimebundle, warm_up
+from .display import fallback, mimebundle, show, warm_up
 from .static import downloads_html, header_html, notes, static_html, table_html
 from .widget import Report, widget
 
 __all__ = ["PLOTLY_MIME", "Report", "downloads_html", "fallback", "header_html", "mimebundle", "notes",
-           "static_html", "table_html", "warm_up", "widget"]
+           "show", "static_html", "table_html", "warm_up", "widget"]

@@ -68,6 +68,12 @@ def fallback(profile: Profile, error: BaseException) -> dict:
             "text/html": f"<pre>{escape(text)}</pre><pre style='color:#b91c1c'>{escape(why)}</pre>"}
 
 
+def show(profile: Profile) -> None:
+    """Display the report of ``profile``: also of one ``%%profile -q`` returned quietly."""
+    from IPython.display import display
+    display(mimebundle(profile), raw=True)
+
+
 def mimebundle(profile: Profile) -> dict:
     """The display of a Profile (see ``_mimebundle``); if building it fails for any reason, the
     repr and the error, so a broken view never hides the profile."""
