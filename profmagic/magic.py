@@ -1,10 +1,8 @@
 """``%%profile`` / ``%profile``: argument parsing and orchestration only (no parsing of files, no plots)."""
 from __future__ import annotations
 
-import ast
 import asyncio
 import contextvars
-import inspect
 import os
 import sys
 import threading
@@ -12,7 +10,7 @@ import threading
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from . import session, transforms
+from . import awaits, cellrun, session, transforms
 from .backends.base import MODES
 from .errors import ProfileFormatError, ProfilerError
 from .model import Profile
@@ -116,6 +114,7 @@ class ProfileMagics(Magics):
                       file=sys.stderr)
                 return None
             args.backends = list(dict.fromkeys(names))
+        args.line = cell is None
         if args.pid is not None:
             return self.attach(code, args)
         if not code.strip():
@@ -136,17 +135,19 @@ class ProfileMagics(Magics):
         for name in args.backends:
             args.backend, args.quiet, args.output = name, True, None
             try:
-                p = self.run(code, args)
+                got = self.record(code, args)
             finally:
                 args.quiet, args.output = quiet, output
-            if p is not None:
-                out[name] = Profile(p.frames, p.stacks, p.samples, p.meta, p.raw, p.metric, threads=p.thread_table)
+            if got is not None and got[0] is not None:
+                out[name] = got[0]
+            if got is not None and got[1] is not None:
+                raise got[1]
         if out and not args.quiet:
             from IPython.display import display
             from .views import compare
             display(compare.side_by_side(out))
         self.shell.user_ns["_profiles"] = out
-        return out
+        return out if args.line else None
 
     def attach(self, code: str, args):
         """``%profile --pid 1234,5678 --duration 10``: record running processes, not code."""
@@ -154,21 +155,17 @@ class ProfileMagics(Magics):
         if code.strip():
             print("profmagic: --pid attaches to running processes; give no code with it", file=sys.stderr)
             return None
-        handle = None
-        if not args.quiet:
-            from IPython.display import display
-            handle = display({"text/plain": "attaching…"}, raw=True, display_id=True)
+        status = Status(quiet=args.quiet)
+        status.show("attaching…")
         try:
             profile = attach_pids(args.pid, args.duration, backend=args.backend, rate=args.rate,
                                   mode="cpu" if args.gil else ("wall" if args.idle else args.mode),
-                                  native=args.native,
-                                    announce=(lambda t: handle.update({"text/plain": t}, raw=True)) if handle else None)
+                                  native=args.native, announce=status.show)
         except ProfilerError as e:
             print(f"profmagic: {e}", file=sys.stderr)
             return None
         finally:
-            if handle is not None:
-                handle.update({"text/plain": ""}, raw=True)
+            status.clear()
         self.shell.user_ns["_profile"] = profile
         if args.output:
             try:
@@ -179,67 +176,92 @@ class ProfileMagics(Magics):
             return quiet(profile)
         return profile
 
-    def run(self, code: str, args):
+    def record(self, code: str, args):
+        """Run ``code`` under the profiler as IPython runs a cell: (Profile or None, the exception the
+        code raised or None, the value of its last expression or cellrun.NOTHING); None when
+        nothing ran (a syntax error, a profiler that could not start)."""
         ip = self.shell
         number = max(1, ip.execution_count - 1)  # IPython counts the running cell before it runs
-        transformed = ip.transform_cell(code)
-        filename = ip.compile.cache(transformed, number, raw_code=code)
-        flags = ip.compile.flags | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
         try:
-            compiled = compile(transformed, filename, "exec", flags=flags, dont_inherit=True)
+            cell = cellrun.prepare(ip, code, number)
         except SyntaxError:
-            ip.showsyntaxerror(filename)
+            ip.showsyntaxerror()
             return None
-        is_async = bool(compiled.co_flags & inspect.CO_COROUTINE)
         options = session.make_options(
             rate=args.rate, native=args.native, gil=args.gil, mode=mode_of(args), subprocesses=args.subprocesses,
-            all_threads=args.all_threads, cell_filename=filename, rerun=args.rerun)
+            all_threads=args.all_threads, cell_filename=cell.filename, rerun=args.rerun)
         names = transforms.cell_names(getattr(ip.compile, "_filename_map", {}))
-        handle = None
-
-        def announce(text):
-            nonlocal handle
-            if args.quiet:
-                return
-            from IPython.display import display
-            handle = display({"text/plain": text}, raw=True, display_id=True)
-
-        session_kw = dict(cell=code, file_names=names, announce=None if is_async else announce)
+        status = Status(quiet=args.quiet)
+        session_kw = dict(cell=code, file_names=names, announce=None if cell.is_async else status.show)
         ns = ip.user_ns
+        box = {"value": cellrun.NOTHING}
         try:
-            if is_async:
-                announce(f"recording with {args.backend} (top-level await: the cell runs in its own "
-                         "event loop on a helper thread)…")
-                profile, error = _run_async(args.backend, options, compiled, ns, session_kw)
+            if cell.is_async:
+                status.show(f"recording with {args.backend} (top-level await: the cell runs in its own "
+                            "event loop on a helper thread)…")
+                profile, error = _run_async(args.backend, options, cell, ns, session_kw, box)
             else:
-                profile, error = session.run(args.backend, options, lambda: exec(compiled, ns), **session_kw)
+                profile, error = session.run(args.backend, options, lambda: box.update(value=cell.run(ns)),
+                                             **session_kw)
         except (ProfilerError, ProfileFormatError) as e:  # a reader error here: the profiler's own file is bad
-            if handle is not None:
-                handle.update({"text/plain": ""}, raw=True)
+            status.clear()
             print(f"profmagic: {e}", file=sys.stderr)
             return None
-        if handle is not None:
-            handle.update({"text/plain": ""}, raw=True)
-        if profile is not None and args.output:
-            try:
-                profile.save(args.output)
-            except (OSError, ValueError) as e:
-                print(_save_failed(args.output, e), file=sys.stderr)
+        status.clear()
         if profile is not None:
+            if args.output:
+                try:
+                    profile.save(args.output)
+                except (OSError, ValueError) as e:
+                    print(_save_failed(args.output, e), file=sys.stderr)
             ns["_profile"] = profile  # the latest profile, also when the cell raised
-        if profile is not None and profile.is_empty:
-            print(profile.meta.get("message", "profmagic: no samples"), file=sys.stderr)
-            profile = None
-        if error is not None:
-            if profile is not None and not args.quiet:
+            if profile.meta.get("message"):
+                print(profile.meta["message"], file=sys.stderr)
+            if profile.is_empty:
+                profile = None
+        return profile, error, box["value"]
+
+    def run(self, code: str, args):
+        """The cell magic shows the report, then hands the cell's last value to the display hook (so it
+        is shown and lands in ``Out``) and returns None. The line magic returns the Profile. Either way
+        ``_profile`` holds it, and code that raises shows its profile, then re-raises."""
+        got = self.record(code, args)
+        if got is None:
+            return None
+        profile, error, value = got
+        shown = profile is not None and not args.quiet
+        if error is not None or not args.line:
+            if shown:
                 _show(profile, args.compare)
-            raise error
-        if profile is not None and args.compare and not args.quiet:
+            if error is not None:
+                raise error
+            if value is not cellrun.NOTHING:
+                self.shell.displayhook(value)
+            return None
+        if shown and args.compare:
             _show(profile, True)
-            args.quiet = True  # the comparison is the display; the Profile is still returned
-        if profile is not None and args.quiet:
-            profile = quiet(profile)
-        return profile
+            return quiet(profile)   # the comparison is the display; the Profile is still returned
+        return quiet(profile) if profile is not None and args.quiet else profile
+
+
+class Status:
+    """One line of status text in the cell's output, updated in place, cleared at the end."""
+
+    def __init__(self, quiet: bool = False):
+        self.quiet, self.handle = quiet, None
+
+    def show(self, text: str) -> None:
+        if self.quiet:
+            return
+        from IPython.display import display
+        if self.handle is None:
+            self.handle = display({"text/plain": text}, raw=True, display_id=True)
+        else:
+            self.handle.update({"text/plain": text}, raw=True)
+
+    def clear(self) -> None:
+        if self.handle is not None:
+            self.handle.update({"text/plain": ""}, raw=True)
 
 
 def _show(profile: Profile, compare_view: bool) -> None:
@@ -262,20 +284,23 @@ def _save_failed(path: str, e: Exception) -> str:
             "the profile is still in _profile (_profile.save(path))")
 
 
-def _run_async(backend, options, compiled, ns, session_kw):
+def _run_async(backend, options, cell, ns, session_kw, box):
     """Top-level await: the kernel's own loop is running in this thread, so the cell gets a fresh
-    event loop on a helper thread; that thread is the cell's thread in the profile."""
+    event loop on a helper thread; that thread is the cell's thread in the profile. A tracker notes
+    where the cell's coroutines wait (awaits.py), so their waiting time is attributed to them."""
     out: dict = {}
-    box: dict = {}
+    tracker = awaits.Tracker()
 
     async def main():
         box["task"] = asyncio.current_task()
         box["loop"] = asyncio.get_running_loop()
-        await eval(compiled, ns)
+        box["value"] = await cell.run_async(ns, tracker)
 
     def work():
         try:
-            out["result"] = session.run(backend, options, lambda: asyncio.run(main()), **session_kw)
+            with tracker:
+                out["result"] = session.run(backend, options, lambda: asyncio.run(main()), tracker=tracker,
+                                            **session_kw)
         except BaseException as e:  # recorder errors: handed to the kernel thread
             out["error"] = e
 

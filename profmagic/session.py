@@ -58,8 +58,9 @@ class Session:
 
     def __init__(self, backend: str = "auto", options: Options | None = None, *, cell: str | None = None,
                  cell_filename: str | None = None, file_names: dict | None = None,
-                 announce: Callable[[str], None] | None = None):
+                 announce: Callable[[str], None] | None = None, tracker=None):
         self.requested = backend
+        self.tracker = tracker         # awaits.Tracker of a top-level-await cell
         self.options = options or Options()
         if cell_filename:
             self.options.cell_filename = cell_filename
@@ -165,7 +166,8 @@ class Session:
                     before=frozenset(self.before), keep_all_threads=o.all_threads,
                     live_names={t.native_id: t.name for t in threading.enumerate() if t.native_id is not None},
                     file_names=self.file_names, mode=o.mode, unmeasured=dict(self.module.CAPS.unmeasured),
-                    wall=wall, cpu=cpu, run_delay=run_delay)
+                    awaits=tuple(self.tracker.waits) if self.tracker is not None else (),
+                    sees_awaits=self.module.CAPS.awaits, wall=wall, cpu=cpu, run_delay=run_delay)
 
     def processors(self) -> tuple:
         """The declared post-processing: the common processors, the backend's own, children, names."""

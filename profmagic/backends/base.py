@@ -47,6 +47,7 @@ class Capabilities:
     threads: str = "python"
     one_clock_per_run: bool = False
     native: bool = False          # names native (C/C++) frames
+    awaits: bool = False          # samples a suspended coroutine chain itself (see awaits.py)
     both_excludes: Mapping = field(default_factory=dict)
 
 

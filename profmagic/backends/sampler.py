@@ -22,6 +22,7 @@ import threading
 import time
 
 from ..errors import ProfilerError
+from .. import awaits
 from ..childsampler import tid_cpu_clock
 from ..model import Raw
 from ..threads import thread_label
@@ -29,7 +30,7 @@ from .base import Capabilities, Capture, Options
 
 NAME = "sampler"
 CAPS = Capabilities(clocks=("wall", "cpu"), weights="measured", inside=True, attach=False, streams=True,
-                    threads="python")
+                    threads="python", awaits=True)
 
 
 def available() -> tuple[bool, str]:
@@ -167,7 +168,6 @@ class Recorder:
         frames = sys._current_frames()
         live = self._live()
         b = self._builder
-        codes = self._codes
         t = now - self._t0
         for ident, f in frames.items():
             if ident == me:
@@ -177,18 +177,28 @@ class Recorder:
             cpu = c - st.cpu  # a new thread starts from 0: all its CPU is since the last pass
             if not math.isnan(c):
                 st.cpu = c
-            stack = []
-            while f is not None:
-                code = f.f_code
-                hit = codes.get(id(code))
-                if hit is None:
-                    name = getattr(code, "co_qualname", code.co_name)
-                    hit = codes[id(code)] = (code, b.frame(name, code.co_filename, code.co_firstlineno, "python"))
-                stack.append(hit[1])
-                f = f.f_back
-            stack.reverse()
+            chain = awaits.waiting(ident)
+            if chain is not None:   # the cell awaits: its coroutines, not the event loop's select
+                stack = [self._code_frame(code) for code in chain] + [self._await_frame()]
+            else:
+                stack = []
+                while f is not None:
+                    stack.append(self._code_frame(f.f_code))
+                    f = f.f_back
+                stack.reverse()
             b.add(b.stack(st.label, stack), samples=1, time=t, wall=wall, cpu=cpu)
         self.ticks += 1
+
+    def _code_frame(self, code) -> int:
+        hit = self._codes.get(id(code))
+        if hit is None:
+            name = getattr(code, "co_qualname", code.co_name)
+            hit = self._codes[id(code)] = (code, self._builder.frame(name, code.co_filename, code.co_firstlineno,
+                                                                     "python"))
+        return hit[1]
+
+    def _await_frame(self) -> int:
+        return self._builder.frame(awaits.AWAIT, None, None, "other")
 
     def _run(self) -> None:
         me = threading.get_ident()
