@@ -192,10 +192,8 @@ class Session:
         if self.error is not None:
             meta["partial"] = f"the code raised {type(self.error).__name__}; this profile covers it up to there"
         p = p.replace(meta=p.meta.replace(**meta))
-        if p.is_empty:
-            self.message = no_samples_message(self.name, cell.wall, cell.cpu, meta["rate"], p.metric)
-            p = p.with_meta(message=self.message)
-        return p
+        self.message = sampling_message(p, self.name, cell, float(meta["rate"]))
+        return p.with_meta(message=self.message) if self.message else p
 
     def _process_label(self, pid: int, name: str | None = None) -> str:
         if pid == self.options.pid:
@@ -243,16 +241,32 @@ class Session:
         return merged.replace(meta=meta, metric=p.metric)
 
 
-def no_samples_message(backend: str, cell_wall: float, cell_cpu: float, rate: float, metric: str) -> str:
-    msg = (f"profmagic: no samples: the code ran {cell_wall * 1e3:.1f} ms wall ({cell_cpu * 1e3:.1f} ms CPU) "
-           f"and {backend} samples at {rate:g} Hz (every {1e3 / rate:.1f} ms).")
-    if backend == "py-spy" and cell_cpu > 2 / rate:
-        return (msg + f" The code used {cell_cpu * 1e3:.0f} ms of CPU, more than two sampling periods, so "
-                "py-spy should have seen it: py-spy could not read this stack (py-spy 0.4 records nothing "
-                "for very deep stacks, such as 10,000-deep recursion). Use --backend sampler instead.")
-    msg += " Run it longer (e.g. in a loop) or raise --rate."
-    if metric == "cpu" and cell_wall > 2 / rate:
-        msg += " This backend counted only CPU time here; add --idle for wall time."
+MIN_SAMPLES = 5   # fewer samples of the cell's thread than this, and the user is told
+
+
+def sampling_message(p: Profile, backend: str, cell: Cell, rate: float) -> str | None:
+    """What was measured and observed when the cell's thread has fewer than MIN_SAMPLES samples;
+    None when it has enough. It names causes only from what was seen, never guesses."""
+    thread = transforms.cell_thread(p, cell)
+    per = p.stacks.groupby("thread", observed=True)["samples"].sum() if len(p.stacks) else {}
+    mine = int(per.get(thread, 0)) if len(per) else 0
+    if mine >= MIN_SAMPLES or "calls" in p.stacks:   # a tracer (cProfile) has calls, not samples
+        return None
+    others = {t: int(n) for t, n in per.items() if t != thread and n}
+    head = "no samples" if not p.sample_count else f"too few samples ({mine} of the cell's thread)"
+    msg = (f"profmagic: {head}: the code ran {cell.wall * 1e3:.1f} ms wall ({cell.cpu * 1e3:.1f} ms CPU); "
+           f"{backend} sampled at {rate:g} Hz (every {1e3 / rate:.1f} ms) and recorded {mine} sample(s) of the "
+           f"cell's thread" + (f" and {sum(others.values())} of {len(others)} other thread(s)" if others else "") + ".")
+    seen = p.meta.get("tool_report")
+    if seen:
+        msg += f" {seen}."
+    if cell.wall < 5 / rate:
+        msg += " The code ran for fewer than five sampling periods: run it longer (e.g. in a loop) or raise --rate."
+    elif cell.mode == "cpu" and cell.cpu < 5 / rate:
+        msg += (" It used little CPU and this recording counts CPU time only: --mode both (the default) "
+                "or --mode wall counts the waiting too.")
+    elif seen:
+        msg += " --backend sampler reads the stacks from inside the process."
     return msg
 
 

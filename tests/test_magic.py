@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import os
 import tempfile
 
@@ -204,10 +205,12 @@ def test_unknown_backend(k):
     assert k.value("ran") is False
 
 
-def test_returns_profile_underscore_and_line_magic(k):
+def test_profile_in_underscore_profile_and_line_magic_returns_it(k):
+    # The cell magic shows the report as a display and leaves Out/_ to the cell's own value.
     r = k.run("%%profile -b py-spy --idle\nbusy(0.2)\n")
-    assert r.result is not None
-    assert k.value("type(_).__name__") == "Profile"
+    assert r.result is None and any("application/vnd.jupyter.widget-view+json" in d or "text/html" in d
+                                    for d in r.data), r.data
+    assert k.value("type(_profile).__name__") == "Profile"
     r = k.run("p = %profile -b py-spy --idle busy(0.25)\nprint(type(p).__name__, p.meta['cell'])")
     assert r.stdout.split() == ["Profile", "busy(0.25)"], r.text()
     assert_clean(k)
@@ -276,3 +279,36 @@ def test_sampler_keeps_cell_thread(k):
     _, s = profile_cell(k, "-b sampler --mode wall", body)
     assert [t for t in s["threads"] if t.endswith('"worker"')], s["threads"]
     assert_cell_only(s)
+
+
+def test_cell_value_is_displayed_and_lands_in_out(k):
+    """The cell runs as IPython runs it: the last expression is shown (after the report) and stored
+    in Out; input transformers (a %line magic inside the cell) apply; the profile covers the cell."""
+    r = k.run("%%profile -b sampler\nbusy(0.1)\n%time _t = 1\n40 + 2\n")
+    assert r.status == "ok", r.text()
+    assert r.result == {"text/plain": "42"}
+    n = k.value("len(In) - 2")
+    assert k.value(f"Out[{n}]") == 42
+    assert "Wall time" in r.stdout                     # %time ran inside the profiled cell
+    assert k.value("_profile.meta['cell_thread'] in _profile.threads")
+    names = k.value("sorted(set(_profile.frames['name']))")
+    assert "busy" in names and "<module>" in names
+
+
+def test_traceback_points_at_the_cells_own_line(k):
+    r = k.run("%%profile -b sampler -q\nx = 1\n\ny = 1 / 0\n")
+    assert r.status == "error" and r.error["ename"] == "ZeroDivisionError"
+    tb = "\n".join(r.error["traceback"])
+    assert "----> 3 y = 1 / 0" in re.sub(r"\x1b\[[0-9;]*m", "", tb)
+
+
+def test_default_records_wall_and_cpu_of_a_waiting_cell(k):
+    """%%profile with no options on a cell that mostly sleeps: wall and CPU from one run, the wall
+    total within 5% of the cell's measured wall time, and at least 90% of it off-CPU."""
+    r = k.run("%%profile\nspin(0.03)\nnap(1.0)\n")
+    assert r.status == "ok" and "no samples" not in r.stderr, r.text()
+    s = k.value("dict(metrics=_profile.metrics, wall=_profile.total('wall'), cpu=_profile.total('cpu'), "
+                "cell_wall=_profile.meta['cell_wall'], mode=_profile.meta['mode'])")
+    assert s["mode"] == "both" and {"wall", "cpu", "off_cpu"} <= set(s["metrics"])
+    assert s["wall"] == pytest.approx(s["cell_wall"], rel=0.05)
+    assert (s["wall"] - s["cpu"]) / s["wall"] >= 0.9, s

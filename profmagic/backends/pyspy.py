@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import select
 import shutil
 import signal
@@ -261,7 +262,7 @@ def read(capture: Capture, options: Options) -> Profile:
     else:
         p = formats.read(capture.data, capture.format, source="py-spy")
     meta = dict(backend=NAME, rate=float(options.rate), requested_rate=float(options.rate),
-                versions={"py-spy": version()}, pid=options.pid,
+                versions={"py-spy": version()}, pid=options.pid, tool_report=reported(capture.meta),
                 py_spy_flags={"mode": options.mode, "gil": options.gil, "native": options.native,
                               "subprocesses": options.subprocesses})
     if options.gil:
@@ -273,6 +274,21 @@ def read(capture: Capture, options: Options) -> Profile:
     # A capture without samples has no time column: keep the reader's metric then.
     out_metric = "wall" if metric == "both" else metric
     return p.replace(meta=p.meta.replace(**meta), metric=out_metric if out_metric in p.metrics else p.metric)
+
+
+_COUNTS = re.compile(rb"Samples: (\d+) Errors: (\d+)")
+_BEHIND = re.compile(rb"([\d.]+)s behind in sampling")
+
+
+def reported(meta: dict) -> str | None:
+    """What py-spy itself said about its sampling: stack read errors and falling behind."""
+    status = "".join(m.get("status", "") for m in ([meta.get("wall") or {}, meta.get("cpu") or {}]
+                                                   if "wall" in meta else [meta])).encode()
+    errors = sum(int(e) for _, e in _COUNTS.findall(status))
+    behind = max((float(b) for b in _BEHIND.findall(status)), default=0.0)
+    said = ([f"py-spy reported {errors} error(s) reading stacks"] if errors else []) + \
+        ([f"py-spy fell {behind:g} s behind in sampling"] if behind else [])
+    return "; ".join(said) or None
 
 
 # -- seconds that add up: py-spy's weights are 1/requested rate -----------------------------------------
