@@ -10,7 +10,7 @@ Standard library only.
 from __future__ import annotations
 
 import threading
-import time
+from time import perf_counter
 from dataclasses import dataclass, field
 
 AWAIT = "[await]"   # the leaf frame of time spent awaiting
@@ -68,14 +68,14 @@ class _Tracked:
                 return stop.value
             chain = _chain(coro)
             tracker.current = tuple(c for c, _ in chain)
-            start = time.perf_counter()
+            start = perf_counter()
             try:
                 send, error = (yield out), None
             except BaseException as e:  # cancellation, interrupt: thrown into the coroutine
                 send, error = None, e
             finally:
                 tracker.current = None
-                tracker.waits.append(Wait(start, time.perf_counter(),
+                tracker.waits.append(Wait(start, perf_counter(),
                                           tuple((c.co_qualname if hasattr(c, "co_qualname") else c.co_name,
                                                  c.co_filename, c.co_firstlineno) for c, _ in chain)))
 

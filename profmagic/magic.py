@@ -10,8 +10,7 @@ import threading
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from . import awaits, cellrun, session, transforms
-from .backends.base import MODES
+from . import awaits, cellrun, session, transforms, validate
 from .errors import ProfileFormatError, ProfilerError
 from .model import Profile
 # Options that take a value: the line magic's statement starts after the last option.
@@ -23,14 +22,22 @@ def split_line(line: str) -> tuple[str, str]:
     rest = line.lstrip()
     opts = []
     while rest.startswith("-"):
-        tok, _, after = rest.partition(" ")
+        tok, rest = _word(rest)
         opts.append(tok)
-        rest = after.lstrip()
         if tok in _VALUED and rest:
-            val, _, after = rest.partition(" ")
+            val, rest = _word(rest)
             opts.append(val)
-            rest = after.lstrip()
     return " ".join(opts), rest
+
+
+def _word(text: str) -> tuple[str, str]:
+    """The first word of ``text`` (a quoted one whole, quotes kept) and the rest, stripped."""
+    if text[:1] in "'\"":
+        end = text.find(text[0], 1)
+        if end > 0:
+            return text[:end + 1], text[end + 1:].lstrip()
+    word, _, after = text.partition(" ")
+    return word, after.lstrip()
 
 
 class QuietProfile(Profile):
@@ -62,12 +69,12 @@ class ProfileMagics(Magics):
     @argument("--idle", action="store_true", help="include waiting (off-CPU) samples: wall time")
     @argument("--native", action="store_true", help="C/C++ frames too (py-spy: blocking mode)")
     @argument("--gil", action="store_true", help="only samples holding the GIL (overrides --idle)")
-    @argument("--rate", type=float, default=100.0, metavar="HZ", help="samples per second (default 100)")
+    @argument("--rate", default=100.0, metavar="HZ", help="samples per second (default 100)")
     @argument("--all-threads", action="store_true", help="keep the kernel's own threads too")
     @argument("--subprocesses", action="store_true", help="profile child processes too")
     @argument("--pid", default=None, metavar="PIDS",
               help="attach to running processes instead of running code: 1234,5678 (line magic)")
-    @argument("--duration", type=float, default=None, metavar="S",
+    @argument("--duration", default=None, metavar="S",
               help="with --pid: seconds to record (default: until interrupted)")
     @argument("--mode", default=None, help="wall, cpu or both (py-spy: wall means --idle)")
     @argument("--rerun", action="store_true",
@@ -96,8 +103,13 @@ class ProfileMagics(Magics):
             print(f"profmagic: unknown backend {args.backend!r}; choose one of: "
                   + ", ".join(session.BACKENDS), file=sys.stderr)
             return None
-        if args.mode is not None and args.mode not in MODES:
-            print(f"profmagic: unknown --mode {args.mode!r}; choose one of: {', '.join(MODES)}", file=sys.stderr)
+        try:   # every option checked before anything runs
+            args.mode = validate.mode(args.mode)
+            args.rate = validate.rate(args.rate)
+            args.duration = validate.duration(args.duration)
+            args.output = validate.output(args.output)
+        except ProfilerError as e:
+            print(f"profmagic: {e}", file=sys.stderr)
             return None
         if args.compare:
             if args.mode not in (None, "both"):
@@ -278,10 +290,8 @@ def _show(profile: Profile, compare_view: bool) -> None:
 
 
 def _save_failed(path: str, e: Exception) -> str:
-    folder = os.path.dirname(os.path.abspath(path))
-    cause = f"the folder {folder} does not exist" if not os.path.isdir(folder) else str(e)
-    return (f"profmagic: could not write {path}: {cause}. Fix: create the folder or choose another --output; "
-            "the profile is still in _profile (_profile.save(path))")
+    """--output was checked before the cell ran; writing can still fail (disk full, folder removed)."""
+    return f"profmagic: could not write {path}: {e}. The profile is still in _profile (_profile.save(path))"
 
 
 def _run_async(backend, options, cell, ns, session_kw, box):

@@ -39,15 +39,17 @@ def notes(profile: Profile) -> list[str]:
         out.append(str(m["message"]))
     if m.get("approximate"):
         out.append(f"Approximate: {m['approximate']}")
+    out += [f"Warning: {w}" for w in m.warnings]
     ended = [(k, v.get("ended_at")) for k, v in (m.get("processes") or {}).items()
              if isinstance(v, dict) and v.get("ended")]
     if ended:
         out.append("Ended during the recording (nothing after that is in the profile): " + "; ".join(
             f"{k} at +{at:.2f} s" if isinstance(at, (int, float)) and at == at else str(k) for k, at in ended))
     backend = profile.meta.get("backend") or profile.meta.get("format") or "this source"
-    for m in ("wall", "cpu"):
-        if m in profile.stacks and not profile.stacks[m].notna().any():
-            out.append(f"{METRIC_LABELS[m]}: not measured ({backend} cannot know it)")
+    for metric in ("wall", "cpu"):
+        if metric in profile.stacks and not profile.stacks[metric].notna().any():
+            why = m.unknown.get(metric) or f"{backend} cannot know it"
+            out.append(f"{METRIC_LABELS[metric]}: not measured ({why})")
     return out
 
 

@@ -17,13 +17,22 @@ import time
 from dataclasses import fields, replace
 from typing import Callable
 
-from . import backends, kernel, multi, procfs, transforms
-from .backends.base import MODES, Options, default_mode
+from . import backends, kernel, multi, nested, procfs, tempdirs, transforms, validate
+from .backends.base import Options, default_mode
 from .errors import ProfilerError
 from .model import Profile
 from .transforms import Cell
 
 BACKENDS = ("auto",) + tuple(backends.names())
+# The clocks, bound now: code that replaces time.perf_counter (a test's mock) must not change them.
+_wall, _cpu = time.perf_counter, time.thread_time
+
+
+def _clock_replaced() -> str | None:
+    if time.perf_counter is not _wall or time.thread_time is not _cpu:
+        return ("the code replaced time.perf_counter or time.thread_time (a mock?); profmagic timed the cell "
+                "with its own references to the real clocks")
+    return None
 
 
 def rerun_refused(backend: str) -> str:
@@ -34,12 +43,12 @@ def rerun_refused(backend: str) -> str:
 
 
 def make_options(**kw) -> Options:
-    """Options from keywords; unknown ones go to ``extra`` (backend-specific)."""
+    """Options from keywords, checked (validate.py); unknown ones go to ``extra`` (backend-specific)."""
     known = {f.name for f in fields(Options)} | {"idle"}
     opts = Options(**{k: v for k, v in kw.items() if k in known})
     opts.extra.update({k: v for k, v in kw.items() if k not in known})
-    if opts.mode is not None and opts.mode not in MODES:
-        raise ProfilerError(f"--mode must be one of {', '.join(MODES)}, got {opts.mode!r}")
+    opts.mode = validate.mode(opts.mode)
+    opts.rate = validate.rate(opts.rate)
     return opts
 
 
@@ -107,6 +116,8 @@ class Session:
         o.thread_native_id = threading.get_native_id()
         o.thread_ident = threading.get_ident()
         self.thread_name = threading.current_thread().name
+        if not self.module.CAPS.inside or self.children_method is not None:
+            tempdirs.sweep(validate.tmpdir())
         self.before = kernel.not_users_threads()
         if self.announce:
             self.announce(f"recording with {self.name} at {o.rate:g} Hz (pid {o.pid})…")
@@ -125,14 +136,16 @@ class Session:
         except BaseException:
             self.close()
             raise
-        self.t_wall = time.perf_counter()
-        self.t_cpu = time.thread_time()
+        nested.watch()
+        self.t_wall = _wall()
+        self.t_cpu = _cpu()
         self.t_delay = procfs.run_delay()
 
     def warn(self, text: str) -> None:
         print(f"profmagic: {text}", file=sys.stderr)
 
     def close(self) -> None:
+        nested.unwatch()
         rec, self.recorder = self.recorder, None
         try:
             if rec is not None:
@@ -144,9 +157,10 @@ class Session:
 
     def finish(self, error: BaseException | None = None) -> Profile | None:
         """Stop, read and process. Call from the thread that ran the code, right after it."""
-        wall = time.perf_counter() - self.t_wall
-        cpu = time.thread_time() - self.t_cpu
+        wall = _wall() - self.t_wall
+        cpu = _cpu() - self.t_cpu
         delay = procfs.run_delay()
+        self.nested = nested.unwatch()
         self.error = error
         try:
             capture = self.recorder.stop()
@@ -191,6 +205,9 @@ class Session:
             meta["cell"] = self.cell
         if self.error is not None:
             meta["partial"] = f"the code raised {type(self.error).__name__}; this profile covers it up to there"
+        warnings = list(p.meta.warnings) + [w for w in (self.nested, _clock_replaced()) if w]
+        if warnings:
+            meta["warnings"] = warnings
         p = p.replace(meta=p.meta.replace(**meta))
         self.message = sampling_message(p, self.name, cell, float(meta["rate"]))
         return p.with_meta(message=self.message) if self.message else p

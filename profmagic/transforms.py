@@ -5,6 +5,7 @@ None of them mutates its input; each returns a new Profile whose meta records wh
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping
 
@@ -510,6 +511,33 @@ def attribute_awaits(p: Profile, cell: Cell) -> Profile:
     return p.replace(frames=frames, stacks=out, samples=None, meta=p.meta.replace(**note))
 
 
+# profmagic's own code (not its case study): frames of it below the user's code are the profiler's.
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_OWN_EXEMPT = (os.path.join(_PACKAGE, "casestudy") + os.sep,)
+OWN_THREADS = ("profmagic-sampler", "profmagic-child-sampler")   # the built-in samplers' threads
+
+
+def hide_profmagic(p: Profile, cell: Cell) -> Profile:
+    """A recording inside a recording (``with profmagic.profile()`` in a profiled cell): profmagic's
+    own threads leave, and each stack ends at the user's frame that called into profmagic."""
+    names = p.thread_table["name"].astype(object)
+    own = [lab for lab, n in zip(p.threads, names) if n in OWN_THREADS]
+    if own:
+        p = keep_threads(p, [t for t in p.threads if t not in set(own)])
+    files = p.frames["file"].astype(str)
+    ours = set(p.frames.index[[f.startswith(_PACKAGE) and not f.startswith(_OWN_EXEMPT) for f in files]].tolist())
+    if not ours:
+        return p
+    new, changed = [], False
+    for s in p.stacks["stack"]:
+        cut = next((j for j in range(1, len(s)) if s[j] in ours and s[j - 1] not in ours), None)
+        new.append(tuple(s[:cut]) if cut is not None else s)
+        changed |= cut is not None
+    if not changed:
+        return p
+    return regroup(p, p.thread_ids(), new, np.ones(len(new), dtype=bool), {"profmagic_frames": "folded into their caller"})
+
+
 def to_cell(p: Profile, cell: Cell) -> Profile:
     if not cell.filename:
         return p
@@ -543,5 +571,5 @@ def named_files(p: Profile, cell: Cell) -> Profile:
 
 # The processors every recording runs, in order (session.py adds the backend's own after `clocks`).
 PROCESSORS: tuple[Callable[[Profile, Cell], Profile], ...] = (only_users_threads, live_thread_names,
-                                                                  attribute_awaits, to_cell, clocks)
+                                                                  attribute_awaits, to_cell, hide_profmagic, clocks)
 FINAL: tuple[Callable[[Profile, Cell], Profile], ...] = (named_files,)

@@ -7,7 +7,8 @@ import sys
 import pytest
 
 from profmagic import multi
-from profmagic.attaching import attach, parse_pids
+from profmagic.attaching import attach
+from profmagic.validate import pids as parse_pids
 from profmagic.errors import ProfilerError
 
 pytestmark = pytest.mark.timeout(120)

@@ -25,6 +25,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from .. import procfs
 from ..errors import ProfilerError
 from ..model import Profile, Raw
 from ..transforms import Cell, calibrate, cell_thread
@@ -99,6 +100,11 @@ def attach_help(stderr: str, pid: int | None = None) -> str:
         return (f"py-spy could not attach to process {pid}: {cause}\n"
                 f"Cause: process {pid} does not exist (it exited, or the pid is wrong).\n"
                 "Fix: give the pid of a running Python process; or use --backend sampler in that process.")
+    if procfs.is_python(pid) is not True and "executable" in cause:
+        return (f"py-spy could not attach to process {pid} ({procfs.cmdline(pid)}): {cause}\n"
+                f"Cause: process {pid} does not look like a Python program (its command is not python and "
+                "/proc does not show a libpython), and py-spy reads Python stacks.\n"
+                "Fix: give the pid of a Python process; for a native one use --backend perf or eu-stack.")
     return (f"py-spy could not attach to process {pid}: {cause}\n"
             f"Cause: reading another process's memory needs ptrace permission: py-spy must run as the same "
             f"user as the process, or with CAP_SYS_PTRACE "

@@ -20,6 +20,7 @@ import os
 import sys
 import threading
 import time
+from time import clock_gettime, perf_counter
 
 from ..errors import ProfilerError
 from .. import awaits
@@ -110,17 +111,13 @@ class _Thread:
         if self.clock is None:
             return math.nan
         try:
-            return time.clock_gettime(self.clock)
+            return clock_gettime(self.clock)
         except OSError:  # the thread ended between the frame snapshot and this read
             return math.nan
 
 
 class Recorder:
     def __init__(self, options: Options):
-        if not options.rate or options.rate <= 0:
-            raise ProfilerError(f"--rate must be a positive number of Hz, got {options.rate!r}")
-        if options.mode not in ("wall", "cpu", "both"):
-            raise ProfilerError(f"--mode must be wall, cpu or both, got {options.mode!r}")
         self.options = options
         self.interval = 1.0 / float(options.rate)
         self._stop = threading.Event()
@@ -203,19 +200,19 @@ class Recorder:
     def _run(self) -> None:
         me = threading.get_ident()
         try:
-            last = self._t0 = time.perf_counter()
+            last = self._t0 = perf_counter()
             self._baseline(me)
             self._ready.set()
             due = last + self.interval
             # Deadlines are absolute, so a late wake-up (waiting for the GIL) does not slow the rate.
-            while not self._stop.wait(max(0.0, due - time.perf_counter())):
-                now = time.perf_counter()
+            while not self._stop.wait(max(0.0, due - perf_counter())):
+                now = perf_counter()
                 self._tick(me, now, now - last)
                 last = now
                 due += self.interval
                 if due < now:  # too late for the missed ones: skip them rather than burst
                     due = now + self.interval
-            self._t1 = time.perf_counter()
+            self._t1 = perf_counter()
         except BaseException as e:  # handed to the recording thread by stop()
             self._error = e
             self._ready.set()
