@@ -196,7 +196,7 @@ def deactivate() -> None:
 class Children:
     """The parent's end: ``start()`` before the code, ``stop()`` after, ``close()`` always.
 
-    ``stop()`` returns the raw per-child records; ``profiles()`` (in ``multi``) reads them.
+    ``stop()`` returns the raw per-child records; ``formats.children`` reads them.
     """
 
     def __init__(self, rate: float = 100.0):
@@ -249,12 +249,3 @@ class Children:
         if self.tmp is not None:
             self.tmp.close()
             self.tmp = None
-
-
-def process_state(pid: int) -> str | None:
-    """The process's state letter from /proc (``Z`` zombie), or None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0].decode()
-    except (OSError, IndexError):
-        return None

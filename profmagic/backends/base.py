@@ -104,6 +104,32 @@ class Capture:
 OWN_GROUP = {"process_group": 0}
 
 
+PR_SET_PTRACER = 0x59616D61
+
+
+def allow_tracer(pid: int) -> bool:
+    """Let ``pid`` ptrace this process under Yama ptrace_scope 1 (a child may not trace its parent)."""
+    if ptrace_scope() != 1:
+        return False
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_PTRACER, ctypes.c_ulong(pid), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def tool_version(argv: list[str], pattern: str = r"(\d+\.\d+\S*)") -> str | None:
+    """A profiler's version from ``argv`` (``["perf", "--version"]``): the first match of ``pattern``."""
+    import re
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(pattern, out)
+    return m.group(1) if m else None
+
+
 def ptrace_scope() -> int | None:
     """Yama's ptrace_scope (0-3), or None where Yama is absent."""
     try:

@@ -11,7 +11,6 @@ scales them so the cell's thread sums to its measured time.
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import re
 import select
@@ -30,7 +29,7 @@ from ..errors import ProfilerError
 from ..model import Profile, Raw
 from ..transforms import Cell, calibrate, cell_thread
 from ..tempdirs import TempDir
-from .base import OWN_GROUP, Capabilities, Capture, Options, ptrace_scope, reap
+from .base import OWN_GROUP, Capabilities, Capture, Options, allow_tracer, ptrace_scope, reap, tool_version
 
 NAME = "py-spy"
 CAPS = Capabilities(clocks=("wall", "cpu"), weights="nominal", inside=False, attach=True, streams=False,
@@ -38,7 +37,6 @@ CAPS = Capabilities(clocks=("wall", "cpu"), weights="nominal", inside=False, att
                         "native": "py-spy --native stops the process to read its stacks, and two py-spy (one per "
                                   "clock) cannot stop it at once",
                         "gil": "--gil keeps only samples that hold the GIL, neither clock"})
-PR_SET_PTRACER = 0x59616D61
 READY = b"Sampling process"
 START_TIMEOUT = 20.0
 MIN_RUN = 0.05
@@ -71,24 +69,7 @@ def available() -> tuple[bool, str]:
 
 def version() -> str | None:
     exe = binary()
-    if not exe:
-        return None
-    try:
-        out = subprocess.run([exe, "--version"], capture_output=True, timeout=10).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.decode(errors="replace").strip().removeprefix("py-spy ").strip() or None
-
-
-def allow_tracer(pid: int) -> bool:
-    """Let ``pid`` ptrace this process under Yama ptrace_scope 1 (a child may not trace its parent)."""
-    if ptrace_scope() != 1:
-        return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(PR_SET_PTRACER, ctypes.c_ulong(pid), 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
+    return tool_version([exe, "--version"]) if exe else None
 
 
 def attach_help(stderr: str, pid: int | None = None) -> str:

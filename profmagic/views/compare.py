@@ -7,7 +7,7 @@
   sorted by off-CPU time, and a one-line verdict.
 - ``side_by_side({backend: profile})``: one icicle per backend and a table of top functions.
 
-Trees come from ``views.tree`` (H5). Nodes merge by function (name, file); threads are merged.
+Trees come from ``views.tree``. Nodes merge by function (name, file); threads are merged.
 Unknown (NaN) weights are counted and said, never drawn as zeros.
 """
 from __future__ import annotations
