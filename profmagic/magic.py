@@ -10,7 +10,7 @@ import threading
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from . import awaits, cellrun, session, transforms, validate
+from . import awaits, cellrun, live, session, transforms, validate
 from .errors import ProfileFormatError, ProfilerError
 from .model import Profile
 # Options that take a value: the line magic's statement starts after the last option.
@@ -87,6 +87,7 @@ class ProfileMagics(Magics):
                    "returns a dict backend -> Profile")
     @argument("-o", "--output", default=None, metavar="FILE", help="write the speedscope JSON here")
     @argument("-q", "--quiet", action="store_true", help="no display; the Profile is still returned")
+    @argument("--no-live", action="store_true", help="no live view while the cell runs (a status line only)")
     @line_cell_magic
     def profile(self, line: str = "", cell: str | None = None):
         """Profile a cell (``%%profile``) or a statement (``%profile f()``); returns the Profile."""
@@ -167,17 +168,17 @@ class ProfileMagics(Magics):
         if code.strip():
             print("profmagic: --pid attaches to running processes; give no code with it", file=sys.stderr)
             return None
-        status = Status(quiet=args.quiet)
-        status.show("attaching…")
+        out = live.Output(enabled=not args.quiet)
+        out.text("attaching…")
         try:
             profile = attach_pids(args.pid, args.duration, backend=args.backend, rate=args.rate,
                                   mode="cpu" if args.gil else ("wall" if args.idle else args.mode),
-                                  native=args.native, announce=status.show)
+                                  native=args.native, announce=out.text)
         except ProfilerError as e:
             print(f"profmagic: {e}", file=sys.stderr)
             return None
         finally:
-            status.clear()
+            out.clear()
         self.shell.user_ns["_profile"] = profile
         if args.output:
             try:
@@ -203,23 +204,24 @@ class ProfileMagics(Magics):
             rate=args.rate, native=args.native, gil=args.gil, mode=mode_of(args), subprocesses=args.subprocesses,
             all_threads=args.all_threads, cell_filename=cell.filename, rerun=args.rerun)
         names = transforms.cell_names(getattr(ip.compile, "_filename_map", {}))
-        status = Status(quiet=args.quiet)
-        session_kw = dict(cell=code, file_names=names, announce=None if cell.is_async else status.show)
+        out = live.Output(enabled=not args.quiet)
+        session_kw = dict(cell=code, file_names=names, announce=out.text)
+        if not args.quiet and not args.no_live:
+            session_kw["started"] = lambda s: live.Live(s, out).start_and_stop()
         ns = ip.user_ns
         box = {"value": cellrun.NOTHING}
         try:
             if cell.is_async:
-                status.show(f"recording with {args.backend} (top-level await: the cell runs in its own "
-                            "event loop on a helper thread)…")
+                out.text(f"recording with {args.backend} (top-level await: the cell runs in its own "
+                         "event loop on a helper thread)…")
                 profile, error = _run_async(args.backend, options, cell, ns, session_kw, box)
             else:
                 profile, error = session.run(args.backend, options, lambda: box.update(value=cell.run(ns)),
                                              **session_kw)
         except (ProfilerError, ProfileFormatError) as e:  # a reader error here: the profiler's own file is bad
-            status.clear()
+            out.clear()
             print(f"profmagic: {e}", file=sys.stderr)
             return None
-        status.clear()
         if profile is not None:
             if args.output:
                 try:
@@ -231,7 +233,9 @@ class ProfileMagics(Magics):
                 print(profile.meta["message"], file=sys.stderr)
             if profile.is_empty:
                 profile = None
-        return profile, error, box["value"]
+        if profile is None:
+            out.clear()
+        return profile, error, box["value"], out
 
     def run(self, code: str, args):
         """The cell magic shows the report, then hands the cell's last value to the display hook (so it
@@ -240,53 +244,32 @@ class ProfileMagics(Magics):
         got = self.record(code, args)
         if got is None:
             return None
-        profile, error, value = got
+        profile, error, value, out = got
         shown = profile is not None and not args.quiet
         if error is not None or not args.line:
             if shown:
-                _show(profile, args.compare)
+                out.replace(_view(profile, args.compare))
             if error is not None:
                 raise error
             if value is not cellrun.NOTHING:
                 self.shell.displayhook(value)
             return None
         if shown and args.compare:
-            _show(profile, True)
+            out.replace(_view(profile, True))
             return quiet(profile)   # the comparison is the display; the Profile is still returned
+        out.clear()
         return quiet(profile) if profile is not None and args.quiet else profile
 
 
-class Status:
-    """One line of status text in the cell's output, updated in place, cleared at the end."""
-
-    def __init__(self, quiet: bool = False):
-        self.quiet, self.handle = quiet, None
-
-    def show(self, text: str) -> None:
-        if self.quiet:
-            return
-        from IPython.display import display
-        if self.handle is None:
-            self.handle = display({"text/plain": text}, raw=True, display_id=True)
-        else:
-            self.handle.update({"text/plain": text}, raw=True)
-
-    def clear(self) -> None:
-        if self.handle is not None:
-            self.handle.update({"text/plain": ""}, raw=True)
-
-
-def _show(profile: Profile, compare_view: bool) -> None:
+def _view(profile: Profile, compare_view: bool):
     """The report, or with --compare the CPU vs wall display (the report when wall is unknown)."""
-    from IPython.display import display
     if compare_view:
         from .views import compare
         try:
-            display(compare.cpu_wall(profile))
-            return
+            return compare.cpu_wall(profile)
         except ValueError as e:   # e.g. perf: CPU time only
             print(f"profmagic: --compare: {e}; showing the report instead", file=sys.stderr)
-    display(profile)
+    return profile
 
 
 def _save_failed(path: str, e: Exception) -> str:

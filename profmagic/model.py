@@ -428,6 +428,20 @@ class StackBuilder:
                     col.append(None)
 
     # -- result ------------------------------------------------------------------------------------
+    def rows(self) -> tuple[list, list, list]:
+        """What has been added so far, as plain lists (no pandas: cheap to call once a second while
+        another thread keeps adding): (frames as (name, file, line, kind), threads as dicts,
+        rows as (thread id, frame ids, samples, wall, cpu))."""
+        n, nf, nt = len(self._stack_frames), len(self._frames), len(self._threads)
+        agg = self._agg
+        cols = [agg.get(m) or [] for m in ("samples", "wall", "cpu")]
+        rows = []
+        for i in range(n):
+            th, fr = self._stack_thread[i], self._stack_frames[i]
+            if th < nt and all(f < nf for f in fr):
+                rows.append((th, fr) + tuple(c[i] if i < len(c) else 0.0 for c in cols))
+        return self._frames[:nf], [dict(t) for t in self._threads[:nt]], rows
+
     def frames_frame(self) -> pd.DataFrame:
         return make_frames([f[0] for f in self._frames], [f[1] for f in self._frames],
                            [f[2] for f in self._frames], [f[3] for f in self._frames])

@@ -296,9 +296,11 @@ def record(backend: str, options: Options, run_callable: Callable[[], object], *
     return profile
 
 
-def run(backend: str, options: Options, run_callable: Callable[[], object],
+def run(backend: str, options: Options, run_callable: Callable[[], object], started=None,
         **session_kw) -> tuple[Profile | None, BaseException | None]:
-    """(profile, the exception the code raised or None). KeyboardInterrupt included."""
+    """(profile, the exception the code raised or None). KeyboardInterrupt included. ``started``:
+    called with the Session once it records; what it returns is called before the Session finishes
+    (the live view)."""
     if options.mode == "both" and backend != "auto" and backends.get(backend).CAPS.one_clock_per_run:
         if not options.extra.get("rerun"):
             raise ProfilerError(rerun_refused(backend))
@@ -307,10 +309,15 @@ def run(backend: str, options: Options, run_callable: Callable[[], object],
     s.start()
     error = None
     try:
+        done = started(s) if started is not None else None
         try:
-            run_callable()
-        except BaseException as e:  # noqa: B902 - the partial profile is shown, then it is re-raised
-            error = e
+            try:
+                run_callable()
+            except BaseException as e:  # noqa: B902 - the partial profile is shown, then it is re-raised
+                error = e
+        finally:
+            if done is not None:
+                done()
         profile = s.finish(error)
     finally:
         s.close()

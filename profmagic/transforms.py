@@ -514,7 +514,7 @@ def attribute_awaits(p: Profile, cell: Cell) -> Profile:
 # profmagic's own code (not its case study): frames of it below the user's code are the profiler's.
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _OWN_EXEMPT = (os.path.join(_PACKAGE, "casestudy") + os.sep,)
-OWN_THREADS = ("profmagic-sampler", "profmagic-child-sampler")   # the built-in samplers' threads
+OWN_THREADS = ("profmagic-sampler", "profmagic-child-sampler", "profmagic-live")   # profmagic's own threads
 
 
 def hide_profmagic(p: Profile, cell: Cell) -> Profile:

@@ -22,7 +22,7 @@ LAYERS = {
     "report": 5,
     "kernel": 6, "session": 6,
     "attaching": 7,
-    "magic": 8, "cellrun": 7, "cli": 8, "casestudy": 8, "demo": 8, "__init__": 9, "__main__": 10,
+    "magic": 8, "cellrun": 7, "live": 7, "cli": 8, "casestudy": 8, "demo": 8, "__init__": 9, "__main__": 10,
 }
 
 

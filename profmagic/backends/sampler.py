@@ -230,6 +230,14 @@ class Recorder:
             self.close()
             raise ProfilerError(f"the built-in sampler failed to start: {self._error!r}")
 
+    def live(self):
+        """The samples so far (``StackBuilder.rows``) and the rate reached, or None."""
+        b = self._builder
+        if b is None or not self.ticks:
+            return None
+        elapsed = perf_counter() - self._t0
+        return b.rows(), self.ticks / elapsed if elapsed > 0 else 0.0
+
     def _join(self) -> None:
         if self._thread is not None:
             self._stop.set()
