@@ -518,8 +518,8 @@ OWN_THREADS = ("profmagic-sampler", "profmagic-child-sampler", "profmagic-live")
 
 
 def hide_profmagic(p: Profile, cell: Cell) -> Profile:
-    """A recording inside a recording (``with profmagic.profile()`` in a profiled cell): profmagic's
-    own threads leave, and each stack ends at the user's frame that called into profmagic."""
+    """profmagic's own threads leave, and its frames below the user's code (a recording inside a
+    recording, or ``session.run(fn)`` calling back into the user's ``fn``) fold into their caller."""
     names = p.thread_table["name"].astype(object)
     own = [lab for lab, n in zip(p.threads, names) if n in OWN_THREADS]
     if own:
@@ -530,9 +530,9 @@ def hide_profmagic(p: Profile, cell: Cell) -> Profile:
         return p
     new, changed = [], False
     for s in p.stacks["stack"]:
-        cut = next((j for j in range(1, len(s)) if s[j] in ours and s[j - 1] not in ours), None)
-        new.append(tuple(s[:cut]) if cut is not None else s)
-        changed |= cut is not None
+        kept = s[:1] + tuple(f for f in s[1:] if f not in ours) if s and s[0] not in ours else s
+        new.append(kept)
+        changed |= kept != s
     if not changed:
         return p
     return regroup(p, p.thread_ids(), new, np.ones(len(new), dtype=bool), {"profmagic_frames": "folded into their caller"})

@@ -13,8 +13,8 @@ ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 
 # Layer of each module or package (by its path under profmagic/); lower layers know nothing above.
 LAYERS = {
-    "errors": 0, "threads": 0, "procfs": 0, "tempdirs": 0, "awaits": 0, "nested": 0, "validate": 0,
-    "model": 1,
+    "errors": 0, "threads": 0, "procfs": 0, "tempdirs": 0, "awaits": 0, "nested": 0,
+    "model": 1, "validate": 1,
     "transforms": 2, "multi": 2,
     "formats": 3,
     "childsampler": 3,
