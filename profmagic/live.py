@@ -18,6 +18,7 @@ import zlib
 
 from . import transforms
 from .backends.base import Options
+from .threads import OWN, mark_own
 
 INTERVAL = 1.0          # seconds between updates
 FIRST_VIEW = 1.0        # the top functions and the icicle appear after this many seconds
@@ -100,6 +101,7 @@ class Live:
             comp.close()
 
     def _run(self) -> None:
+        mark_own()
         while not self._stop.wait(self.interval):
             try:
                 self.out.show(self.bundle())
@@ -116,7 +118,7 @@ class Live:
             return None
         (frames, threads, rows), rate = got
         o = self.session.options
-        keep = {i for i, t in enumerate(threads) if t.get("name") not in transforms.OWN_THREADS and
+        keep = {i for i, t in enumerate(threads) if t.get("tid") not in OWN and
                 (t.get("tid") == o.thread_native_id or t.get("tid") not in self.session.before)}
         return aggregate(frames, rows, keep, o.cell_filename), rate
 

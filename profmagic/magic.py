@@ -317,6 +317,8 @@ def _run_async(backend, options, cell, ns, session_kw, box):
 
 
 def load_ipython_extension(ipython) -> None:
+    from . import kernel
+    kernel.remember_threads()
     ipython.register_magics(ProfileMagics)
 
 

@@ -17,7 +17,7 @@ import time
 from dataclasses import fields, replace
 from typing import Callable
 
-from . import backends, kernel, multi, nested, procfs, tempdirs, transforms, validate
+from . import backends, kernel, multi, nested, procfs, tempdirs, threads, transforms, validate
 from .backends.base import Options, default_mode
 from .errors import ProfilerError
 from .model import Profile
@@ -181,7 +181,8 @@ class Session:
                     live_names={t.native_id: t.name for t in threading.enumerate() if t.native_id is not None},
                     file_names=self.file_names, mode=o.mode, unmeasured=dict(self.module.CAPS.unmeasured),
                     awaits=tuple(self.tracker.waits) if self.tracker is not None else (),
-                    sees_awaits=self.module.CAPS.awaits, wall=wall, cpu=cpu, run_delay=run_delay)
+                    sees_awaits=self.module.CAPS.awaits, own=frozenset(threads.OWN), wall=wall, cpu=cpu,
+                    run_delay=run_delay)
 
     def processors(self) -> tuple:
         """The declared post-processing: the common processors, the backend's own, children, names."""

@@ -423,6 +423,7 @@ class Cell:
     mode: str = "wall"
     unmeasured: Mapping[str, str] = field(default_factory=dict)   # clock -> why the backend cannot
     awaits: tuple = ()                        # awaits.Wait of a top-level-await cell
+    own: frozenset = frozenset()              # native ids of profmagic's own threads (threads.OWN)
     sees_awaits: bool = False                 # the backend samples awaiting coroutines itself
     wall: float = 0.0                         # measured around the code: seconds of wall time,
     cpu: float = 0.0                          # of the thread's CPU time,
@@ -514,16 +515,14 @@ def attribute_awaits(p: Profile, cell: Cell) -> Profile:
 # profmagic's own code (not its case study): frames of it below the user's code are the profiler's.
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _OWN_EXEMPT = (os.path.join(_PACKAGE, "casestudy") + os.sep,)
-OWN_THREADS = ("profmagic-sampler", "profmagic-child-sampler", "profmagic-live")   # profmagic's own threads
 
 
 def hide_profmagic(p: Profile, cell: Cell) -> Profile:
     """profmagic's own threads leave, and its frames below the user's code (a recording inside a
     recording, or ``session.run(fn)`` calling back into the user's ``fn``) fold into their caller."""
-    names = p.thread_table["name"].astype(object)
-    own = [lab for lab, n in zip(p.threads, names) if n in OWN_THREADS]
+    own = {lab for lab, tid in zip(p.threads, p.thread_table["tid"]) if tid is not pd.NA and int(tid) in cell.own}
     if own:
-        p = keep_threads(p, [t for t in p.threads if t not in set(own)])
+        p = keep_threads(p, [t for t in p.threads if t not in own])
     files = p.frames["file"].astype(str)
     ours = set(p.frames.index[[f.startswith(_PACKAGE) and not f.startswith(_OWN_EXEMPT) for f in files]].tolist())
     if not ours:

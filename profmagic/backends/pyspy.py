@@ -353,9 +353,11 @@ def calibrate_both(profile: Profile, thread: str, wall_s: float, cpu_s: float,
     else:
         k_cpu = k_wall
         meta["cpu_calibration_note"] = (
-            f"cpu weighted at the wall rate: the cell's thread has {n_cpu:.0f} on-CPU samples for "
-            f"{cpu_s:.3f} s of CPU, too few or too many to calibrate on")
-    st = st.assign(wall=st["wall"] * k_wall, cpu=st["cpu"] * k_cpu)
+            f"cpu of other threads weighted at the wall rate: the cell's thread has {n_cpu:.0f} on-CPU "
+            f"samples for {cpu_s:.3f} s of CPU, too few or too many to calibrate on")
+    # The cell's own thread sums to its measured CPU time, spread over its on-CPU samples.
+    k_mine = cpu_s / have_cpu if have_cpu > 0 and cpu_s is not None else k_cpu
+    st = st.assign(wall=st["wall"] * k_wall, cpu=st["cpu"] * np.where(mine, k_mine, k_cpu))
     meta.update(calibrated=True, calibrated_wall=float(wall_s), rate=eff, calibrated_rate=eff)
     return profile.replace(stacks=st, meta=profile.meta.replace(**meta))
 

@@ -26,7 +26,7 @@ from ..errors import ProfilerError
 from .. import awaits
 from ..childsampler import tid_cpu_clock
 from ..model import Raw
-from ..threads import thread_label
+from ..threads import mark_own, thread_label
 from .base import Capabilities, Capture, Options
 
 NAME = "sampler"
@@ -198,6 +198,7 @@ class Recorder:
         return self._builder.frame(awaits.AWAIT, None, None, "other")
 
     def _run(self) -> None:
+        mark_own()
         me = threading.get_ident()
         try:
             last = self._t0 = perf_counter()
