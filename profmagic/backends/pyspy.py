@@ -353,7 +353,7 @@ def calibrate_both(profile: Profile, thread: str, wall_s: float, cpu_s: float,
     else:
         k_cpu = k_wall
         meta["cpu_calibration_note"] = (
-            f"cpu of other threads weighted at the wall rate: the cell's thread has {n_cpu:.0f} on-CPU "
+            f"cpu weighted at the wall rate (other threads): the cell's thread has {n_cpu:.0f} on-CPU "
             f"samples for {cpu_s:.3f} s of CPU, too few or too many to calibrate on")
     # The cell's own thread sums to its measured CPU time, spread over its on-CPU samples.
     k_mine = cpu_s / have_cpu if have_cpu > 0 and cpu_s is not None else k_cpu
