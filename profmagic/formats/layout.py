@@ -1,0 +1,157 @@
+"""What the timeline writers (Chrome trace, gecko) share: who each thread is, and its samples as runs.
+
+A *track* is one (process, thread) pair of a Profile. ``tracks()`` names each with a pid, tid, thread
+name and process name; ``runs()`` lays each track's samples out in time as *runs*: consecutive samples
+with the same stack, merged, each lasting the sum of its samples' weights.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..threads import thread_native_id
+
+_EU_STACK = re.compile(r"^(.*) \((\d+)(?:, [^)]*)?\)$")   # eu-stack: 'comm (tid, kind)'
+_PID = re.compile(r"^pid (\d+)")                         # multi.process_label: 'pid 123 · name'
+_NAMED = re.compile(r'^Thread \d+ "(.*)"$')
+
+
+@dataclass(frozen=True)
+class Track:
+    process: str | None   # the stacks' process label, None in single-process profiles
+    thread: str           # the Profile's thread label
+    pid: int
+    tid: int
+    name: str             # thread name for viewers
+    process_name: str
+
+
+def thread_identity(label: str, process: str | None, meta, fallback_tid: int) -> tuple[int, int, str, str]:
+    """(pid, tid, thread name, process name) of one thread, from its label and the profile's meta.
+
+    The only place that reads pids and tids out of labels: the thread table will replace it."""
+    label = str(label)
+    tid = thread_native_id(label)
+    m = _NAMED.match(label)
+    name = m.group(1) if m else label
+    if tid is None:
+        m = _EU_STACK.match(label)
+        if m:
+            name, tid = m.group(1), int(m.group(2))
+    if tid is None:
+        tid = fallback_tid
+    pid = None
+    pname = None
+    if process is not None:
+        info = (meta.get("processes") or {}).get(process) or {}
+        pid = info.get("pid")
+        if pid is None:
+            m = _PID.match(process)
+            pid = int(m.group(1)) if m else None
+        pname = process
+    if pid is None:
+        pid = meta.get("pid")
+    try:
+        pid = int(pid)
+    except (TypeError, ValueError):
+        pid = 1  # nothing says which process: one made-up pid for all
+    if pname is None:
+        pname = str(meta.get("name") or meta.get("backend") or meta.get("format") or "process")
+    return pid, int(tid), name, pname
+
+
+def tracks(profile) -> list[Track]:
+    """Every (process, thread) pair with stacks, in the profile's thread order."""
+    st = profile.stacks
+    procs = st["process"] if "process" in st else pd.Series([None] * len(st), dtype=object)
+    pairs = list(dict.fromkeys(zip(st["thread"], procs.where(procs.notna(), None))))
+    order = {t: i for i, t in enumerate(profile.threads)}
+    pairs.sort(key=lambda tp: order.get(tp[0], len(order)))
+    out, used = [], set()
+    for i, (thread, proc) in enumerate(pairs):
+        pid, tid, name, pname = thread_identity(thread, proc, profile.meta, fallback_tid=i + 1)
+        while (pid, tid) in used:  # two labels claiming one thread: keep them apart
+            tid += 1_000_000
+        used.add((pid, tid))
+        out.append(Track(proc, thread, pid, tid, name, pname))
+    return out
+
+
+def axis_metric(profile) -> str:
+    """The metric that lays samples out in time: wall, else cpu, else samples."""
+    for m in ("wall", "cpu"):
+        if m in profile.metrics:
+            return m
+    return "samples"
+
+
+@dataclass
+class Runs:
+    """One track's runs: start (s), duration (s in the axis metric), stack row, sample count, cpu (s or NaN)."""
+    start: np.ndarray
+    dur: np.ndarray
+    row: np.ndarray
+    samples: np.ndarray
+    cpu: np.ndarray
+    ordered: bool  # False: aggregated stacks laid end to end, the time axis is not the recording's
+
+
+def runs(profile, track: Track, axis: str, unit: float) -> Runs:
+    """``track``'s samples in time order, consecutive equal stacks merged.
+
+    Each sample lasts its weight in ``axis`` (``unit`` seconds per sample when axis is "samples") and
+    starts at its time or where the previous one ended, whichever is later: durations are kept exactly,
+    start times may be pushed late where weights overlap. Profiles without time-ordered samples lay
+    their stacks end to end in row order (``ordered`` False)."""
+    st = profile.stacks
+    mine = (st["thread"] == track.thread).to_numpy()
+    if track.process is not None:
+        mine &= (st["process"] == track.process).to_numpy()
+    sm = profile.samples
+    ordered = sm is not None and len(sm) > 0
+    if ordered:
+        sm = sm[mine[sm["stack"].to_numpy()]]
+        sm = sm.sort_values("time", kind="stable")
+        row = sm["stack"].to_numpy(np.int64)
+        t = sm["time"].to_numpy(np.float64)
+        n = sm["samples"].to_numpy(np.float64) if "samples" in sm else np.ones(len(sm))
+        w = _weights(sm, axis, n, unit)
+        cpu = sm["cpu"].to_numpy(np.float64) if "cpu" in sm else np.full(len(sm), np.nan)
+    else:
+        row = np.flatnonzero(mine)
+        n = st["samples"].to_numpy(np.float64)[row]
+        w = _weights(st.iloc[row], axis, n, unit)
+        cpu = st["cpu"].to_numpy(np.float64)[row] if "cpu" in st else np.full(len(row), np.nan)
+        t = np.zeros(len(row))
+    w = np.nan_to_num(np.maximum(w, 0.0))
+    # Merge consecutive samples of one stack.
+    if len(row):
+        new = np.ones(len(row), bool)
+        new[1:] = row[1:] != row[:-1]
+        grp = np.cumsum(new) - 1
+        first = np.flatnonzero(new)
+        w_run = np.bincount(grp, weights=w)
+        n_run = np.bincount(grp, weights=n)
+        known = np.bincount(grp, weights=~np.isnan(cpu)) > 0
+        cpu_run = np.where(known, np.bincount(grp, weights=np.nan_to_num(cpu)), np.nan)
+        row, t = row[first], t[first]
+    else:
+        w_run = n_run = cpu_run = np.zeros(0)
+    start = np.empty(len(row))
+    end = -np.inf
+    for i in range(len(row)):  # durations are kept; a start never falls before the previous end
+        s = t[i] if ordered else 0.0
+        start[i] = s if s > end else end
+        end = start[i] + w_run[i]
+    if not ordered and len(row):
+        start -= start[0]
+    return Runs(start, w_run, row, n_run, cpu_run, ordered)
+
+
+def _weights(df, axis: str, n: np.ndarray, unit: float) -> np.ndarray:
+    if axis == "samples" or axis not in df:
+        return n * unit
+    return df[axis].to_numpy(np.float64)
