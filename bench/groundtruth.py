@@ -34,6 +34,8 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
 DURATION = 5.0
+TIMED = "py-spy --idle timed (chrometrace)"
+CALIBRATED = "py-spy --idle calibrated to the main thread (same run as timed)"
 RATE = 100.0
 # name -> (spin, nap, lock) seconds per main-thread cycle, (c_busy, c_sleep) seconds per C-thread cycle.
 # Odd lengths so that a 10 ms sampler does not alias with the cycle.
@@ -115,6 +117,7 @@ def holder_loop(state, lock_s, out):
     t = Truth()
     w0, c0 = time.perf_counter(), time.thread_time()
     out["tid"] = threading.get_native_id()
+    out["ident"] = threading.get_ident()  # the pthread id: py-spy's chrometrace names threads by it
     while True:
         wait_turn(state["go"], t)
         if state["stop"]:
@@ -146,7 +149,7 @@ def main_loop(scenario: str, duration: float):
     res = (ctypes.c_double * 7)()
     lib.cw_join(res)
     return {
-        "main": {"tid": threading.get_native_id(), "thread": main, "functions": t.f},
+        "main": {"tid": threading.get_native_id(), "ident": threading.get_ident(), "thread": main, "functions": t.f},
         "holder": holder_out,
         "c": {"tid": int(res[6]), "thread": [res[4], res[5]],
               "functions": {"c_busy": [res[0], res[1]], "c_sleep": [res[2], res[3]]}},
@@ -165,9 +168,42 @@ def _options(spec: dict, **kw):
     return o
 
 
-def record_inprocess(spec: dict, work):
+class _TimedPySpy:
+    """py-spy run by the bench in its timed format (``--format chrometrace``), read by chrome_trace with
+    each sample weighing the time to the next one on its thread: no calibration to measured time."""
+    NAME = "py-spy-timed"
+
+    @staticmethod
+    def available():
+        from profmagic.backends import pyspy
+        return pyspy.available()
+
+    @staticmethod
+    def Recorder(opts):
+        from profmagic.backends import pyspy
+
+        class Timed(pyspy.Recorder):
+            def command(self):
+                cmd = super().command()
+                cmd[cmd.index("speedscope")] = "chrometrace"
+                return cmd
+        return Timed(opts)
+
+    @staticmethod
+    def read(cap, opts):
+        from profmagic.formats import chrome_trace
+        p = chrome_trace.read(cap.data, source="py-spy chrometrace", metric="wall", weigh="interval",
+                              labels=opts.extra.get("labels"))
+        return p.replace(meta={**p.meta, "backend": "py-spy", "rate": RATE})
+
+
+def _backend(name: str):
     from profmagic import backends
-    mod = backends.get(spec["backend"])
+    return _TimedPySpy if name == _TimedPySpy.NAME else backends.get(name)
+
+
+def record_inprocess(spec: dict, work):
+    mod = _backend(spec["backend"])
     opts = _options(spec)
     rec = mod.Recorder(opts)
     try:
@@ -195,9 +231,8 @@ def run_config(spec: dict, scenario: str, duration: float, tmp: str) -> dict:
             child.wait(timeout=duration * 6 + 60)
             with open(out, "rb") as f:
                 return pickle.load(f)
-        from profmagic import backends
         for sub in spec["record"]:  # out-of-process recorders, all running at once
-            mod = backends.get(sub["backend"])
+            mod = _backend(sub["backend"])
             opts = _options(sub, pid=pid, thread_native_id=pid)
             recs.append((sub, mod, opts, mod.Recorder(opts)))
         for _, _, _, r in recs:
@@ -211,6 +246,10 @@ def run_config(spec: dict, scenario: str, duration: float, tmp: str) -> dict:
         child.wait(timeout=60)
         with open(out, "rb") as f:
             res = pickle.load(f)
+        from profmagic.threads import thread_label
+        for sub, _, opts, _ in caps:  # what the kernel would tell the backend: pthread id -> thread
+            opts.extra["labels"] = {res["truth"][th]["ident"]: thread_label(res["truth"][th]["tid"], name)
+                                    for th, name in (("main", "MainThread"), ("holder", "holder"))}
         res["profiles"] = {sub["label"]: mod.read(cap, opts) for sub, mod, opts, cap in caps}
         return res
     finally:
@@ -229,6 +268,10 @@ CONFIGS = [
     {"name": "py-spy pair", "record": [
         {"backend": "py-spy", "idle": True, "label": "py-spy --idle"},
         {"backend": "py-spy", "idle": False, "label": "py-spy (no --idle)"}]},
+    # Timed first: recorders stop in this order, and py-spy ends each thread's last slice when it stops.
+    {"name": "py-spy timed", "record": [
+        {"backend": "py-spy-timed", "idle": True, "label": TIMED},
+        {"backend": "py-spy", "idle": True, "label": "py-spy --idle (same run as timed)"}]},
     {"name": "py-spy native", "record": [
         {"backend": "py-spy", "idle": True, "native": True, "label": "py-spy --idle --native"}]},
     {"name": "eu-stack", "record": [{"backend": "eu-stack", "mode": "both", "label": "eu-stack"}]},
@@ -266,6 +309,11 @@ def derived(profiles: dict, truth: dict) -> dict:
         wc, cc = calibrated(w, truth, "wall"), calibrated(c, truth, "cpu")
         if wc is not None and cc is not None:
             out["py-spy both (a), calibrated as in %%profile"] = pyspy_cpu.combine_idle(wc, cc)
+    same = profiles.get("py-spy --idle (same run as timed)")
+    if same is not None:
+        sc = calibrated(same, truth, "wall")
+        if sc is not None:
+            out[CALIBRATED] = sc
     nat = profiles.get("py-spy --idle --native")
     if nat is not None:
         nc = calibrated(nat, truth, "wall")
@@ -345,7 +393,6 @@ def main(argv=None):
     ap.add_argument("--json", help="also dump every row here")
     a = ap.parse_args(argv)
     build_cworker()
-    from profmagic import backends
     rows, missing = [], {}
     t0 = time.perf_counter()
     for scenario in a.scenarios.split(","):
@@ -356,7 +403,7 @@ def main(argv=None):
             why = None
             for sub in subs:
                 try:
-                    ok, reason = backends.get(sub["backend"]).available()
+                    ok, reason = _backend(sub["backend"]).available()
                 except ModuleNotFoundError as e:
                     ok, reason = False, f"not built yet ({e.name})"
                 if not ok:

@@ -81,8 +81,11 @@ def _num(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
+_ID = (int, str)  # exact types: a bool is no pid
+
+
 def _ident(v) -> bool:
-    return (isinstance(v, int) and not isinstance(v, bool)) or isinstance(v, str)
+    return type(v) in _ID
 
 
 class _Reader:
@@ -113,26 +116,29 @@ class _Reader:
 def _walk_slices(marks, where_of, source, end_ts):
     """(start, end, stack) stretches of one thread from its sorted begin/end marks."""
     out = []
-    open_: list[tuple[int, str, int]] = []  # (frame id, name, event index)
+    open_: list[tuple[str, int]] = []  # (name, event index) of each open slice
+    cur: tuple = ()                    # their frame ids, root first
     last = None
     for ts, _, _, kind, fid, name, idx in marks:
-        if open_ and last is not None and ts > last:
-            out.append((last, ts, tuple(f for f, _, _ in open_)))
+        if cur and ts > last:
+            out.append((last, ts, cur))
         last = ts
         if kind == "B":
-            open_.append((fid, name, idx))
+            open_.append((name, idx))
+            cur = cur + (fid,)
         elif not open_:
             raise _err(source, where_of(idx), "an end event with no open slice on its thread; expected a "
                                               "'B' event before it")
-        elif kind == "X" and open_[-1][2] != idx:
+        elif kind == "X" and open_[-1][1] != idx:
             raise _err(source, where_of(idx), "complete ('X') events overlap on one thread without nesting")
-        elif kind == "E" and name is not None and name != open_[-1][1]:
+        elif kind == "E" and name is not None and name != open_[-1][0]:
             raise _err(source, where_of(idx), f"end event for {name!r} but the open slice is "
-                                              f"{open_[-1][1]!r}; expected slices to nest")
+                                              f"{open_[-1][0]!r}; expected slices to nest")
         else:
             open_.pop()
-    if open_ and last is not None and end_ts > last:  # a 'B' never ended lasts to the trace's end
-        out.append((last, end_ts, tuple(f for f, _, _ in open_)))
+            cur = cur[:-1]
+    if cur and end_ts > last:  # a 'B' never ended lasts to the trace's end
+        out.append((last, end_ts, cur))
     return out, bool(open_)
 
 
@@ -192,13 +198,15 @@ def read(data: bytes, source: str = "<input>", metric: str = "wall", weigh: str 
             ignored[ph] = ignored.get(ph, 0) + 1
             continue
         ts = ev.get("ts")
-        if not _num(ts):
+        tt = type(ts)
+        if not (tt is int or (tt is float and -math.inf < ts < math.inf)):
             raise _err(source, where_of(i), f"expected a finite number of microseconds in 'ts', got {ts!r}")
-        if not (_ident(ev.get("pid")) and _ident(ev.get("tid"))) and ph != "C":
+        tkey = (ev.get("pid"), ev.get("tid"))
+        if (type(tkey[0]) not in _ID or type(tkey[1]) not in _ID) and ph != "C":
             raise _err(source, where_of(i), "expected 'pid' and 'tid' (numbers or strings) on a "
                                             f"'{ph}' event")
-        max_ts = max(max_ts, ts)
-        tkey = (ev.get("pid"), ev.get("tid"))
+        if ts > max_ts:
+            max_ts = ts
         name = ev.get("name")
         if ph == "C":
             if ev.get("cat") == CAT and isinstance(name, str) and name.startswith(CPU_PREFIX):
@@ -257,7 +265,7 @@ def read(data: bytes, source: str = "<input>", metric: str = "wall", weigh: str 
                                for (t0, sf, idx, k), t1 in zip(lst, ends)]
     else:
         for tkey, lst in marks.items():
-            lst.sort(key=lambda m: (m[0], m[1], m[2]))
+            lst.sort()  # (ts, rank, tiebreak) is unique per mark: later fields are never compared
             got, still_open = _walk_slices(lst, where_of, source, max_ts)
             stretches[tkey] = got
             open_at_end |= still_open
@@ -274,6 +282,7 @@ def read(data: bytes, source: str = "<input>", metric: str = "wall", weigh: str 
     order = sorted(stretches, key=lambda k: (pids.index(k[0]), min((s[0] for s in stretches[k]), default=0)))
     t0 = float(ext["t0"]) if _num(ext.get("t0")) else 0.0
     per_tick = 1.0 / rate if rate else None
+    cols: dict[str, list] = {"stack": [], "time": [], "samples": [], "dur": [], "cpu": []}
     for tkey in order:
         pid, tid = tkey
         x = x_threads.get(tkey) or {}
@@ -297,24 +306,41 @@ def read(data: bytes, source: str = "<input>", metric: str = "wall", weigh: str 
             extra = {}
         r.b.thread(label)
         got = stretches[tkey]
+        if not got:
+            continue
+        a = np.fromiter((g[0] for g in got), np.float64, len(got))
+        z = np.fromiter((g[1] for g in got), np.float64, len(got))
+        local: dict = {}
+        sid = np.fromiter((local[st] if st in local else local.setdefault(st, r.b.stack(label, st, **extra))
+                           if st else -1 for _, _, st in got), np.int64, len(got))
+        dur = (z - a) * US
         counts = x.get("runs") if isinstance(x.get("runs"), list) and len(x["runs"]) == len(got) else None
-        cpu = _cpu(counters.get(tkey), got) if tkey in counters else None
-        for j, (a, z, stack) in enumerate(got):
-            if not stack:
-                continue
-            dur = (z - a) * US
-            if counts is not None and _num(counts[j]):
-                n = counts[j]
-            elif per_tick and not psamples:
-                n = max(1, int(round(dur / per_tick)))
-            else:
-                n = 1
-            w = {}
-            if weigh == "interval":
-                w[metric] = dur
-                if cpu is not None and metric == "wall":
-                    w["cpu"] = cpu[j]
-            r.b.add(r.b.stack(label, stack, **extra), samples=n, time=t0 + a * US, **w)
+        if counts is not None and all(_num(c) and c >= 0 for c in counts):
+            n = np.asarray(counts, dtype=np.float64)
+        elif per_tick and not psamples:
+            n = np.maximum(1.0, np.round(dur / per_tick))
+        else:
+            n = np.ones(len(got))
+        keep = sid >= 0
+        cols["stack"].append(sid[keep])
+        cols["time"].append(t0 + a[keep] * US)
+        cols["samples"].append(n[keep])
+        cols["dur"].append(dur[keep])
+        cpu = np.asarray(_cpu(counters[tkey], got)) if tkey in counters else np.full(len(got), np.nan)
+        cols["cpu"].append(cpu[keep])
+    cat = {k: (np.concatenate(v) if v else np.zeros(0)) for k, v in cols.items()}
+    sids = cat["stack"].astype(np.int64)
+    nst = int(sids.max(initial=-1)) + 1
+    weights = {}
+    if weigh == "interval":
+        weights[metric] = cat["dur"]
+        if metric == "wall" and counters:
+            weights["cpu"] = cat["cpu"]
+    # One add per stack with its totals; the time-ordered samples go in as a table below.
+    tot_n = np.bincount(sids, weights=cat["samples"], minlength=nst)
+    tot_w = {m: np.bincount(sids, weights=np.nan_to_num(v), minlength=nst) for m, v in weights.items()}
+    for i in range(nst):
+        r.b.add(i, samples=float(tot_n[i]), **{m: float(v[i]) for m, v in tot_w.items()})
     meta = {"format": NAME, "source": source, "weigh": weigh,
             "timing": "sample intervals" if psamples else _SLICE_NOTE}
     if weigh == "count":
@@ -344,7 +370,14 @@ def read(data: bytes, source: str = "<input>", metric: str = "wall", weigh: str 
         primary = ext["metric"]
     unknown = [m for m in ext.get("unknown_metrics") or () if m in ("wall", "cpu")]
     p = r.b.build(metric=None, meta=meta, raw=Raw(data, NAME), unknown_metrics=unknown)
-    return p.replace(metric=primary if primary in p.metrics else p.metric)
+    order_ = np.argsort(cat["time"], kind="stable")
+    samples = pd.DataFrame({"time": cat["time"][order_], "stack": sids[order_],
+                            "thread": p.stacks["thread"].to_numpy()[sids[order_]] if len(sids) else
+                            np.zeros(0, dtype=object)})
+    for m, v in weights.items():
+        samples[m] = v[order_]
+    return p.replace(samples=samples if len(samples) else None,
+                     metric=primary if primary in p.metrics else p.metric)
 
 
 def _stack_resolver(frames_doc: dict, r: _Reader, source: str):
@@ -403,6 +436,7 @@ def to_dict(profile: Profile) -> dict:
     names, files, kinds = fr["name"].tolist(), fr["file"].tolist(), fr["kind"].tolist()
     lines = [None if pd.isna(x) else int(x) for x in fr["line"]]
     pos = {fid: i for i, fid in enumerate(fr.index)}
+    args_of = [{"filename": files[f] or None, "line": lines[f], "kind": str(kinds[f])} for f in range(len(names))]
     stacks = profile.stacks["stack"].tolist()
     tracks = layout.tracks(profile)
     laid = [layout.runs(profile, t, axis, unit) for t in tracks]
@@ -427,7 +461,7 @@ def to_dict(profile: Profile) -> dict:
                 continue  # nothing to draw
             ts = (a - t0) / US
             if end is not None and a > end:  # a gap: close everything where the last run ended
-                _close(events, open_, 0, (end - t0) / US, base, names)
+                _close(events, open_, 0, (end - t0) / US, base, names, args_of)
                 if has_cpu:
                     events.append({"ph": "C", "name": counter, "cat": CAT, "ts": (end - t0) / US, **base,
                                    "args": {"cpu": 0.0}})
@@ -435,10 +469,9 @@ def to_dict(profile: Profile) -> dict:
             same = 0
             while same < min(len(open_), len(frames)) and open_[same] == frames[same]:
                 same += 1
-            _close(events, open_, same, ts, base, names)
+            _close(events, open_, same, ts, base, names, args_of)
             for f in frames[same:]:
-                args = {"filename": files[f] or None, "line": lines[f], "kind": str(kinds[f])}
-                events.append({"ph": "B", "name": names[f], "cat": CAT, "ts": ts, **base, "args": args})
+                events.append({"ph": "B", "name": names[f], "cat": CAT, "ts": ts, **base, "args": args_of[f]})
                 open_.append(f)
             if has_cpu:
                 pct = 100.0 * c / d if c == c else 0.0
@@ -446,7 +479,7 @@ def to_dict(profile: Profile) -> dict:
             end = a + d
             kept.append(float(n))
         if end is not None:
-            _close(events, open_, 0, (end - t0) / US, base, names)
+            _close(events, open_, 0, (end - t0) / US, base, names, args_of)
             if has_cpu:
                 events.append({"ph": "C", "name": counter, "cat": CAT, "ts": (end - t0) / US, **base,
                                "args": {"cpu": 0.0}})
@@ -464,10 +497,11 @@ def to_dict(profile: Profile) -> dict:
     return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": other, EXT: ext}
 
 
-def _close(events, open_, keep, ts, base, names):
+def _close(events, open_, keep, ts, base, names, args_of):
     while len(open_) > keep:
         f = open_.pop()
-        events.append({"ph": "E", "name": names[f], "ts": ts, **base})
+        events.append({"ph": "E", "name": names[f], "ts": ts, **base, "args": args_of[f]})  # as its B: speedscope
+                                                                                   # matches ends by name and args
 
 
 def write(profile: Profile) -> bytes:

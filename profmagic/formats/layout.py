@@ -109,7 +109,7 @@ def runs(profile, track: Track, axis: str, unit: float) -> Runs:
     st = profile.stacks
     mine = (st["thread"] == track.thread).to_numpy()
     if track.process is not None:
-        mine &= (st["process"] == track.process).to_numpy()
+        mine = mine & (st["process"] == track.process).to_numpy()
     sm = profile.samples
     ordered = sm is not None and len(sm) > 0
     if ordered:
