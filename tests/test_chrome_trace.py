@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -134,42 +135,70 @@ SCRIPT = textwrap.dedent("""
     def main():
         out = {}
         w0 = time.perf_counter()
-        for _ in range(4):
-            t = time.perf_counter(); busy(0.12); out["busy"] = out.get("busy", 0) + time.perf_counter() - t
+        for _ in range(4):  # nap first: py-spy sees the start of main() while the script is idle
             t = time.perf_counter(); nap(0.08); out["nap"] = out.get("nap", 0) + time.perf_counter() - t
+            t = time.perf_counter(); busy(0.12); out["busy"] = out.get("busy", 0) + time.perf_counter() - t
         out["main"] = time.perf_counter() - w0
         out["ident"] = threading.get_ident()
         out["tid"] = threading.get_native_id()
         return out
+    print("ready", flush=True)
+    sys.stdin.readline()             # py-spy is sampling
     json.dump(main(), open(sys.argv[1], "w"))
+    print("done", flush=True)
+    sys.stdin.readline()             # py-spy has stopped
 """)
+
+
+def record_chrometrace(tmp_path):
+    """py-spy attached to a waiting script, as the backend attaches to the kernel: (trace bytes, truth)."""
+    script = tmp_path / "w.py"
+    script.write_text(SCRIPT)
+    out, truth_f = tmp_path / "trace.json", tmp_path / "truth.json"
+    child = subprocess.Popen([sys.executable, str(script), str(truth_f)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    spy = None
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        spy = subprocess.Popen([os.path.join(VENV_BIN, "py-spy"), "record", "--pid", str(child.pid), "-f",
+                                "chrometrace", "--idle", "--nonblocking", "-r", "100", "-o", str(out)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert b"Sampling process" in spy.stdout.readline()
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == "done"
+        spy.send_signal(signal.SIGINT)
+        _, err = spy.communicate(timeout=60)
+        assert spy.returncode == 0, err
+        child.stdin.write("exit\n")
+        child.stdin.flush()
+        child.wait(timeout=60)
+    finally:
+        for proc in (spy, child):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        child.stdin.close()
+        child.stdout.close()
+    return out.read_bytes(), json.loads(truth_f.read_text()), str(script)
 
 
 def test_real_py_spy_chrometrace(tmp_path):
     """py-spy's timed format, read with each sample weighing the time to the next one on its thread:
-    the main thread's seconds match its measured wall time without calibration. Bounds: on this shared
-    2-core machine the measured error over 20 runs stayed under 3% of 0.8 s and shares under 6 points;
-    the bounds are 6% + 20 ms and 10 points (two 10 ms samples either side of each of 8 calls)."""
-    script = tmp_path / "w.py"
-    script.write_text(SCRIPT)
-    out, truth_f = tmp_path / "trace.json", tmp_path / "truth.json"
-    r = subprocess.run([os.path.join(VENV_BIN, "py-spy"), "record", "-f", "chrometrace", "--idle", "-r", "100",
-                        "-o", str(out), "--", sys.executable, str(script), str(truth_f)],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    truth = json.loads(truth_f.read_text())
-    data = out.read_bytes()
+    the main thread's seconds match its measured wall time without calibration. Bounds: over 20 runs on
+    this shared 2-core machine, under load, the worst errors were {NOISE}; the bounds allow twice that."""
+    data, truth, script = record_chrometrace(tmp_path)
     assert formats.sniff(data[:65536]) == "chrome_trace"
     label = f'Thread {truth["tid"]} "MainThread"'
     p = chrome_trace.read(data, source="py-spy", labels={truth["ident"]: label})
     assert "py-spy writes no event when a thread exits" in p.meta["timing"]
     assert label in p.threads
     fn = p.functions("wall")
-    fn = fn[fn["file"] == str(script)].set_index("name")
+    fn = fn[fn["file"] == script].set_index("name")
     main = fn.loc["main", "total"]
-    assert main == pytest.approx(truth["main"], rel=0.06, abs=0.02)
+    assert main == pytest.approx(truth["main"], rel=MAIN_BOUND)
     for f in ("busy", "nap"):
-        assert 100 * fn.loc[f, "total"] / main == pytest.approx(100 * truth[f] / truth["main"], abs=10)
+        assert 100 * fn.loc[f, "total"] / main == pytest.approx(100 * truth[f] / truth["main"], abs=SHARE_BOUND)
     # Without labels the threads are named by py-spy's pthread ids, never passed off as kernel tids.
     assert all(t.startswith("pthread 0x") for t in chrome_trace.read(data, source="py-spy").threads)
 

@@ -113,13 +113,29 @@ class _Reader:
         return fid
 
 
+def _pair_later(marks, k, want) -> bool:
+    """Swap into place k a later E of the same timestamp named ``want``, if there is one."""
+    ts = marks[k][0]
+    for j in range(k + 1, len(marks)):
+        m = marks[j]
+        if m[0] != ts or m[3] != "E":
+            return False
+        if m[5] == want:
+            marks[k], marks[j] = m, marks[k]
+            return True
+    return False
+
+
 def _walk_slices(marks, where_of, source, end_ts):
     """(start, end, stack) stretches of one thread from its sorted begin/end marks."""
     out = []
     open_: list[tuple[str, int]] = []  # (name, event index) of each open slice
     cur: tuple = ()                    # their frame ids, root first
     last = None
-    for ts, _, _, kind, fid, name, idx in marks:
+    for k in range(len(marks)):
+        ts, _, _, kind, fid, name, idx = marks[k]
+        if kind == "E" and open_ and name is not None and name != open_[-1][0] and _pair_later(marks, k, open_[-1][0]):
+            ts, _, _, kind, fid, name, idx = marks[k]  # an end at this timestamp that fits the open slice
         if cur and ts > last:
             out.append((last, ts, cur))
         last = ts
@@ -469,7 +485,7 @@ def to_dict(profile: Profile) -> dict:
             same = 0
             while same < min(len(open_), len(frames)) and open_[same] == frames[same]:
                 same += 1
-            _close(events, open_, same, ts, base, names, args_of)
+            _close(events, open_, same, ts, base, names, args_of, frames[same:])
             for f in frames[same:]:
                 events.append({"ph": "B", "name": names[f], "cat": CAT, "ts": ts, **base, "args": args_of[f]})
                 open_.append(f)
@@ -497,11 +513,17 @@ def to_dict(profile: Profile) -> dict:
     return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": other, EXT: ext}
 
 
-def _close(events, open_, keep, ts, base, names, args_of):
-    while len(open_) > keep:
-        f = open_.pop()
-        events.append({"ph": "E", "name": names[f], "ts": ts, **base, "args": args_of[f]})  # as its B: speedscope
-                                                                                   # matches ends by name and args
+def _close(events, open_, keep, ts, base, names, args_of, opening=()):
+    """End the slices above depth ``keep``, innermost first. E events carry their B's name and args:
+    speedscope pairs them by both. At one timestamp speedscope takes a B before an E when the two have the
+    same name and args; when the innermost slice ending is the outermost one beginning again (a frame
+    moving to another depth), the ends go outermost first, and speedscope (and our reader) pair them
+    within the timestamp."""
+    closing = open_[keep:]
+    del open_[keep:]
+    order = closing if closing and opening and closing[-1] == opening[0] else reversed(closing)
+    for f in order:
+        events.append({"ph": "E", "name": names[f], "ts": ts, **base, "args": args_of[f]})
 
 
 def write(profile: Profile) -> bytes:
