@@ -391,8 +391,15 @@ def main(argv=None):
     ap.add_argument("--duration", type=float, default=DURATION)
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--json", help="also dump every row here")
+    ap.add_argument("--timed", action="store_true",
+                    help="only py-spy timed against py-spy calibrated (issue 18), --repeat times per --rates; "
+                         "writes its own section of RESULTS.md")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--rates", default="100,250")
     a = ap.parse_args(argv)
     build_cworker()
+    if a.timed:
+        return timed_main(a)
     rows, missing = [], {}
     t0 = time.perf_counter()
     for scenario in a.scenarios.split(","):
@@ -511,6 +518,81 @@ def report(rows, missing, a, elapsed) -> str:
                      f"{r.truth:.1f} | {r.est:.1f} | {r.err:+.1f} |")
     if missing:
         L += ["", "Not measured: " + "; ".join(f"{k}: {v}" for k, v in missing.items())]
+    return "\n".join(L) + "\n"
+
+
+def timed_main(a) -> int:
+    """py-spy timed (chrometrace, no calibration) against py-spy calibrated, both recording the same run."""
+    global RATE
+    cfg = next(c for c in CONFIGS if c["name"] == "py-spy timed")
+    rows = []
+    t0 = time.perf_counter()
+    for rate in [float(r) for r in a.rates.split(",")]:
+        RATE = rate
+        for rep in range(a.repeat):
+            for scenario in a.scenarios.split(","):
+                tmp = tempfile.mkdtemp(prefix="profmagic-gt-")
+                try:
+                    res = run_config(cfg, scenario, a.duration, tmp)
+                finally:
+                    shutil.rmtree(tmp, ignore_errors=True)
+                for label, p in derived(res["profiles"], res["truth"]).items():
+                    if label not in (TIMED, CALIBRATED):
+                        continue
+                    for r in score(p, res["truth"], "wall"):
+                        if r["thread"] != "c":  # a C thread without Python state: py-spy does not see it
+                            r.update(scenario=scenario, backend=label, rate=rate, run=rep, samples=p.sample_count)
+                            rows.append(r)
+                print(f"{rate:g} Hz run {rep + 1}/{a.repeat} {scenario:11s} done at "
+                      f"{time.perf_counter() - t0:6.1f} s", flush=True)
+    text = timed_report(rows, a, time.perf_counter() - t0)
+    print(text)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"rows": rows}, f, indent=1, default=str)
+    if not a.no_write:
+        from results import write_section as write_results
+        write_results(text)
+    return 0
+
+
+def timed_report(rows, a, elapsed) -> str:
+    import pandas as pd
+    df = pd.DataFrame(rows)
+    df["method"] = df["backend"].map({TIMED: "timed", CALIBRATED: "calibrated"})
+    fn = df[df["function"] != "(thread)"].assign(err=lambda d: d["est"] - d["truth"])
+    th = df[df["function"] == "(thread)"].assign(pct=lambda d: 100.0 * (d["est"] / d["truth"] - 1.0))
+    cmd = f"cd /work/main && .venv/bin/python bench/groundtruth.py --timed --repeat {a.repeat} --rates {a.rates}"
+    L = ["## py-spy timed (chrometrace) against py-spy calibrated (issue 18)", "",
+         f"Command: `{cmd}` ({elapsed:.0f} s; {time.strftime('%Y-%m-%d %H:%M')}, 2 cores shared with other "
+         f"test runs, python {sys.version.split()[0]}). Each run records the ground-truth workload "
+         f"({a.duration:g} s, see the accuracy section) with two py-spy processes at once, both `--idle`: "
+         "one writes chrometrace, read by `chrome_trace.read(weigh=\"interval\")` (each sample weighs the time "
+         "to the next one on its thread; nothing calibrated), the other speedscope, with every sample "
+         "weighing the main thread's measured seconds over its sample count (as `%%profile` calibrates to "
+         "the cell). Metric wall; the C thread has no Python state and py-spy does not see it.", "",
+         "### Summary: worst and mean error per method and rate", "",
+         "| rate | method | max abs share error (pp) | mean abs share error (pp) | thread seconds: max abs diff % "
+         "| within 1% | runs |", "|---|---|---|---|---|---|---|"]
+    for (rate, method), g in fn.groupby(["rate", "method"], sort=True):
+        t = th[(th["rate"] == rate) & (th["method"] == method)]["pct"]
+        L.append(f"| {rate:g} Hz | {method} | {g['err'].abs().max():.1f} | {g['err'].abs().mean():.2f} | "
+                 f"{t.abs().max():.2f} | {int((t.abs() <= 1.0).sum())}/{len(t)} | {g['run'].nunique()} |")
+    L += ["", "### Per function: share error (pp) of each run, timed / calibrated", "",
+          "| rate | scenario | thread | function | truth % | timed, per run | calibrated, per run |",
+          "|---|---|---|---|---|---|---|"]
+    key = ["rate", "scenario", "thread", "function"]
+    for k, g in fn.groupby(key, sort=False):
+        runs = {m: " ".join(f"{e:+.1f}" for e in g[g["method"] == m].sort_values("run")["err"])
+                for m in ("timed", "calibrated")}
+        L.append(f"| {k[0]:g} Hz | {k[1]} | {k[2]} | {k[3]} | {g['truth'].mean():.1f} | {runs['timed']} | "
+                 f"{runs['calibrated']} |")
+    L += ["", "### Each thread's seconds against its measured wall time: diff % of each run, timed / calibrated", "",
+          "| rate | scenario | thread | truth s (mean) | timed, per run | calibrated, per run |", "|---|---|---|---|---|---|"]
+    for k, g in th.groupby(["rate", "scenario", "thread"], sort=False):
+        runs = {m: " ".join(f"{e:+.2f}" for e in g[g["method"] == m].sort_values("run")["pct"])
+                for m in ("timed", "calibrated")}
+        L.append(f"| {k[0]:g} Hz | {k[1]} | {k[2]} | {g['truth'].mean():.3f} | {runs['timed']} | {runs['calibrated']} |")
     return "\n".join(L) + "\n"
 
 

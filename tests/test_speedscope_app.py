@@ -107,7 +107,10 @@ def open_in_speedscope(br, app, tmp_path, name, data):
     page = br.new_page(viewport={"width": 1400, "height": 6000})  # tall: the table renders every row
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" or "Tried to end" in m.text else None)
+    # speedscope warns "Tried to end … Doing nothing" when it drops an end event, and "still open" when a
+    # slice never ends: both lose time. ("… Ending X instead" pops the top slice, as the format says.)
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" or "Doing nothing" in m.text
+            or "still open" in m.text else None)
     page.goto(f"file://{app}#localProfilePath={js}")
     page.wait_for_selector("text=Sandwich", timeout=60_000)
     return page, errors

@@ -476,12 +476,12 @@ def to_dict(profile: Profile) -> dict:
             if d <= 0:
                 continue  # nothing to draw
             ts = (a - t0) / US
+            frames = [pos[f] for f in stacks[row]]
             if end is not None and a > end:  # a gap: close everything where the last run ended
-                _close(events, open_, 0, (end - t0) / US, base, names, args_of)
+                _close(events, open_, 0, (end - t0) / US, base, names, args_of, frames)
                 if has_cpu:
                     events.append({"ph": "C", "name": counter, "cat": CAT, "ts": (end - t0) / US, **base,
                                    "args": {"cpu": 0.0}})
-            frames = [pos[f] for f in stacks[row]]
             same = 0
             while same < min(len(open_), len(frames)) and open_[same] == frames[same]:
                 same += 1
@@ -514,15 +514,15 @@ def to_dict(profile: Profile) -> dict:
 
 
 def _close(events, open_, keep, ts, base, names, args_of, opening=()):
-    """End the slices above depth ``keep``, innermost first. E events carry their B's name and args:
-    speedscope pairs them by both. At one timestamp speedscope takes a B before an E when the two have the
-    same name and args; when the innermost slice ending is the outermost one beginning again (a frame
-    moving to another depth), the ends go outermost first, and speedscope (and our reader) pair them
+    """End the slices above depth ``keep``, innermost first, each E with its B's name and args
+    (speedscope pairs them by both). One exception: at a timestamp where speedscope sees a B and an E of
+    the same frame, it takes the B first; so when the frame about to begin is among those ending (it
+    moves to another depth), its ends go last, and speedscope (like our reader) pairs the others by name
     within the timestamp."""
-    closing = open_[keep:]
+    closing = open_[keep:][::-1]
     del open_[keep:]
-    order = closing if closing and opening and closing[-1] == opening[0] else reversed(closing)
-    for f in order:
+    first = opening[0] if len(opening) else None
+    for f in [f for f in closing if f != first] + [f for f in closing if f == first]:
         events.append({"ph": "E", "name": names[f], "ts": ts, **base, "args": args_of[f]})
 
 
