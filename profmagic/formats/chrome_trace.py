@@ -89,11 +89,11 @@ def _ident(v) -> bool:
 
 
 class _Reader:
-    def __init__(self, source: str, ext: dict):
-        self.source = source
+    """The builder, and frames interned by what the events say about them."""
+
+    def __init__(self):
         self.b = StackBuilder()
         self.frame_ids: dict[tuple, int] = {}
-        self.ext = ext
 
     def frame(self, name: str, args) -> int:
         file = line = kind = None
@@ -185,7 +185,7 @@ def read(data: bytes, source: str = "<input>", metric: str = "wall", weigh: str 
     def where_of(i):
         return f"{key}[{i}]" if key else f"[{i}]"
 
-    r = _Reader(source, ext)
+    r = _Reader()
     if ext.get("axis") in ("wall", "cpu"):  # written by us: the time axis says what the lengths are
         metric = ext["axis"]
     elif ext.get("axis") == "samples":
