@@ -8,46 +8,21 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
-
-import numpy as np
 import pytest
 
 import profmagic
 from profmagic import ProfileFormatError
-from profmagic import formats, recording
+from profmagic import formats
 from profmagic.formats import chrome_trace, folded, speedscope
-from profmagic.recording import make_options
-from workloads import busy, nap, spin
+from timelines import assert_same_functions, two_thread_recording
 
 VENV_BIN = os.path.dirname(sys.executable)
 MAIN_BOUND, SHARE_BOUND = 0.10, 25.0  # see test_real_py_spy_chrometrace
 
 
-def totals(p, metric):
-    """Function totals by (name, file) in ``metric``."""
-    f = p.functions(metric)
-    return {(n, fl): float(t) for n, fl, t in zip(f["name"], f["file"], f["total"])}
-
-
-def assert_same_functions(p, q, metrics=("wall", "cpu", "samples")):
-    for m in metrics:
-        a, b = totals(p, m), totals(q, m)
-        assert a.keys() == b.keys(), m
-        for k in a:
-            assert b[k] == pytest.approx(a[k], rel=1e-9, abs=1e-12), (m, k)
-
-
 @pytest.fixture(scope="module")
 def sampled():
-    """A real recording: the built-in sampler, wall and CPU, the main thread and a worker."""
-    def work():
-        t = threading.Thread(target=lambda: (spin(0.15), nap(0.1)), name="worker")
-        t.start()
-        busy(0.15)
-        nap(0.1)
-        t.join()
-    return recording.record("sampler", make_options(mode="both", rate=200), work)
+    return two_thread_recording()
 
 
 def events_of(doc):

@@ -4,28 +4,18 @@ perf, CPython 3.15 and samply write; bad input fails with the place named."""
 from __future__ import annotations
 
 import json
-import threading
 
 import pytest
 
 import profmagic
-from profmagic import ProfileFormatError, formats, recording
+from profmagic import ProfileFormatError, formats
 from profmagic.formats import folded, gecko
-from profmagic.recording import make_options
-from workloads import busy, nap, spin
-from test_chrome_trace import assert_same_functions
+from timelines import assert_same_functions, two_thread_recording
 
 
 @pytest.fixture(scope="module")
 def sampled():
-    """A real recording: the built-in sampler, wall and CPU, the main thread and a worker."""
-    def work():
-        t = threading.Thread(target=lambda: (spin(0.15), nap(0.1)), name="worker")
-        t.start()
-        busy(0.15)
-        nap(0.1)
-        t.join()
-    return recording.record("sampler", make_options(mode="both", rate=200), work)
+    return two_thread_recording()
 
 
 def test_sampler_profile_round_trips(sampled):

@@ -14,15 +14,12 @@ import os
 import re
 import shutil
 import subprocess
-import threading
 
 import pytest
 
 import browser
-from profmagic import recording
 from profmagic.formats import chrome_trace, gecko, speedscope
-from profmagic.recording import make_options
-from workloads import busy, nap, spin
+from timelines import two_thread_recording
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(600)]
 SPEEDSCOPE_VERSION = "1.25.0"
@@ -52,14 +49,7 @@ def speedscope_app():
 
 @pytest.fixture(scope="module")
 def sampled():
-    """A real recording: the built-in sampler, wall and CPU, the main thread and a worker."""
-    def work():
-        t = threading.Thread(target=lambda: (spin(0.12), nap(0.08)), name="worker")
-        t.start()
-        busy(0.12)
-        nap(0.08)
-        t.join()
-    return recording.record("sampler", make_options(mode="both", rate=200), work)
+    return two_thread_recording()
 
 
 def only_thread(p, label):

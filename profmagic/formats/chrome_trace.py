@@ -32,7 +32,7 @@ from ..multi import process_label
 from ..profile import Profile, Raw, StackBuilder
 from ..threads import thread_label
 from . import layout
-from .speedscope import EXT, _jsonable, guess_kind
+from .speedscope import EXT, _jsonable, json_bytes, guess_kind
 
 NAME = "chrome_trace"
 US = 1e-6
@@ -371,13 +371,7 @@ def read(data: bytes, source: str = "<input>", metric: str = "wall", weigh: str 
         meta["open_slices"] = "slices without an end event last until the trace's last timestamp"
     if isinstance(doc, dict) and isinstance(doc.get("otherData"), dict):
         meta["other_data"] = doc["otherData"]
-    carried = ext.get("meta") if isinstance(ext.get("meta"), dict) else {}
-    if carried:
-        carried = dict(carried)
-        if carried.get("format") not in (None, NAME):
-            carried["converted_from"] = carried["format"]
-        meta.update(carried)
-        meta.update(format=NAME, source=source)
+    layout.carry_meta(meta, ext.get("meta"), NAME, source)
     if meta_processes:
         meta.setdefault("processes", meta_processes)
     meta["threads"] = list(r.b.threads)
@@ -527,8 +521,4 @@ def _close(events, open_, keep, ts, base, names, args_of, opening=()):
 
 
 def write(profile: Profile) -> bytes:
-    doc = to_dict(profile)
-    try:
-        return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    except UnicodeEncodeError:  # lone surrogates (undecodable input bytes): escape them
-        return json.dumps(doc, separators=(",", ":")).encode("ascii")
+    return json_bytes(to_dict(profile))

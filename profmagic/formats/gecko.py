@@ -36,7 +36,7 @@ from ..multi import process_label
 from ..profile import Profile, Raw, StackBuilder
 from ..threads import thread_label
 from . import layout
-from .speedscope import EXT, _jsonable
+from .speedscope import EXT, _jsonable, json_bytes
 
 NAME = "gecko"
 VERSION = 29
@@ -242,13 +242,7 @@ def read(data: bytes, source: str = "<input>", metric: str = "wall", weigh: str 
             "product": meta_all.get("product"), "interval_ms": interval_ms, "weigh": weigh}
     if meta_all.get("importedFrom"):
         meta["imported_from"] = meta_all["importedFrom"]
-    carried = ext.get("meta") if isinstance(ext.get("meta"), dict) else {}
-    if carried:
-        carried = dict(carried)
-        if carried.get("format") not in (None, NAME):
-            carried["converted_from"] = carried["format"]
-        meta.update(carried)
-        meta.update(format=NAME, source=source)
+    layout.carry_meta(meta, ext.get("meta"), NAME, source)
     if multi:
         meta.setdefault("processes", processes)
     meta["threads"] = list(b.threads)
@@ -546,8 +540,4 @@ def _thread(t, runs, t0, stacks, pos, names, files, lines, kinds, axis):
 
 
 def write(profile: Profile) -> bytes:
-    doc = to_dict(profile)
-    try:
-        return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    except UnicodeEncodeError:  # lone surrogates (undecodable input bytes): escape them
-        return json.dumps(doc, separators=(",", ":")).encode("ascii")
+    return json_bytes(to_dict(profile))

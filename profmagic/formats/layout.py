@@ -80,6 +80,17 @@ def tracks(profile) -> list[Track]:
     return out
 
 
+def carry_meta(meta: dict, carried, fmt: str, source: str) -> None:
+    """Fold into ``meta`` the meta a writer of ours carried in the file (format and source stay this read's)."""
+    if not isinstance(carried, dict) or not carried:
+        return
+    carried = dict(carried)
+    if carried.get("format") not in (None, fmt):
+        carried["converted_from"] = carried["format"]
+    meta.update(carried)
+    meta.update(format=fmt, source=source)
+
+
 def axis_metric(profile) -> str:
     """The metric that lays samples out in time: wall, else cpu, else samples."""
     for m in ("wall", "cpu"):
