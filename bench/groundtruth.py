@@ -13,6 +13,8 @@ share, in percentage points, and each thread's seconds are compared with its mea
 Run:  .venv/bin/python bench/groundtruth.py            (replaces its section of bench/RESULTS.md,
                                                          keeping the hand-written ### subsections)
       .venv/bin/python bench/groundtruth.py --no-write --scenarios balanced --backends sampler
+      .venv/bin/python bench/groundtruth.py --timed   (issue 18: py-spy timed against calibrated, its own
+                                                         section of bench/RESULTS.md)
 """
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""What the timeline writers (Chrome trace, gecko) share: who each thread is, and its samples as runs.
+"""What the timeline formats (Chrome trace, gecko) share: who each thread is, its samples as runs, and
+the meta our writers carry in their files.
 
 A *track* is one (process, thread) pair of a Profile. ``tracks()`` names each with a pid, tid, thread
 name and process name; ``runs()`` lays each track's samples out in time as *runs*: consecutive samples
