@@ -314,3 +314,11 @@ def test_sniff():
     assert not chrome_trace.sniff(speedscope.write(folded.read(b"a;b 1\n"))[:4096])
     assert not chrome_trace.sniff(b'{"name": "traceEvents"}')
     assert not chrome_trace.sniff(b"a;b 1\n")
+
+
+def test_labels_for_renumbered_py_spy_threads():
+    """py-spy after 0.4 renumbers tids from 0 and names threads '<pthread id>: <name>'."""
+    events = [{"ph": "M", "name": "thread_name", "pid": 7, "tid": 0, "args": {"name": "140001: MainThread"}},
+              ev("B", 0, "main", tid=0), ev("E", 10, "main", tid=0)]
+    p = load(events, labels={140001: 'Thread 42 "MainThread"'})
+    assert p.threads == ['Thread 42 "MainThread"']

@@ -40,6 +40,8 @@ CPU_PREFIX = "CPU % "
 CAT = "profmagic"
 _VIZTRACER = re.compile(r"^(.*) \((.+):(\d+)\)$")  # viztracer names frames 'func (file.py:12)'
 _KINDS = ("python", "native", "kernel", "other")
+_PYSPY_NAME = re.compile(r"^(\d+): ")  # newer py-spy: tids renumbered, the thread_name is '<pthread id>: <name>'
+
 _SLICE_NOTE = ("slices between stack changes; the last one of each thread lasts until the recording "
                "stopped (py-spy writes no event when a thread exits)")
 
@@ -166,7 +168,9 @@ def read(data: bytes, source: str = "<input>", metric: str = "wall", weigh: str 
     "count" (sample counts only: every ``P`` sample, every stretch, counts one; no seconds).
     rate: the sampler's rate in Hz, when known: a stretch of slices then counts round(length × rate)
     samples (at least one) instead of one. labels: thread label per tid (or per (pid, tid)), e.g. from
-    the profiled process, for traces whose tids are not native thread ids (py-spy's are pthread ids)."""
+    the profiled process, for traces whose tids are not native thread ids: py-spy 0.4 writes pthread ids
+    as tids; later py-spy numbers threads from 0 and names each '<pthread id>: <name>', which is looked
+    up too."""
     if metric not in ("wall", "cpu"):
         raise ValueError(f"metric must be 'wall' or 'cpu', not {metric!r}")
     if weigh not in ("interval", "count"):
@@ -304,7 +308,8 @@ def read(data: bytes, source: str = "<input>", metric: str = "wall", weigh: str 
         x = x_threads.get(tkey) or {}
         label = x.get("thread") if isinstance(x.get("thread"), str) else None
         if label is None and labels:
-            label = labels.get(tkey) or labels.get(tid)
+            m = _PYSPY_NAME.match(thread_names.get(tkey) or "")
+            label = labels.get(tkey) or labels.get(tid) or (labels.get(int(m.group(1))) if m else None)
         if label is None:
             nm = thread_names.get(tkey)
             if isinstance(tid, int) and 0 <= tid < 2 ** 31:
