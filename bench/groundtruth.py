@@ -584,11 +584,11 @@ def timed_report(rows, a, elapsed) -> str:
           "of its measured wall time without calibration. What limits py-spy's timed format: py-spy stamps a "
           "sample when its main thread takes it from the sampler thread (`Instant::now()` in chrometrace's "
           "`increment`), not when the stack was read, and writes events only where a stack changes; so each "
-          "function's edges are known to within one sampling interval plus that hand-over delay. The delay "
-          "grows when the target wakes up and competes with py-spy for the 2 cores, which is when locks and "
-          "sleeps end: the errors keep their sign across runs on hold and wait_lock, whose ends are wake-ups. "
-          "A faster rate narrows the first part (compare the two rates); the second needs py-spy to stamp "
-          "the read. Calibrating to the cell removes the thread-total error by construction, but not the "
+          "function's edges are known to within one sampling interval plus that hand-over delay. Errors that "
+          "keep their sign across runs (mostly + on hold and wait_lock, whose ends are wake-ups) fit a delay "
+          "that grows when the target wakes and competes with py-spy for the 2 cores; this is a reading of "
+          "the figures, not measured directly. A faster rate narrows the first part (compare the two rates); "
+          "the second needs py-spy to stamp the read. Calibrating to the cell removes the thread-total error by construction, but not the "
           "share error, which comes from where samples fall.",
           "", "### Per function: share error (pp) of each run, timed / calibrated", "",
           "| rate | scenario | thread | function | truth % | timed, per run | calibrated, per run |",
