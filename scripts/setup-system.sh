@@ -10,6 +10,8 @@ command -v stap >/dev/null 2>&1 || need+=(systemtap)
 command -v gcc >/dev/null 2>&1 || need+=(gcc)
 command -v g++ >/dev/null 2>&1 || need+=(g++)
 command -v perl >/dev/null 2>&1 || need+=(perl)
+command -v node >/dev/null 2>&1 || need+=(nodejs)   # speedscope's app, for tests/test_speedscope_app.py
+command -v npm >/dev/null 2>&1 || need+=(npm)
 if [ ${#need[@]} -eq 0 ]; then
   echo "system tools: all present"
   exit 0

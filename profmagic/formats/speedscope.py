@@ -549,9 +549,13 @@ def to_dict(profile: Profile) -> dict:
     }
 
 
-def write(profile: Profile) -> bytes:
-    doc = to_dict(profile)
+def json_bytes(doc) -> bytes:
+    """Compact UTF-8 JSON; lone surrogates (undecodable input bytes) are escaped instead."""
     try:
         return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    except UnicodeEncodeError:  # lone surrogates (undecodable input bytes): escape them
+    except UnicodeEncodeError:
         return json.dumps(doc, separators=(",", ":")).encode("ascii")
+
+
+def write(profile: Profile) -> bytes:
+    return json_bytes(to_dict(profile))
