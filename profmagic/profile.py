@@ -13,12 +13,21 @@ import pandas as pd
 
 KINDS = ("python", "native", "kernel", "other")
 TIME_METRICS = ("wall", "cpu")
-METRICS = ("samples", "wall", "cpu", "off_cpu")
+# Memory (memray): bytes at the high-water mark (or, in leaks mode, at the end), every byte allocated,
+# and the number of allocations. A stack's memory weight is not a sum of samples: it is what memray
+# attributed to that stack.
+MEMORY_METRICS = ("bytes", "allocated", "allocations")
+METRICS = ("samples", "wall", "cpu", "off_cpu") + MEMORY_METRICS
+INTEGER_METRICS = ("samples",) + MEMORY_METRICS
+WEIGHT_METRICS = TIME_METRICS + MEMORY_METRICS  # measured per stack, stored as stacks columns
 METRIC_LABELS = {
     "samples": "samples",
     "wall": "wall time (s)",
     "cpu": "CPU time (s)",
     "off_cpu": "off-CPU time (s) = wall − cpu",
+    "bytes": "bytes alive at the memory high-water mark",
+    "allocated": "bytes allocated (freed or not)",
+    "allocations": "allocations (count)",
 }
 
 
@@ -193,7 +202,8 @@ class Profile:
         self.meta = dict(meta or {})
         self.raw = raw
         if metric is None:
-            metric = next((m for m in ("wall", "cpu") if m in stacks and stacks[m].notna().any()), "samples")
+            metric = next((m for m in ("wall", "cpu", "bytes") if m in stacks and stacks[m].notna().any()),
+                          "samples")
         if metric not in METRICS:
             raise ValueError(f"unknown metric {metric!r}; expected one of {', '.join(METRICS)}")
         self.metric = metric
@@ -209,7 +219,14 @@ class Profile:
                 out.append(m)
         if "wall" in out and "cpu" in out:
             out.append("off_cpu")
+        out += [m for m in MEMORY_METRICS if m in self.stacks and self.stacks[m].notna().any()]
         return out
+
+    def label(self, metric: str | None = None) -> str:
+        """What ``metric`` means in this profile: meta["metric_labels"] overrides the generic label
+        (in memray's leaks mode, "bytes" are the bytes still alive at the end)."""
+        metric = metric or self.metric
+        return (self.meta.get("metric_labels") or {}).get(metric) or METRIC_LABELS.get(metric, metric)
 
     @property
     def threads(self) -> list[str]:
@@ -238,7 +255,7 @@ class Profile:
         s = w.sum(min_count=1)
         if pd.isna(s):
             return float("nan")
-        return int(s) if (metric or self.metric) == "samples" and float(s).is_integer() else float(s)
+        return int(s) if (metric or self.metric) in INTEGER_METRICS and float(s).is_integer() else float(s)
 
     @property
     def sample_count(self) -> int:
@@ -267,11 +284,16 @@ class Profile:
     def describe(self) -> str:
         """A one-line honest label: metric, backend, rate, samples, duration."""
         m = self.meta
-        parts = [METRIC_LABELS.get(self.metric, self.metric), f"backend {m.get('backend', m.get('format', '?'))}"]
+        parts = [self.label(), f"backend {m.get('backend', m.get('format', '?'))}"]
+        memory = self.metric in MEMORY_METRICS
+        if memory and m.get("memray"):  # the memray version beside the backend that used it
+            parts[-1] += f" {m['memray']}" if m.get("backend", m.get("format")) == "memray" else f" (memray {m['memray']})"
         rate = m.get("rate")
-        if rate:
+        if rate and not memory:
             parts.append(f"{float(rate):.4g} Hz")
-        if "calls" in self.stacks and not self.sample_count:
+        if memory and "allocations" in self.stacks:
+            parts.append(f"{int(self.stacks['allocations'].sum()):,} allocations (every one traced, not sampled)")
+        elif "calls" in self.stacks and not self.sample_count:
             parts.append(f"{int(self.stacks['calls'].sum()):,} calls (every call traced, not sampled)")
         else:
             parts.append(f"{self.sample_count:,} samples")
@@ -332,7 +354,7 @@ class Profile:
             "self": selfw[first.index.to_numpy()],
             "total": total[first.index.to_numpy()],
         }, index=pd.Index(first.index.to_numpy(), name="function"))
-        if metric == "samples" and np.all(out["total"] == np.round(out["total"])):
+        if metric in INTEGER_METRICS and np.all(out["total"] == np.round(out["total"])):
             out["self"] = out["self"].astype(np.int64)
             out["total"] = out["total"].astype(np.int64)
         # Every function on some stack, even at 0 in this metric (a sleep has 0 s of CPU, not no row).

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ProfileFormatError
-from ..profile import Profile, Raw, make_frames
+from ..profile import MEMORY_METRICS, WEIGHT_METRICS, Profile, Raw, make_frames
 
 NAME = "speedscope"
 SCHEMA = "https://www.speedscope.app/file-format-schema.json"
@@ -336,7 +336,7 @@ def from_dict(doc, source: str = "<input>", metric: str = "wall", raw: Raw | Non
     nframes = len(frames)
     ext = doc.get(EXT) if isinstance(doc.get(EXT), dict) else {}
     # The metric the weights are in: what our writer recorded, else the caller's choice.
-    if ext.get("metric") in ("wall", "cpu"):
+    if ext.get("metric") in ("wall", "cpu") + MEMORY_METRICS:
         metric = ext["metric"]
     elif ext.get("metric") == "off_cpu":
         metric = "wall"
@@ -373,15 +373,17 @@ def from_dict(doc, source: str = "<input>", metric: str = "wall", raw: Raw | Non
         if counts is not None and len(counts) != len(w):
             counts = None
         if counts is None:
-            counts = w if scale is None else np.ones(len(w))
+            counts = w if scale is None or metric in MEMORY_METRICS else np.ones(len(w))
         nst = len(stacks)
         rows_thread += [name] * nst
         rows_stack += stacks
         rows_n.append(np.bincount(ids, weights=counts, minlength=nst))
         per_metric = {}
-        if scale is not None:
+        if metric in MEMORY_METRICS:  # our own memory profile: weights in bytes or allocations
+            per_metric[metric] = w
+        elif scale is not None:
             per_metric[metric] = w * scale
-        for m in ("wall", "cpu"):
+        for m in WEIGHT_METRICS:
             if m in pext and len(pext[m]) == len(w):
                 per_metric[m] = np.asarray([np.nan if v is None else v for v in pext[m]], dtype=np.float64)
         for m, vals in per_metric.items():
@@ -468,11 +470,13 @@ def to_dict(profile: Profile) -> dict:
     primary = profile.metric if profile.metric != "off_cpu" else "wall"
     time_metric = primary in ("wall", "cpu")
     stacks = profile.stacks
-    known = [m for m in ("wall", "cpu") if m in stacks]
+    known = [m for m in WEIGHT_METRICS if m in stacks]
     unknown = [m for m in known if not stacks[m].notna().any()]
     stack_pos = [[int(pos[f]) for f in s] for s in stacks["stack"]]
     profiles = []
-    ordered = profile.samples is not None and len(profile.samples) > 0
+    # Memory weights belong to stacks, not to time-ordered samples: a profile with memory is written per stack.
+    ordered = (profile.samples is not None and len(profile.samples) > 0
+               and not any(m in stacks for m in MEMORY_METRICS))
     for thread in profile.threads:
         ext: dict = {}
         if ordered:
@@ -500,7 +504,7 @@ def to_dict(profile: Profile) -> dict:
         p = {
             "type": "sampled",
             "name": str(thread),
-            "unit": "seconds" if time_metric else "none",
+            "unit": "seconds" if time_metric else ("bytes" if primary in ("bytes", "allocated") else "none"),
             "startValue": start,
             "endValue": start + total,
             "samples": [stack_pos[i] for i in ids],
