@@ -13,6 +13,7 @@ MODULES = {
     "eu-stack": "eustack",
     "systemtap": "systemtap",
     "py-spy+eu-stack": "combined",
+    "memray": "memray",
 }
 
 

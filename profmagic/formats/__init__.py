@@ -11,7 +11,7 @@ import os
 from ..errors import ProfileFormatError
 
 # Module names, most specific first. A format whose module is missing is skipped.
-_ORDER = ("speedscope", "pyinstrument", "pstats", "eu_stack", "perf_script", "stap", "folded")
+_ORDER = ("memray", "speedscope", "pyinstrument", "pstats", "eu_stack", "perf_script", "stap", "folded")
 HEAD_BYTES = 64 * 1024
 
 

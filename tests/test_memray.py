@@ -1,0 +1,308 @@
+"""memray (issue 20): the recorder, the .bin reader, memory beside time. Real memray throughout; the
+accuracy cell, a raising cell and 200 cells run in a real kernel through ``profmagic.profile()``."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+import pytest
+
+import profmagic
+from profmagic.backends import memray as mb, sampler
+from profmagic.errors import ProfileFormatError, ProfilerError
+from profmagic.formats import memray as mf
+from profmagic.recording import make_options
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SEGV = os.path.join(HERE, "data", "memray-segv.bin")
+
+# The issue's cell: alloc() keeps 20,000 x 1 kB bytearrays alive; strs() makes 100,000 short strings
+# and drops them before the peak.
+CELL = textwrap.dedent("""\
+    def alloc():
+        return [bytearray(1000) for _ in range(20000)]
+
+    def strs():
+        x = [str(i) * 3 for i in range(100000)]
+        del x
+
+    def cell():
+        strs()
+        return alloc()
+    """)
+ns: dict = {}
+exec(compile(CELL, "memray_cell.py", "exec"), ns)
+
+
+def record(fn, **opts):
+    """``fn()`` under the memray recorder; (profile, what fn returned)."""
+    o = make_options(**opts)
+    rec = mb.Recorder(o)
+    rec.start()
+    try:
+        out = fn()
+        cap = rec.stop()
+        return mb.read(cap, o), out
+    finally:
+        rec.close()
+
+
+def leftovers() -> list[str]:
+    return [n for n in os.listdir(tempfile.gettempdir()) if n.startswith("profmagic-memray-")]
+
+
+# -- reader ------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def capture() -> bytes:
+    """A real compressed capture of the issue's cell."""
+    p, _ = record(ns["cell"])
+    return p.raw.read()
+
+
+def test_reads_the_cell_with_exact_attribution(capture):
+    p = mf.read(capture, "cell.bin")
+    assert p.metric == "bytes" and p.meta["memray"] == mf.version()
+    assert p.describe().startswith(f"bytes alive at the memory high-water mark · backend memray {mf.version()}")
+    fn = p.functions().set_index("name")
+    # 20,000 bytearrays of 1,000 bytes (buffer 1,001 + object header) and the list: 21.3 MB at alloc.
+    assert 21_000_000 < fn.loc["alloc", "total"] < 21_700_000
+    assert fn.loc["alloc.<locals>.<listcomp>", "total"] == fn.loc["alloc", "total"] - fn.loc["alloc", "self"]
+    assert fn.loc["strs", "total"] < 1_000  # dropped before the peak
+    al = p.functions("allocated").set_index("name")
+    assert al.loc["strs", "total"] > 20_000_000  # 100,000 strings and the list that held them
+    assert p.functions("allocations").set_index("name").loc["strs", "total"] >= 200_000
+    tl = p.meta["memory_timeline"]
+    assert tl["peak_bytes"] >= fn.loc["alloc", "total"]
+    lo, hi = tl["peak_between"]
+    assert 0 <= lo <= hi <= p.meta["duration"] + 1e-9
+    assert len(tl["time"]) == len(tl["heap"]) == len(tl["rss"]) and tl["time"] == sorted(tl["time"])
+
+
+def test_sniffed_and_loaded_by_profmagic_load(capture, tmp_path):
+    path = tmp_path / "cell.bin"
+    path.write_bytes(capture)
+    p = profmagic.load(path)
+    assert p.meta["format"] == "memray" and p.raw.read() == capture
+    assert p.total() == mf.read(capture, "x", isolate=False).total()
+
+
+def test_leaks_mode_names_its_metric(capture):
+    p = mf.read(capture, "cell.bin", leaks=True)
+    assert p.describe().startswith(mf.LEAKS_LABEL)
+    # alloc's list is still alive when tracking stops (the recorder returned it); strs left nothing.
+    fn = p.functions().set_index("name")
+    assert fn.loc["alloc", "total"] > 21_000_000 and fn.loc["strs", "total"] < 1_000
+
+
+@pytest.mark.parametrize("cut", [0.0, 0.1, 0.5, 0.9, 0.999])
+def test_truncated_compressed_capture_is_an_error(capture, cut):
+    n = max(1, int(len(capture) * cut))
+    with pytest.raises(ProfileFormatError) as e:
+        mf.read(capture[:n], "cut.bin")
+    assert "cut.bin" in str(e.value) and (e.value.offset is not None)
+    if cut:
+        assert "truncated memray capture" in str(e.value) and e.value.offset == n
+
+
+def test_truncated_uncompressed_capture_is_an_error(tmp_path):
+    import memray
+    path = str(tmp_path / "plain.bin")
+    with memray.Tracker(destination=memray.FileDestination(path, compress_on_exit=False),
+                        trace_python_allocators=True):
+        keep = [bytearray(100) for _ in range(5000)]
+    data = open(path, "rb").read()
+    assert data.startswith(mf.MAGIC) and mf.header_count(data) > 5000
+    assert mf.read(data, "plain.bin").total() > 5000 * 100
+    with pytest.raises(ProfileFormatError, match=r"truncated memray capture.*memray read [\d,]+ of the [\d,]+") as e:
+        mf.read(data[:len(data) // 2], "plain.bin")
+    assert e.value.offset == len(data) // 2
+    del keep
+
+
+def test_reader_crash_on_a_corrupt_file_is_a_format_error():
+    """memray's own reader segfaults on this file (one byte of a real capture set to 0xff): read in a
+    child process, it is a ProfileFormatError and this process lives on."""
+    code = "import memray, sys\nr = memray.FileReader(sys.argv[1])\nlist(r.get_high_watermark_allocation_records())"
+    crash = subprocess.run([sys.executable, "-c", code, SEGV], capture_output=True, timeout=60)
+    assert crash.returncode == -11, crash  # SIGSEGV: why the reader runs in a child
+    with pytest.raises(ProfileFormatError, match=r"memray's reader crashed \(SIGSEGV\) on this file"):
+        mf.read(open(SEGV, "rb").read(), "memray-segv.bin")
+
+
+def test_not_a_capture():
+    with pytest.raises(ProfileFormatError, match="not a memray capture"):
+        mf.read(b"memrax\0" + bytes(100), "x.bin")
+
+
+# -- recorder ------------------------------------------------------------------------------------------
+def test_recorder_removes_its_files_and_keeps_the_capture():
+    before = leftovers()
+    p, keep = record(ns["alloc"])
+    assert leftovers() == before
+    assert p.raw.format == "memray" and p.raw.read().startswith(mf.LZ4_MAGIC)
+    assert p.raw.filename.endswith(".bin")
+    assert mf.read(p.raw.read(), "again").total() == pytest.approx(p.total(), rel=0.01)
+    del keep
+
+
+def test_recorder_cleans_up_when_the_code_raises():
+    before = leftovers()
+    o = make_options()
+    rec = mb.Recorder(o)
+    rec.start()
+    try:
+        with pytest.raises(ZeroDivisionError):
+            keep = ns["alloc"]()
+            1 / 0
+        p = mb.read(rec.stop(), o)
+    finally:
+        rec.close()
+        rec.close()  # idempotent
+    assert leftovers() == before
+    assert p.functions().set_index("name").loc["alloc", "total"] > 21_000_000
+    del keep
+
+
+def test_one_tracker_at_a_time():
+    o = make_options()
+    first = mb.Recorder(o)
+    first.start()
+    try:
+        with pytest.raises(ProfilerError, match="memray could not start: .*Finish the other memray recording"):
+            mb.Recorder(o).start()
+    finally:
+        first.close()
+    assert leftovers() == []
+
+
+def test_native_frames():
+    p, keep = record(ns["alloc"], native=True)
+    fr = p.frames
+    assert (fr["kind"] == "native").any() and (fr["kind"] == "python").any()
+    # The bytes come with the C function that allocated them, under the Python function that called it.
+    fn = p.functions().set_index("name")
+    assert fn.loc["alloc", "total"] > 21_000_000
+    native = fn[fn.index.isin(fr.loc[fr["kind"] == "native", "name"])]
+    assert native["self"].sum() > 0.9 * p.total()
+    del keep
+
+
+def test_forked_children_with_subprocesses():
+    def fork_and_alloc():
+        pid = os.fork()
+        if pid == 0:
+            x = [bytearray(2000) for _ in range(1000)]  # 2 MB in the child only
+            os._exit(0 if x else 1)
+        os.waitpid(pid, 0)
+        return pid
+    p, child = record(fork_and_alloc, subprocesses=True)
+    from profmagic import multi
+    labels = multi.processes(p)
+    assert len(labels) == 2 and str(child) in labels[1]
+    kid = p.stacks[p.stacks["process"] == labels[1]]
+    assert 2_000_000 <= kid["bytes"].sum() < 2_300_000
+    assert p.meta["processes"][labels[1]]["completeness"].startswith("unknown")  # it left with os._exit
+    assert p.raw.format == "zip"
+
+
+def test_python_allocators_off_is_labelled_approximate():
+    p, keep = record(ns["cell"], python_allocators=False)
+    assert "pymalloc" in p.meta["approximate"] and "approximate" in p.describe()
+    del keep
+
+
+# -- memory beside time ----------------------------------------------------------------------------
+def busy(t=0.3):
+    end = time.perf_counter() + t
+    while time.perf_counter() < end:
+        pass
+
+
+def test_sampler_time_beside_memray_memory():
+    o = make_options(mode="both", rate=200)
+    rec = mb.TimeAndMemory(sampler, o)
+    rec.start()
+    try:
+        keep = ns["cell"]()
+        busy(0.3)
+        cap = rec.stop()
+        p = mb.read_both(sampler, cap, o)
+    finally:
+        rec.close()
+    assert leftovers() == []
+    assert {"wall", "cpu", "bytes", "allocated"} <= set(p.metrics)
+    t = mb.side_by_side(p).set_index("name")
+    assert t.loc["busy", "wall"] > 0.25 and t.loc["busy", "bytes"] < 1_000
+    assert t.loc["alloc", "bytes"] > 21_000_000 and t.loc["alloc", "wall"] > 0
+    # One row per function across the two recordings: memray's <listcomp> is the sampler's qualified name.
+    assert t.loc["alloc.<locals>.<listcomp>", "bytes"] > 21_000_000
+    assert t.loc["alloc.<locals>.<listcomp>", "wall"] > 0
+    assert not any(n == "<listcomp>" for n in t.index)
+    # The sampler's and memray's own threads are not the code's.
+    assert p.threads == [p.meta["cell_thread"]]
+    assert "memray traced every allocation" in p.meta["approximate"]
+    assert p.total("wall") == pytest.approx(p.replace(metric="wall").total("wall"))
+    del keep
+
+
+CONFLICT = textwrap.dedent("""\
+    import memray, os, sys, tempfile
+    def alloc():
+        return [bytearray(1000) for _ in range(2000)]
+    path = os.path.join(tempfile.mkdtemp(), "c.bin")
+    tracker = memray.Tracker(path, trace_python_allocators=True)
+    tracker.__enter__()
+    if sys.argv[1] == "pyinstrument":
+        import pyinstrument
+        prof = pyinstrument.Profiler(interval=0.001)
+        prof.start(); keep = alloc(); prof.stop()
+    else:
+        import cProfile
+        prof = cProfile.Profile()
+        prof.enable(); keep = alloc(); prof.disable()
+    tracker.__exit__(None, None, None)
+    r = memray.FileReader(path)
+    print(sum(a.size for a in r.get_high_watermark_allocation_records()
+              if any(f[0] == "alloc" for f in a.stack_trace(max_stacks=1 << 30))))
+    """)
+
+
+@pytest.mark.parametrize("backend", ["pyinstrument", "cprofile"])
+def test_setprofile_backends_conflict_with_memray_and_are_refused(backend):
+    """The measured reason for the refusal: started inside memray's tracking, pyinstrument (any Python)
+    and cProfile (before 3.12) take the profile hook, and memray attributes nothing to alloc()."""
+    r = subprocess.run([sys.executable, "-c", CONFLICT, backend], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    at_alloc = int(r.stdout.strip())
+    refused = mb.refusal(backend)
+    if refused:
+        assert at_alloc == 0, "memray kept its stacks: the refusal is no longer needed"
+        module = __import__(f"profmagic.backends.{backend}", fromlist=["x"])
+        with pytest.raises(ProfilerError, match="PyEval_SetProfile"):
+            mb.TimeAndMemory(module, make_options())
+    else:  # cProfile on 3.12+: sys.monitoring, memray keeps its stacks
+        assert at_alloc > 2_000_000
+
+
+def test_refusals():
+    assert mb.refusal("sampler") is None and mb.refusal("py-spy") is None and mb.refusal("perf") is None
+    assert mb.refusal("cprofile", (3, 11)) and mb.refusal("cprofile", (3, 12)) is None
+    assert "only one can have it" in mb.refusal("pyinstrument", (3, 13))
+
+
+def test_memray_missing_is_one_line_with_the_install_command():
+    """A kernel without memray (its import blocked, as Python does for a module it cannot find)."""
+    code = ("import sys; sys.modules['memray'] = None\n"
+            "import profmagic\n"
+            "try:\n"
+            "    with profmagic.profile('memray', announce=None):\n"
+            "        pass\n"
+            "except profmagic.ProfilerError as e:\n"
+            "    print(e)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.stdout.strip() == ("backend memray cannot record here: memray is not installed: "
+                                "pip install 'profmagic[memory]'"), r.stdout + r.stderr
