@@ -221,6 +221,16 @@ def test_forked_children_with_subprocesses():
     assert p.raw.format == "zip"
 
 
+def test_aggregated_capture_keeps_bytes_only():
+    p, keep = record(ns["cell"], aggregate=True)
+    fn = p.functions().set_index("name")
+    assert fn.loc["alloc", "total"] > 21_000_000 and fn.loc["strs", "total"] < 1_000
+    assert p.metrics == ["samples", "bytes"] and p.stacks["allocated"].isna().all()
+    assert "allocated" in p.meta["unknown"] and p.meta["file_format"] == "AGGREGATED_ALLOCATIONS"
+    assert len(p.meta["memory_timeline"]["time"]) > 0
+    del keep
+
+
 def test_python_allocators_off_is_labelled_approximate():
     p, keep = record(ns["cell"], python_allocators=False)
     assert "pymalloc" in p.meta["approximate"] and "approximate" in p.describe()

@@ -4,8 +4,13 @@ The Tracker writes to a file in a private temp directory, removed on close(); th
 that file's bytes (memray compresses it on exit), so it can be downloaded and opened with memray's
 own tools. Options: ``native`` (native frames too), ``subprocesses`` (memray's follow_fork: forked
 children write their own files; exec'd children are not followed), and in ``extra``:
-``leaks`` (``bytes`` = still alive at the end instead of at the high-water mark) and
-``python_allocators`` (default True: trace each object pymalloc hands out; see below).
+``leaks`` (``bytes`` = still alive at the end instead of at the high-water mark),
+``python_allocators`` (default True: trace each object pymalloc hands out; see below) and
+``aggregate`` (memray aggregates while tracking: the capture reads in milliseconds whatever the
+code allocated, but keeps only ``bytes``; ``allocated`` and ``allocations`` are unknown).
+
+Reading cost: without ``aggregate`` every allocation and free is a record, and memray's reader
+hands each to Python (bench/RESULTS.md, "memray": seconds per million records).
 
 Python allocators: with them traced, the benchmark cell's bytes at ``alloc`` are within 0.01% of
 tracemalloc's and short-lived strings are not at the peak; untraced, memray sees pymalloc's 1 MiB
@@ -71,6 +76,7 @@ class Recorder:
         self.options = options
         self.leaks = bool(options.extra.get("leaks", False))
         self.python_allocators = bool(options.extra.get("python_allocators", True))
+        self.aggregate = bool(options.extra.get("aggregate", False))
         self.tmp: TempDir | None = None
         self.tracker = None
         self.path = None
@@ -84,8 +90,9 @@ class Recorder:
         self.path = self.tmp.file("capture.bin")
         o = self.options
         self.names = _threads()
+        fmt_ = memray.FileFormat.AGGREGATED_ALLOCATIONS if self.aggregate else memray.FileFormat.ALL_ALLOCATIONS
         tracker = memray.Tracker(self.path, native_traces=o.native, follow_fork=o.subprocesses,
-                                 trace_python_allocators=self.python_allocators)
+                                 trace_python_allocators=self.python_allocators, file_format=fmt_)
         try:
             tracker.__enter__()
         except RuntimeError as e:  # another Tracker is active (memray allows one per process)
