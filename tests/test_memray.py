@@ -12,6 +12,7 @@ import time
 import pytest
 
 import profmagic
+from workloads import spin
 from profmagic.backends import memray as mb, sampler
 from profmagic.errors import ProfileFormatError, ProfilerError
 from profmagic.formats import memray as mf
@@ -268,6 +269,37 @@ def test_sampler_time_beside_memray_memory():
     assert p.threads == [p.meta["cell_thread"]]
     assert "memray traced every allocation" in p.meta["approximate"]
     assert p.total("wall") == pytest.approx(p.replace(metric="wall").total("wall"))
+    del keep
+
+
+@pytest.mark.parametrize("backend, opts", [("pyspy", {"idle": True}), ("eustack", {"mode": "both"}),
+                                           ("perf", {"mode": "cpu"})])
+def test_out_of_process_time_beside_memray_memory(backend, opts):
+    """py-spy, eu-stack and perf read the process from outside: memray's Tracker runs beside them."""
+    module = __import__(f"profmagic.backends.{backend}", fromlist=["x"])
+    ok, why = module.available()
+    assert ok, why
+    o = make_options(rate=100, **opts)
+    rec = mb.TimeAndMemory(module, o)
+    rec.start()
+    try:
+        keep = ns["alloc"]()
+        spin(0.3)  # 0.3 s of CPU time, however loaded the machine is
+        cap = rec.stop()
+        p = mb.read_both(module, cap, o)
+    finally:
+        rec.close()
+    assert leftovers() == []
+    from profmagic.threads import thread_native_id
+    me = [t for t in p.threads if thread_native_id(t) == o.thread_native_id]
+    assert len(me) == 1 and me[0].endswith('"MainThread"')  # one label for the cell's thread
+    clock = "cpu" if opts.get("mode") == "cpu" else "wall"
+    rows = p.stacks[p.stacks["thread"] == me[0]]
+    assert rows[clock].sum() > 0.25  # the spin's time (perf samples at 100 Hz: ±0.02 s)
+    fn = mb.side_by_side(p).set_index("name")
+    assert fn.loc["alloc", "bytes"] > 21_000_000
+    if backend == "pyspy":  # Python names: time and memory on the same function rows
+        assert fn.loc["spin", "wall"] > 0.25 and fn.loc["spin", "bytes"] < 1_000
     del keep
 
 

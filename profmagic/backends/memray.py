@@ -277,6 +277,9 @@ def read_both(time_module, capture: Capture, options: Options) -> Profile:
     keep = lambda lab: thread_native_id(lab) not in helpers  # noqa: E731
     t = transforms.keep_threads(time_module.read(m["time"], options), keep)
     mem = transforms.keep_threads(read(m["memory"], options), keep)
+    # One label per thread: the memory side's (Python's thread names) where both saw the native id.
+    named = {thread_native_id(lab): lab for lab in mem.threads}
+    t = transforms.relabel_threads(t, {lab: named[n] for lab in t.threads if (n := thread_native_id(lab)) in named})
     return merge(t, mem)
 
 
