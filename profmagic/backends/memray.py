@@ -101,7 +101,10 @@ class Recorder:
                                 "(a %%memray_flamegraph cell or a memray.Tracker block)") from None
         self.tracker = tracker
         for t in threading.enumerate():  # memray learns the names of existing threads when they are set
-            t.name = t.name
+            try:
+                t.name = t.name
+            except Exception:  # a Thread subclass that guards its name: memray leaves it unnamed
+                pass
 
     def _exit(self) -> None:
         tracker, self.tracker = self.tracker, None
