@@ -128,9 +128,11 @@ def test_truncated_uncompressed_capture_is_an_error(tmp_path):
     data = open(path, "rb").read()
     assert data.startswith(mf.MAGIC) and mf.header_count(data) > 5000
     assert mf.read(data, "plain.bin").total() > 5000 * 100
-    with pytest.raises(ProfileFormatError, match=r"truncated memray capture.*memray read [\d,]+ of the [\d,]+") as e:
-        mf.read(data[:len(data) // 2], "plain.bin")
-    assert e.value.offset == len(data) // 2
+    end = len(data.rstrip(b"\0"))  # memray pads the file with zeros to a page
+    for cut in (end // 2, end * 9 // 10):  # inside a record or not: truncated, not "corrupt"
+        with pytest.raises(ProfileFormatError, match=r"truncated memray capture.*memray read [\d,]+ of the [\d,]+") as e:
+            mf.read(data[:cut], "plain.bin")
+        assert e.value.offset == cut
     del keep
 
 
@@ -225,7 +227,7 @@ def test_forked_children_with_subprocesses():
 def test_aggregated_capture_keeps_bytes_only():
     p, keep = record(ns["cell"], aggregate=True)
     fn = p.functions().set_index("name")
-    assert fn.loc["alloc", "total"] > 21_000_000 and fn.loc["strs", "total"] < 1_000
+    assert fn.loc["alloc", "total"] > 21_000_000 and fn["total"].get("strs", 0) < 1_000
     assert p.metrics == ["samples", "bytes"] and p.stacks["allocated"].isna().all()
     assert "allocated" in p.meta["unknown"] and p.meta["file_format"] == "AGGREGATED_ALLOCATIONS"
     assert len(p.meta["memory_timeline"]["time"]) > 0

@@ -101,7 +101,8 @@ def header_count(data: bytes) -> int | None:
     return int.from_bytes(data[_N_ALLOCATIONS_AT:_N_ALLOCATIONS_AT + 8], "little")
 
 
-def _extract_isolated(path: str, source: str, leaks: bool) -> dict:
+def _extract_isolated(path: str, source: str, leaks: bool) -> tuple[dict, str | None]:
+    """memray_records.extract in a child process: (its output, memray's first complaint or None)."""
     from . import memray_records
     cmd = [sys.executable, "-I", memray_records.__file__, path] + (["--leaks"] if leaks else [])
     r = subprocess.run(cmd, capture_output=True, timeout=600)
@@ -113,10 +114,9 @@ def _extract_isolated(path: str, source: str, leaks: bool) -> dict:
     if r.returncode != 0:
         raise ProfileFormatError("memray could not read this file: " + (err.splitlines() or ["?"])[-1]
                                  + "; expected a capture written by memray's Tracker", source=source)
-    if "Memray ERROR" in err:  # memray reports a bad record and goes on with what it could read
-        raise ProfileFormatError("corrupt memray capture: " + err.splitlines()[0].removeprefix("Memray ERROR: ")
-                                 + "; expected a capture written by memray's Tracker", source=source)
-    return json.loads(r.stdout)
+    # memray reports a bad record on stderr and goes on with what it could read.
+    complaint = next((line.removeprefix("Memray ERROR: ") for line in err.splitlines() if "Memray ERROR" in line), None)
+    return json.loads(r.stdout), complaint
 
 
 def read(data: bytes, source: str = "<input>", leaks: bool = False, isolate: bool = True) -> Profile:
@@ -146,8 +146,9 @@ def read_file(path: str, source: str | None = None, leaks: bool = False, isolate
                                  source=source)
     if data.startswith(LZ4_MAGIC):
         check_lz4(data, source)
+    complaint = None
     if isolate:
-        rec = _extract_isolated(path, source, leaks)
+        rec, complaint = _extract_isolated(path, source, leaks)
     else:
         from .memray_records import extract
         try:
@@ -158,6 +159,9 @@ def read_file(path: str, source: str | None = None, leaks: bool = False, isolate
     if expected and rec["metadata"]["records"] < expected:
         raise _truncated(source, len(data), f"its records: memray read {rec['metadata']['records']:,} of the "
                          f"{expected:,} its header counts")
+    if complaint:
+        raise ProfileFormatError(f"corrupt memray capture: {complaint}; expected a capture written by memray's "
+                                 "Tracker", source=source)
     return build(rec, source, Raw(data, NAME, filename=os.path.basename(path) if path else None),
                  complete=None if expected == 0 else True)
 
