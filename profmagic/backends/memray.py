@@ -318,7 +318,8 @@ def merge(time_p: Profile, mem_p: Profile) -> Profile:
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
         for p, stem in ((time_p, "time"), (mem_p, "memory")):
             if p.raw is not None:
-                z.writestr(p.raw.filename or f"{stem}.{p.raw.format}", p.raw.read())
+                ext = {"speedscope": "speedscope.json"}.get(p.raw.format, p.raw.format)
+                z.writestr(p.raw.filename or f"{stem}.{ext}", p.raw.read())
     raw = Raw(buf.getvalue(), "zip", filename="profmagic-time-memory.zip")
     return Profile(both.frames, st.drop(columns=drop), time_p.samples, meta, raw, time_p.metric)
 
