@@ -325,9 +325,10 @@ def merge(time_p: Profile, mem_p: Profile) -> Profile:
 
 
 def align_names(mem_p: Profile, time_p: Profile) -> Profile:
-    """memray names a Python function by its code's name (``<listcomp>``, ``run``); some time backends
-    by its qualified name (``strs.<locals>.<listcomp>``, ``Worker.run``). Give memray's frames the time
-    profile's name for the same function: same file, a name that ends the same way, and of several
+    """memray names a Python function by its code's name (``run``; comprehensions qualified by their
+    caller, formats/memray.py); time backends by that name (py-spy) or the qualified one (the sampler:
+    ``Worker.run``). Give memray's frames the time profile's name for the same function: same file, one
+    name a dotted suffix of the other, and of several
     (``A.run``, ``B.run``), the one that starts last at or before memray's line (time backends that
     qualify names give each function's first line)."""
     by_file: dict[str, list[tuple[str, int]]] = {}
@@ -338,7 +339,7 @@ def align_names(mem_p: Profile, time_p: Profile) -> Profile:
     names = []
     for name, file, line in zip(mem_p.frames["name"], mem_p.frames["file"], mem_p.frames["line"]):
         cands = {n: ln for n, ln in sorted(by_file.get(file, []), key=lambda x: x[1])
-                 if n == name or n.endswith("." + name)}
+                 if n == name or n.endswith("." + name) or name.endswith("." + n)}
         if len(cands) > 1 and not pd.isna(line):
             before = [n for n, ln in cands.items() if ln <= int(line)]
             cands = {max(before, key=cands.get): 0} if before else cands

@@ -39,6 +39,7 @@ _N_ALLOCATIONS_AT = 17
 # memray names a frame by its code's name. A comprehension runs where it is defined (before Python 3.12
 # inlined them), so its caller gives its qualified name, as the sampler shows it: alloc.<locals>.<listcomp>.
 COMPREHENSIONS = {"<listcomp>", "<dictcomp>", "<setcomp>"}
+READ_TIMEOUT = 600  # seconds for the child that reads a capture
 LEAKS_LABEL = "bytes still alive when tracking ended (leaks)"
 
 
@@ -104,8 +105,14 @@ def header_count(data: bytes) -> int | None:
 def _extract_isolated(path: str, source: str, leaks: bool) -> tuple[dict, str | None]:
     """memray_records.extract in a child process: (its output, memray's first complaint or None)."""
     from . import memray_records
-    cmd = [sys.executable, "-I", memray_records.__file__, path] + (["--leaks"] if leaks else [])
-    r = subprocess.run(cmd, capture_output=True, timeout=600)
+    # -P: the script's folder (formats/, which holds this memray.py) must not shadow the memray package.
+    cmd = [sys.executable, "-P", memray_records.__file__, path] + (["--leaks"] if leaks else [])
+    try:
+        r = subprocess.run(cmd, capture_output=True, timeout=READ_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        raise ProfileFormatError(f"memray's reader did not finish in {READ_TIMEOUT} s; expected a capture it "
+                                 "can read (a very large one reads faster with memray's own tools)",
+                                 source=source) from None
     if r.returncode < 0:
         sig = signal.Signals(-r.returncode).name
         raise ProfileFormatError(f"memray's reader crashed ({sig}) on this file: it is corrupt; expected a "

@@ -1,7 +1,7 @@
 """A memray capture's records as plain data, for formats/memray.py. Standard library and memray only.
 
 Runs in the reading process for a capture that process just wrote, and as a child process
-(``python -I memray_records.py FILE [--leaks]``, run by path so that it imports no profmagic) for any
+(``python -P memray_records.py FILE [--leaks]``, run by path so that it imports no profmagic) for any
 other file: memray's reader crashes on some corrupt files (SIGSEGV or SIGABRT in 15 of 60 randomly
 corrupted captures, tests/test_memray.py), and a crash must not take the kernel down with it.
 
