@@ -17,24 +17,14 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 from results import write_section  # noqa: E402  (bench/ is on the path as the script's folder)
+import workloads  # noqa: E402
 
-SETUP = r'''
+SETUP = workloads.MEMORY_SOURCE + r'''
 import time, tracemalloc, os, glob, re
 import profmagic
 from profmagic import report
 from profmagic.backends import memray as mb, sampler, pyspy
 from profmagic.recording import make_options
-
-def alloc():
-    return [bytearray(1000) for _ in range(20000)]
-
-def strs():
-    x = [str(i) * 3 for i in range(100000)]
-    del x
-
-def cell():
-    strs()
-    return alloc()
 
 def bare():
     t = time.perf_counter(); keep = cell(); return time.perf_counter() - t
