@@ -128,6 +128,7 @@ def main() -> None:
     from kernel import Kernel
     import tempfile
     work = tempfile.mkdtemp(prefix="bench-memray-")   # %%memray_flamegraph writes memray-results/ in the cwd
+    load0 = os.getloadavg()[0]
     k = Kernel()
     try:
         r = k.run(SETUP + f"\nos.chdir({work!r})\n%load_ext memray\n")
@@ -168,8 +169,11 @@ def main() -> None:
     finally:
         k.close()
 
+    load1 = os.getloadavg()[0]
     lines = [f"Cell: alloc() keeps 20,000 × 1 kB bytearrays; strs() makes and drops 100,000 short strings. "
-             f"Python {sys.version.split()[0]}, real ipykernel, 2 shared cores; {a.rounds} rounds, medians.", "",
+             f"Python {sys.version.split()[0]}, real ipykernel, 2 shared cores; {a.rounds} rounds, medians. "
+             f"Load average {load0:.1f} at the start, {load1:.1f} at the end (other work on the machine: the "
+             "seconds are inflated by as much; the ratios are paired).", "",
              "### Accuracy (bytes at alloc() against tracemalloc's live bytes after alloc())", "",
              "| recording | alloc() bytes | tracemalloc | error | strs() bytes at the peak | strs() allocated | records |",
              "|---|---|---|---|---|---|---|"]
