@@ -29,6 +29,7 @@ import io
 import os
 import sys
 import threading
+import time
 import zipfile
 
 import numpy as np
@@ -96,6 +97,7 @@ class Recorder:
         try:
             tracker.__enter__()
         except RuntimeError as e:  # another Tracker is active (memray allows one per process)
+            del tracker  # its writer compresses its file when freed: before the folder goes, not after
             self.close()
             raise ProfilerError(f"memray could not start: {e}. Finish the other memray recording first "
                                 "(a %%memray_flamegraph cell or a memray.Tracker block)") from None
@@ -243,9 +245,11 @@ class TimeAndMemory:
         self.time = time_module.Recorder(options)
         self.memory = Recorder(options)
         self.helpers: set[int] = set()
+        self.time_started: float | None = None
 
     def start(self) -> None:
         before = _tasks()
+        self.time_started = time.time()  # memray's snapshots count from its own start (memory_timeline)
         self.time.start()
         try:
             self.memory.start()
@@ -260,7 +264,8 @@ class TimeAndMemory:
         finally:
             tim = self.time.stop()
         return Capture(None, "time+memory", {"time": tim, "memory": mem, "helpers": sorted(self.helpers),
-                                             "time_backend": self.time_module.NAME})
+                                             "time_backend": self.time_module.NAME,
+                                             "time_started_unix": self.time_started})
 
     def close(self) -> None:
         try:
@@ -283,6 +288,10 @@ def read_both(time_module, capture: Capture, options: Options) -> Profile:
     # One label per thread: the memory side's (Python's thread names) where both saw the native id.
     named = {thread_native_id(lab): lab for lab in mem.threads}
     t = transforms.relabel_threads(t, {lab: named[n] for lab in t.threads if (n := thread_native_id(lab)) in named})
+    tl = mem.meta.get("memory_timeline")
+    if tl and m.get("time_started_unix"):  # memray's clock against the time recorder's start (to a few ms)
+        mem = mem.replace(meta={**mem.meta, "memory_timeline": {
+            **tl, "starts_after_time_recorder": tl["t0_unix"] - m["time_started_unix"]}})
     return merge(t, mem)
 
 
