@@ -205,7 +205,7 @@ def main() -> None:
         lines.append(f"| %%memray_flamegraph {opts} | {med(times):.2f} ({min(times):.2f}–{max(times):.2f}) | "
                      f"an IFrame pointing at {'a file beside the notebook' if 'iframe' in html.lower() else '?'} "
                      f"({html_size:,} bytes of HTML) | no: the notebook holds no flame graph, and the HTML loads "
-                     f"{len(external)} script hosts ({', '.join(external)}) |")
+                     f"scripts from {len(external)} host(s) ({', '.join(external)}) |")
     lines += ["", "memray's magic writes the aggregated format (memray aggregates while tracking) and does not "
               "trace Python's allocators unless asked: it reads in milliseconds; profmagic's default keeps every "
               "allocation for `allocated`, and pays for it after the cell (`aggregate=True` is the fast path)."]
