@@ -19,15 +19,19 @@ import pandas as pd
 
 KINDS = ("python", "native", "kernel", "other")
 TIME_METRICS = ("wall", "cpu")
+# Memory (memray): bytes alive at the high-water mark (or, in leaks mode, at the end), every byte
+# allocated, and the number of allocations: what memray attributed to each stack, not sums of samples.
 MEMORY_METRICS = ("bytes", "allocated", "allocations")
 METRICS = ("samples", "wall", "cpu", "off_cpu") + MEMORY_METRICS
+INTEGER_METRICS = ("samples",) + MEMORY_METRICS
+WEIGHT_METRICS = TIME_METRICS + MEMORY_METRICS   # measured per stack, stored as stacks columns
 METRIC_LABELS = {
     "samples": "samples",
     "wall": "wall time (s)",
     "cpu": "CPU time (s)",
     "off_cpu": "off-CPU time (s) = wall − cpu",
-    "bytes": "bytes alive at the high-water mark",
-    "allocated": "bytes allocated",
+    "bytes": "bytes alive at the memory high-water mark",
+    "allocated": "bytes allocated (freed or not)",
     "allocations": "allocations (count)",
 }
 # What the upper layers lend the Profile's convenience methods (save, views, display, concat): the
@@ -582,8 +586,7 @@ class Profile:
         s = w.sum(min_count=1)
         if pd.isna(s):
             return float("nan")
-        return int(s) if (metric or self.metric) in ("samples", "allocations") and float(s).is_integer() \
-            else float(s)
+        return int(s) if (metric or self.metric) in INTEGER_METRICS and float(s).is_integer() else float(s)
 
     @property
     def sample_count(self) -> int:
@@ -609,14 +612,26 @@ class Profile:
             return float(self.samples["time"].max() - self.samples["time"].min())
         return None
 
+    def label(self, metric: str | None = None) -> str:
+        """What ``metric`` means in this profile: ``meta["metric_labels"]`` overrides the generic label
+        (in memray's leaks mode, "bytes" are the bytes still alive at the end)."""
+        metric = metric or self.metric
+        return (self.meta.get("metric_labels") or {}).get(metric) or METRIC_LABELS.get(metric, metric)
+
     def describe(self) -> str:
         """A one-line honest label: metric, backend, rate, samples, duration."""
         m = self.meta
-        parts = [METRIC_LABELS.get(self.metric, self.metric), f"backend {m.get('backend') or m.get('format') or '?'}"]
+        backend = m.get("backend") or m.get("format") or "?"
+        memory = self.metric in MEMORY_METRICS
+        if memory and m.get("memray"):   # memray's version beside the backend that used it
+            backend += f" {m['memray']}" if backend == "memray" else f" (memray {m['memray']})"
+        parts = [self.label(), f"backend {backend}"]
         rate = m.get("rate")
-        if rate and math.isfinite(float(rate)):
+        if rate and not memory and math.isfinite(float(rate)):
             parts.append(f"{float(rate):.4g} Hz")
-        if "calls" in self.stacks and not self.sample_count:
+        if memory and "allocations" in self.stacks:
+            parts.append(f"{int(self.stacks['allocations'].sum()):,} allocations (every one traced, not sampled)")
+        elif "calls" in self.stacks and not self.sample_count:
             parts.append(f"{int(self.stacks['calls'].sum()):,} calls (every call traced, not sampled)")
         else:
             parts.append(f"{self.sample_count:,} samples")
@@ -677,7 +692,7 @@ class Profile:
             "self": selfw[first.index.to_numpy()],
             "total": total[first.index.to_numpy()],
         }, index=pd.Index(first.index.to_numpy(), name="function"))
-        if metric in ("samples", "allocations") and np.all(out["total"] == np.round(out["total"])):
+        if metric in INTEGER_METRICS and np.all(out["total"] == np.round(out["total"])):
             out["self"] = out["self"].astype(np.int64)
             out["total"] = out["total"].astype(np.int64)
         # Every function on some stack, even at 0 in this metric (a sleep has 0 s of CPU, not no row).

@@ -15,12 +15,13 @@ import numpy as np
 import pandas as pd
 
 from . import multi
-from .model import METRIC_LABELS, Profile
+from .model import MEMORY_METRICS, METRIC_LABELS, Profile
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 MAX_DATA_URI = 20 * 1024 * 1024  # larger captures are pointed to on disk
 RAW_EXT = {"speedscope": ".speedscope.json", "folded": ".folded", "pstats": ".pstats", "perf_script": ".perf.txt",
-           "perf": ".perf.data", "pyinstrument": ".pyisession", "eu_stack": ".eu-stack.txt", "stap": ".stap.txt"}
+           "perf": ".perf.data", "pyinstrument": ".pyisession", "eu_stack": ".eu-stack.txt", "stap": ".stap.txt",
+           "memray": ".bin"}
 TOP_FUNCTIONS = 25
 
 
@@ -60,14 +61,15 @@ def header_html(profile: Profile) -> str:
 
 
 def functions_html(profile: Profile, metric: str, top: int = TOP_FUNCTIONS, thread: str | None = None) -> str:
-    from .views import sandwich
+    from .views import fmt, sandwich
     df = sandwich.table(profile, metric, thread).head(top)
-    unit = METRIC_LABELS.get(metric, metric)
+    unit = profile.label(metric)
+    num = (lambda v: fmt(metric, v)) if metric in MEMORY_METRICS else (lambda v: f"{v:.4g}")
     show = pd.DataFrame({
         "function": df["name"].astype(str),
-        f"total ({unit})": [f"{v:.4g}" for v in df["total"]],
+        f"total ({unit})": [num(v) for v in df["total"]],
         "total %": [f"{v:.1f}" for v in df["total_pct"]],
-        f"self ({unit})": [f"{v:.4g}" for v in df["self"]],
+        f"self ({unit})": [num(v) for v in df["self"]],
         "self %": [f"{v:.1f}" for v in df["self_pct"]],
         "file": df["file"].astype(str),
     })
@@ -147,7 +149,8 @@ def table_html(profile: Profile, metric: str, thread: str | None) -> str:
     parts = ["<div style='font:12px sans-serif'>", "<b>Functions</b> (<code>p.functions()</code>)",
              functions_html(profile, metric, top=100, thread=thread)]
     st = profile.stacks
-    per = st.groupby("thread", sort=False)[[c for c in ("samples", "wall", "cpu") if c in st]].sum(min_count=1)
+    per = st.groupby("thread", sort=False)[[c for c in ("samples", "wall", "cpu") + MEMORY_METRICS
+                                            if c in st]].sum(min_count=1)
     parts += ["<b>Threads</b>", per.to_html(escape=True, border=0, na_rep="n/a (not measured)")]
     w, _ = T.metric_weights(profile, metric)
     rows = T.thread_rows(profile, thread)
@@ -185,7 +188,7 @@ class Report:
         # A multi-process profile gets a Ranks tab (processes side by side) after Time order.
         self.TABS = self.TABS[:3] + ("Ranks",) + self.TABS[3:] if len(multi.processes(profile)) > 1 else self.TABS
         metrics = profile.metrics
-        self.metric = W.Dropdown(options=[(METRIC_LABELS.get(m, m), m) for m in metrics],
+        self.metric = W.Dropdown(options=[(profile.label(m), m) for m in metrics],
                                  value=profile.metric if profile.metric in metrics else metrics[0],
                                  description="metric", layout=W.Layout(width="260px"))
         threads = profile.threads

@@ -73,3 +73,72 @@ def test_time_ordered_samples_keep_order_and_thread():
     assert np.allclose(p.samples["time"], [0.0, 0.1, 0.2])
     assert p.stacks.loc[p.samples["stack"].iloc[1], "stack"] == (f, g)
     assert p.duration == pytest.approx(0.2)
+
+
+def _memory_profile(meta=None):
+    """Two stacks with memory weights, as formats/memray.py builds them: no samples, integer bytes."""
+    b = StackBuilder()
+    cell, alloc, strs = (b.frame(n, "cell.py", i, "python") for i, n in enumerate(("cell", "alloc", "strs")))
+    b.add(b.stack("t", (cell, alloc)), samples=0, bytes=21_313_384, allocated=23_310_808, allocations=59_804)
+    b.add(b.stack("t", (cell, strs)), samples=0, bytes=0, allocated=25_333_852, allocations=399_817)
+    return b.build(metric="bytes", meta={"backend": "memray", "memray": "1.20.0", "duration": 0.5, **(meta or {})})
+
+
+def test_memory_metrics_total_functions_and_label():
+    p = _memory_profile()
+    assert p.metrics == ["samples", "bytes", "allocated", "allocations"]
+    assert p.total() == 21_313_384 and isinstance(p.total(), int)
+    assert p.total("allocated") == 48_644_660
+    fn = p.functions().set_index("name")
+    assert fn.loc["alloc", "total"] == 21_313_384 and fn.loc["strs", "total"] == 0
+    assert fn["total"].dtype == np.int64
+    assert p.functions("allocations").set_index("name").loc["strs", "self"] == 399_817
+    d = p.describe()
+    assert d.startswith("bytes alive at the memory high-water mark · backend memray 1.20.0 · 459,621 allocations")
+    assert "Hz" not in d and "samples" not in d
+    assert not p.is_empty
+    # Leaks mode: the same column, named for what it holds.
+    leaks = _memory_profile({"metric_labels": {"bytes": "bytes still alive at the end"}})
+    assert leaks.describe().startswith("bytes still alive at the end · backend memray 1.20.0")
+
+
+def test_memory_profile_round_trips_through_speedscope():
+    from profmagic.formats import speedscope
+    p = _memory_profile()
+    doc = speedscope.to_dict(p)
+    assert {q["unit"] for q in doc["profiles"]} == {"bytes"}
+    q = speedscope.read(speedscope.write(p))
+    assert q.metric == "bytes"
+    for m in ("bytes", "allocated", "allocations", "samples"):
+        assert q.total(m) == p.total(m), m
+    a = q.replace(metric="allocations")
+    assert {q_["unit"] for q_ in speedscope.to_dict(a)["profiles"]} == {"none"}
+    assert speedscope.read(speedscope.write(a)).total("allocations") == 459_621
+
+
+def test_memory_views_say_bytes():
+    from profmagic import report
+    from profmagic.views import fmt, icicle
+    p = _memory_profile()
+    assert fmt("bytes", 21_313_384) == "20.33 MiB" and fmt("allocations", 59_804) == "59,804 allocations"
+    tr = icicle.figure(p).data[0]
+    assert max(tr.values) == 21_313_384  # byte counts, not microseconds
+    assert " B (" in tr.hovertemplate and "samples" not in tr.hovertemplate
+    html = report.static_html(p)
+    assert "20.33 MiB" in html and "bytes alive at the memory high-water mark" in html
+
+
+def test_time_and_memory_profile_round_trips_through_speedscope():
+    """Time rows with time-ordered samples beside memory rows: written per stack, nothing lost."""
+    from profmagic.formats import speedscope
+    b = StackBuilder()
+    cell, busy, alloc = (b.frame(n, "cell.py", i, "python") for i, n in enumerate(("cell", "busy", "alloc")))
+    for i in range(3):
+        b.add(b.stack("t", (cell, busy)), samples=1, time=0.01 * i, wall=0.01, cpu=0.01)
+    t = b.build(metric="wall")
+    m = _memory_profile()
+    both = profmagic.Profile.concat([t, m], key="part", labels=["time", "memory"])
+    both = both.replace(stacks=both.stacks.fillna(0).drop(columns=["part", "process"]), samples=t.samples)
+    q = speedscope.read(speedscope.write(both))
+    for metric in ("wall", "cpu", "bytes", "allocated", "allocations", "samples"):
+        assert q.total(metric) == pytest.approx(both.total(metric)), metric

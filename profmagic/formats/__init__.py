@@ -14,8 +14,8 @@ from ..errors import ProfileFormatError
 from ..model import Profile, Raw
 
 # Module names, most specific first. A format whose module is missing is skipped.
-_ORDER = ("container", "children", "gecko", "chrome_trace", "speedscope", "pyinstrument", "pstats", "eu_stack",
-          "perf_script", "stap", "folded")
+_ORDER = ("memray", "container", "children", "gecko", "chrome_trace", "speedscope", "pyinstrument", "pstats",
+          "eu_stack", "perf_script", "stap", "folded")
 HEAD_BYTES = 64 * 1024
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from ..model import Profile
-from . import GREY, KIND_COLOURS, PALETTE, esc, metric_label, title
+from ..model import MEMORY_METRICS, Profile
+from . import GREY, KIND_COLOURS, PALETTE, esc, fmt, hover_unit, metric_label, title
 from . import tree as T
 
 KINDS = list(KIND_COLOURS)
@@ -51,10 +51,10 @@ def _round(a: np.ndarray, digits: int = 4) -> list:
 
 
 def ticks(t: T.Tree, metric: str) -> list[int]:
-    """Node totals as integers (samples, or microseconds), summed from the leaves up so that no
-    parent is smaller than its children's sum: plotly refuses a "total" tree that is, and float
-    sums in another order could be, by an ulp."""
-    scale = 1 if metric == "samples" else 1e6
+    """Node totals as integers (samples, bytes, allocations, or microseconds), summed from the leaves
+    up so that no parent is smaller than its children's sum: plotly refuses a "total" tree that is,
+    and float sums in another order could be, by an ulp."""
+    scale = 1e6 if hover_unit(metric) == " s" else 1
     v = np.rint(t.self * scale).astype(np.int64)
     for d in range(int(t.depth.max()) if len(t) > 1 else 0, 0, -1):
         lvl = np.flatnonzero(t.depth == d)
@@ -81,7 +81,8 @@ def trace(profile: Profile, t: T.Tree, metric: str, root_label: str, colour: str
             where.append("")
     root = float(t.total[0]) or 1.0
     codes, scale, n, _ = _colours(t, ft, colour)
-    unit = "" if metric == "samples" else " s"
+    unit = hover_unit(metric)
+    counted = "" if metric in MEMORY_METRICS else "%{customdata[4]:,} samples · "
     custom = np.empty((len(t), 6), dtype=object)
     custom[:, 0] = where
     custom[:, 1] = _round(t.total)
@@ -92,7 +93,7 @@ def trace(profile: Profile, t: T.Tree, metric: str, root_label: str, colour: str
     hover = ("<b>%{label}</b><br>%{customdata[0]}<br>"
              f"total %{{customdata[1]:.4~g}}{unit} (%{{percentRoot:.1%}} of the view)<br>"
              f"self %{{customdata[2]:.4~g}}{unit} (%{{customdata[3]:.1%}})<br>"
-             f"%{{customdata[4]:,}} samples · {esc(metric_label(metric))}<extra></extra>")
+             f"{counted}{esc(profile.label(metric))}<extra></extra>")
     kw = {}
     if domain:
         kw["domain"] = domain
@@ -186,7 +187,9 @@ def svg(profile: Profile, metric: str | None = None, thread: str | None = None, 
     names = ft["name"].to_dict()
     files = {i: T.short_file(f, l) for i, f, l in zip(ft.index, ft["file"], ft["line"])}
     root = float(t.total[0]) or 1.0
-    unit = metric_label(metric)
+    unit = profile.label(metric)
+    counted = metric not in MEMORY_METRICS  # memory weights are not sample counts
+    num = (lambda v: f"{v:.4g}") if counted else (lambda v: fmt(metric, v))
     height = (int(t.depth.max()) + 1) * row + 2
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="profmagic-icicle" width="{width}" '
            f'height="{height}" viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">']
@@ -201,8 +204,9 @@ def svg(profile: Profile, metric: str | None = None, thread: str | None = None, 
         px, pw = x[i] * width, w[i] * width
         if pw < 0.5:
             continue
-        tip = (f"{name}\n{where}\ntotal {t.total[i]:.4g} ({100 * t.total[i] / root:.1f}%) · "
-               f"self {t.self[i]:.4g} ({100 * t.self[i] / root:.1f}%) · {int(t.samples[i]):,} samples · {unit}")
+        tip = (f"{name}\n{where}\ntotal {num(t.total[i])} ({100 * t.total[i] / root:.1f}%) · "
+               f"self {num(t.self[i])} ({100 * t.self[i] / root:.1f}%) · "
+               + (f"{int(t.samples[i]):,} samples · " if counted else "") + unit)
         y = int(t.depth[i]) * row
         out.append(f'<g><title>{esc(tip, 600)}</title><rect x="{px:.1f}" y="{y}" width="{max(pw - 0.5, 0.5):.1f}" '
                    f'height="{row - 1}" fill="{colours[codes[i]]}" rx="1"/>')
