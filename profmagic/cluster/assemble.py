@@ -12,7 +12,7 @@ import json
 import math
 import zlib
 
-from ..errors import ProfileFormatError
+from ..errors import ProfileFormatError, ProfilerError
 from ..multi import concat, process_label, with_process
 from ..profile import Profile, StackBuilder
 from ..threads import thread_label
@@ -136,7 +136,8 @@ def assemble(results: list[dict], driver: Profile | None = None, *, engine: str,
         parts.append(with_process(p, lab, info))
         labels.append(lab)
     if not parts:
-        raise ValueError("no rank has any data: " + "; ".join(f"{k}: {v.get('error')}" for k, v in missing.items()))
+        raise ProfilerError("profmagic: no worker could be recorded: "
+                            + "; ".join(f"{k}: {v.get('error')}" for k, v in missing.items()))
     merged = concat(parts, key="rank", labels=labels)
     st = merged.stacks
     if TASK not in st:

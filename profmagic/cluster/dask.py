@@ -142,12 +142,15 @@ class Session:
     engine = "dask"
 
     def __init__(self, client, rate: float = 100.0, threads: str = "tasks", timeout: float = 10.0,
-                 max_samples: int | None = None, max_seconds: float = 3600.0):
+                 max_samples: int | None = None, max_seconds: float = 3600.0, start_timeout: float = 60.0):
         from .worker import MAX_SAMPLES
         self.client = client
         self.rate = float(rate)
         self.threads = threads
         self.timeout = float(timeout)
+        # A worker's first recording imports profmagic (pandas): seconds on a loaded machine.
+        self.start_timeout = float(start_timeout)
+        self.start_error: str | None = None
         self.max_samples = int(max_samples or MAX_SAMPLES)
         self.max_seconds = float(max_seconds)
         self.id = uuid.uuid4().hex[:12]
@@ -166,8 +169,7 @@ class Session:
 
         async def register():
             return await asyncio.wait_for(self.client._register_worker_plugin(
-                plugin=plugin, name=self.plugin, idempotent=True),
-                                          self.timeout)
+                plugin=plugin, name=self.plugin, idempotent=True), self.start_timeout)
         try:
             self.client.sync(register)
         except Exception as e:  # noqa: BLE001 - a worker that cannot start is named by stop()
@@ -192,9 +194,9 @@ class Session:
             self.pending.discard(addr)
             if r["status"] == "ok":
                 results.append({**base, "status": "ok", "payload": r["payload"], "pid": r["pid"]})
-            elif r["status"] == "error":
-                results.append({**base, "status": "error", "error": r["error"]})
-            # "not started": a worker that joined after the last sampling pass; nothing to show
+            else:
+                why = r.get("error") or self.start_error or "the worker plugin did not run there"
+                results.append({**base, "status": "error", "error": f"the sampler did not start: {why}"})
         spilled = self._spilled(live) if gone else {}
         for addr in gone:
             info = self.workers[addr]

@@ -1,0 +1,87 @@
+"""Tasks for the cluster tests and bench, importable by Dask and Ray workers (tests/ is on their
+path): each returns what it measured itself, the truth the profile is checked against."""
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+
+def _measure(kind, work):
+    t0, c0 = time.perf_counter(), time.thread_time()
+    work()
+    return {"task": kind, "wall": time.perf_counter() - t0, "cpu": time.thread_time() - c0, "pid": os.getpid()}
+
+
+def _burn(seconds):
+    c0 = time.thread_time()
+    while time.thread_time() - c0 < seconds:
+        pass
+
+
+def spin(i=0, seconds=0.3):
+    """``seconds`` of CPU time."""
+    return _measure("spin", lambda: _burn(seconds))
+
+
+def nap(i=0, seconds=0.3):
+    """``seconds`` asleep: off-CPU."""
+    return _measure("nap", lambda: time.sleep(seconds))
+
+
+def pid(*_):
+    return os.getpid()
+
+
+_LOCK = threading.Lock()
+
+
+def locked(i=0, seconds=0.3, hold=0.0):
+    """Waits for this process's lock held by another thread for ``hold`` seconds, then spins."""
+    def work():
+        if hold:
+            threading.Thread(target=_hold, args=(hold,), daemon=True).start()
+            time.sleep(0.01)
+        with _LOCK:
+            _burn(seconds)
+    return _measure("locked", work)
+
+
+def _hold(seconds):
+    with _LOCK:
+        time.sleep(seconds)
+
+
+def truth(results) -> dict:
+    """{task: {"wall": s, "cpu": s, "n": tasks}} summed over ``results``."""
+    out: dict = {}
+    for r in results:
+        t = out.setdefault(r["task"], {"wall": 0.0, "cpu": 0.0, "n": 0})
+        t["wall"] += r["wall"]
+        t["cpu"] += r["cpu"]
+        t["n"] += 1
+    return out
+
+
+def errors(profile, results, tol: float = 0.10) -> dict:
+    """Per task prefix, how far the profile is from the tasks' own measurements: relative errors of
+    wall and CPU seconds (CPU only where the tasks used some), and absolute errors of the prefix's
+    share of all task wall and of all task CPU (a nap's CPU share is ~0 either way)."""
+    from profmagic.cluster import tasks as tasks_view
+    true = truth(results)
+    got = tasks_view.tasks(profile)
+    tw = sum(t["wall"] for t in true.values())
+    tc = sum(t["cpu"] for t in true.values())
+    gw = float(got.loc[[k for k in true if k in got.index], "wall"].sum())
+    gc = float(got.loc[[k for k in true if k in got.index], "cpu"].sum())
+    out = {}
+    for k, t in true.items():
+        w = float(got.at[k, "wall"]) if k in got.index else 0.0
+        c = float(got.at[k, "cpu"]) if k in got.index else 0.0
+        e = {"wall": abs(w - t["wall"]) / t["wall"], "wall_share": abs(w / gw - t["wall"] / tw),
+             "cpu_share": abs(c / gc - t["cpu"] / tc), "measured": (w, c), "true": (t["wall"], t["cpu"])}
+        if t["cpu"] > 0.1 * t["wall"]:
+            e["cpu"] = abs(c - t["cpu"]) / t["cpu"]
+        e["ok"] = all(v <= tol for key, v in e.items() if key in ("wall", "cpu", "wall_share", "cpu_share"))
+        out[k] = e
+    return out
