@@ -87,7 +87,7 @@ def read_payload(data: bytes, source: str = "<worker>", t0: float | None = None)
             "note": ("wall = time since the worker's previous sampling pass; cpu = the thread's CPU clock over it; "
                      "stack rows hold every sample, the time-ordered samples every "
                      f"{doc.get('stride', 1)}th pass")}
-    return b.build(metric="wall", meta=meta)
+    return b.build(metric="wall", meta=meta, unknown_metrics=("wall", "cpu"))  # columns even when empty
 
 
 def worker_label(result: dict, p: Profile | None = None) -> str:
