@@ -80,7 +80,7 @@ def errors(profile, results, tol: float = 0.10) -> dict:
         c = float(got.at[k, "cpu"]) if k in got.index else 0.0
         e = {"wall": abs(w - t["wall"]) / t["wall"], "wall_share": abs(w / gw - t["wall"] / tw),
              "cpu_share": abs(c / gc - t["cpu"] / tc), "measured": (w, c), "true": (t["wall"], t["cpu"])}
-        if t["cpu"] > 0.1 * t["wall"]:
+        if t["cpu"] > 0.01 * t["wall"]:
             e["cpu"] = abs(c - t["cpu"]) / t["cpu"]
         e["ok"] = all(v <= tol for key, v in e.items() if key in ("wall", "cpu", "wall_share", "cpu_share"))
         out[k] = e

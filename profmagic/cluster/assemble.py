@@ -5,95 +5,153 @@ Every stack row of a worker carries a ``task`` column (the task prefix its threa
 None); ``rank`` and ``process`` name the worker. ``meta["processes"][label]`` says per rank: role
 (driver/worker), engine, pid, host, status (``ok``, ``ended``, ``unreachable``, ``error``) and the
 engine's error where there is one. A rank that could not be reached has no rows, only that entry.
+
+The tables are built here in one pass (numpy per rank), not with a Profile per worker and
+``multi.concat``: at 100 workers that path spent 15 ms per worker on pandas constructors alone
+(bench/bench_cluster.py). The result has the same columns ``concat(..., key="rank")`` gives.
 """
 from __future__ import annotations
 
 import json
-import math
+import struct
 import zlib
 
+import numpy as np
+import pandas as pd
+
 from ..errors import ProfileFormatError, ProfilerError
-from ..multi import concat, process_label, with_process
-from ..profile import Profile, StackBuilder
+from ..multi import process_label
+from ..profile import Profile, make_frames
 from ..threads import thread_label
-from .worker import PAYLOAD_VERSION
+from .worker import MAGIC, PAYLOAD_VERSION, SAMPLE_ARRAYS
 
 TASK = "task"
 BACKEND = "cluster sampler"
 
 
 def decode(data: bytes, source: str = "<worker>") -> dict:
+    """A worker payload (cluster/worker.py): its JSON, with ``samples`` as numpy arrays."""
     try:
         raw = zlib.decompress(data)
     except zlib.error as e:
         raise ProfileFormatError(f"expected a zlib-compressed worker payload ({e})", source=source, offset=0) from None
+    if raw[:4] != MAGIC or len(raw) < 8:
+        raise ProfileFormatError(f"expected a worker payload starting with {MAGIC!r}", source=source, offset=0)
+    n = struct.unpack("!I", raw[4:8])[0]
     try:
-        doc = json.loads(raw)
+        doc = json.loads(raw[8:8 + n])
     except ValueError as e:
-        raise ProfileFormatError(f"expected JSON inside the worker payload ({e})", source=source,
-                                 offset=getattr(e, "pos", None)) from None
+        raise ProfileFormatError(f"expected the worker payload's JSON ({e})", source=source,
+                                 offset=8 + getattr(e, "pos", 0)) from None
     if not isinstance(doc, dict) or doc.get("v") != PAYLOAD_VERSION:
         raise ProfileFormatError(f"expected a worker payload with \"v\": {PAYLOAD_VERSION}", source=source, where="v")
+    try:
+        k = int(doc["n_samples"])
+        order = "<" if doc["byteorder"] == "little" else ">"
+    except (KeyError, TypeError, ValueError):
+        raise ProfileFormatError("expected n_samples and byteorder in the worker payload", source=source,
+                                 where="n_samples") from None
+    offset, samples = 8 + n, {}
+    for name, code in SAMPLE_ARRAYS:
+        dt = np.dtype(order + {"d": "f8", "i": "i4", "f": "f4"}[code])
+        end = offset + k * dt.itemsize
+        if end > len(raw):
+            raise ProfileFormatError(f"expected {k} {name} values, the payload ends first", source=source,
+                                     offset=len(raw))
+        samples[name] = np.frombuffer(raw, dtype=dt, count=k, offset=offset)
+        offset = end
+    doc["samples"] = samples
     return doc
 
 
-def read_payload(data: bytes, source: str = "<worker>", t0: float | None = None) -> Profile:
-    """One worker's payload as a Profile: every row's weights as the worker summed them; the kept
-    samples (every ``stride``-th pass) time-ordered, their times from ``t0`` (epoch seconds; default
-    the worker's own start)."""
-    doc = decode(data, source)
-    b = StackBuilder()
-    where = "frames"
-    try:
-        fids = [b.frame(str(n), str(f), int(ln) if ln is not None else None, "python") for n, f, ln in doc["frames"]]
-        where = "threads"
-        labels = [thread_label(nid, name) for nid, name in doc["threads"]]
-        tasks = [str(t) for t in doc["tasks"]]
-        where = "stacks"
-        rows = []
-        for th, task, stack, n, wall, cpu in doc["stacks"]:
-            rows.append((b.stack(labels[th], [fids[i] for i in stack], task=tasks[task] if task >= 0 else None),
-                         float(n), float(wall), float(cpu)))
-        where = "samples"
-        kept = [[0.0, 0.0, 0.0] for _ in rows]
-        samples = []
-        for t, row, wall, cpu in doc["samples"]:
-            k = kept[row]
-            k[0] += 1
-            k[1] += wall
-            k[2] += cpu or 0.0
-            samples.append((float(t), row, float(wall), math.nan if cpu is None else float(cpu)))
-        offset = 0.0 if t0 is None else float(doc["t0"]) - float(t0)
-    except (KeyError, TypeError, ValueError, IndexError) as e:
-        raise ProfileFormatError(f"expected the worker payload's {where} ({type(e).__name__}: {e})",
-                                 source=source, where=where) from None
+class _Tables:
+    """The merged tables, filled rank by rank: frames unified by (name, file, line, kind), stack
+    rows with their weights, time-ordered samples pointing at global rows. Columns are gathered
+    as lists and numpy arrays and made into DataFrames once, so the driver's work grows with rows
+    and samples, not with a DataFrame per worker."""
 
-    def rest(total, part):   # float sums: what the kept samples do not account for, never below 0
-        r = total - part
-        return r if r > 1e-9 else 0.0
-    for (sid, n, wall, cpu), (kn, kw, kc) in zip(rows, kept):
-        if n > kn:
-            b.add(sid, samples=n - kn, wall=rest(wall, kw), cpu=rest(cpu, kc))
-        else:   # create the columns for a row whose samples are all in the list
-            b.add(sid, samples=0, wall=0.0, cpu=0.0)
-    for t, row, wall, cpu in samples:
-        b.add(rows[row][0], samples=1, time=t + offset, wall=wall, cpu=cpu)
-    info = doc.get("info") or {}
-    meta = {"backend": BACKEND, "rate": doc.get("rate"), "pid": doc.get("pid"), "host": doc.get("host"),
-            "duration": doc.get("duration"), "passes": doc.get("passes"), "threads_mode": doc.get("threads_mode"),
-            "samples_kept_every": doc.get("stride"), "other_cpu": doc.get("other_cpu"),
-            "task_keys": doc.get("task_keys") or {}, "ended": doc.get("ended"), "error": doc.get("error"),
-            "engine": info.get("engine"), "worker": info, "t0": doc.get("t0"), "payload_bytes": len(data),
-            "note": ("wall = time since the worker's previous sampling pass; cpu = the thread's CPU clock over it; "
-                     "stack rows hold every sample, the time-ordered samples every "
-                     f"{doc.get('stride', 1)}th pass")}
-    return b.build(metric="wall", meta=meta, unknown_metrics=("wall", "cpu"))  # columns even when empty
+    def __init__(self):
+        self.frame_ids: dict[tuple, int] = {}
+        self.frames: list[tuple] = []
+        self.driver: pd.DataFrame | None = None          # the driver's rows, with its own columns
+        self.cols = {"thread": [], "stack": [], TASK: [], "process": []}
+        self.weights = {"samples": [], "wall": [], "cpu": []}
+        self.sm = {"time": [], "stack": [], "wall": [], "cpu": []}
+        self.driver_samples: pd.DataFrame | None = None
+        self.rows = 0
 
+    def frame(self, name, file, line, kind) -> int:
+        key = (name, file or "", None if line is None or line != line else int(line), kind)
+        i = self.frame_ids.get(key)
+        if i is None:
+            i = self.frame_ids[key] = len(self.frames)
+            self.frames.append(key)
+        return i
 
-def worker_label(result: dict, p: Profile | None = None) -> str:
-    """``pid 123 · dask worker 0`` / ``pid 123 · ray node 10.0.0.2 · actor Counter``."""
-    pid = result.get("pid") if result.get("pid") is not None else (p.meta.get("pid") if p is not None else None)
-    return process_label(pid, result.get("label") or f"{result.get('engine', 'dask')} worker {result.get('name')}")
+    def add_driver(self, p: Profile, label: str) -> None:
+        ids = np.full(int(p.frames.index.max()) + 1 if len(p.frames) else 0, -1, dtype=np.int64)
+        for fid, row in zip(p.frames.index, p.frames.itertuples(index=False)):
+            ids[fid] = self.frame(row.name, row.file, row.line, str(row.kind))
+        self.driver = p.stacks.assign(stack=pd.Series([tuple(ids[list(s)].tolist()) for s in p.stacks["stack"]],
+                                                      dtype=object, index=p.stacks.index),
+                                      **{TASK: None, "process": label})
+        self.driver_samples = p.samples
+        self.rows = len(self.driver)
+
+    def add_payload(self, doc: dict, label: str, source: str, offset: float) -> None:
+        where = "frames"
+        try:
+            ids = np.array([self.frame(str(n), str(f), ln, "python") for n, f, ln in doc["frames"]] or [0],
+                           dtype=np.int64)
+            where = "threads"
+            labels = [thread_label(nid, name) for nid, name in doc["threads"]]
+            tasks = [str(t) for t in doc["tasks"]] + [None]          # index -1: no task
+            where = "stacks"
+            rows = doc["stacks"]
+            c = self.cols
+            c["thread"] += [labels[r[0]] for r in rows]
+            c["stack"] += [tuple(ids[r[2]].tolist()) for r in rows]
+            c[TASK] += [tasks[r[1]] for r in rows]
+            c["process"] += [label] * len(rows)
+            for i, k in ((3, "samples"), (4, "wall"), (5, "cpu")):
+                self.weights[k].append(np.array([r[i] for r in rows], dtype=np.float64))
+            where = "samples"
+            sm = doc["samples"]
+            rowix = sm["stack"].astype(np.int64)
+            if len(rowix) and (rowix.min() < 0 or rowix.max() >= len(rows)):
+                raise IndexError(f"a sample points at stack row {int(rowix.max())} of {len(rows)}")
+        except (KeyError, TypeError, ValueError, IndexError) as e:
+            raise ProfileFormatError(f"expected the worker payload's {where} ({type(e).__name__}: {e})",
+                                     source=source, where=where) from None
+        self.sm["time"].append(sm["time"] + offset)
+        self.sm["stack"].append(rowix + self.rows)
+        self.sm["wall"].append(sm["wall"])
+        self.sm["cpu"].append(sm["cpu"])
+        self.rows += len(rows)
+
+    def profile(self, meta: dict, metric: str) -> Profile:
+        frames = make_frames([f[0] for f in self.frames], [f[1] for f in self.frames],
+                             [f[2] for f in self.frames], [f[3] for f in self.frames])
+        w = {k: np.concatenate(v) if v else np.zeros(0) for k, v in self.weights.items()}
+        workers = pd.DataFrame({"thread": pd.Series(self.cols["thread"], dtype=object),
+                                "stack": pd.Series(self.cols["stack"], dtype=object),
+                                "samples": w["samples"].astype(np.int64), "wall": w["wall"], "cpu": w["cpu"],
+                                TASK: pd.Series(self.cols[TASK], dtype=object),
+                                "process": pd.Series(self.cols["process"], dtype=object)})
+        stacks = workers if self.driver is None else pd.concat([self.driver, workers], ignore_index=True)
+        stacks["rank"] = stacks["process"]
+        for c in ("thread", "process", "rank", TASK):
+            stacks[c] = stacks[c].astype(object).where(stacks[c].notna(), None)
+        stacks["samples"] = stacks["samples"].fillna(0).astype(np.int64)
+        parts = [] if self.driver_samples is None else [self.driver_samples]
+        if self.sm["time"]:
+            sm = {k: np.concatenate(v).astype(np.float64 if k != "stack" else np.int64) for k, v in self.sm.items()}
+            sm["thread"] = stacks["thread"].to_numpy()[sm["stack"]]
+            parts.append(pd.DataFrame(sm, columns=["time", "stack", "thread", "wall", "cpu"]))
+        samples = pd.concat(parts, ignore_index=True).sort_values("time", kind="stable", ignore_index=True) \
+            if parts else None
+        threads = list(pd.unique(stacks["thread"]))
+        return Profile(frames, stacks, samples, {**meta, "threads": threads}, None, metric)
 
 
 def assemble(results: list[dict], driver: Profile | None = None, *, engine: str, t0: float | None = None,
@@ -104,53 +162,60 @@ def assemble(results: list[dict], driver: Profile | None = None, *, engine: str,
     worker sent or left one, ``error`` (the engine's words), and ``name``/``label``/``pid``/``host``.
     ``t0`` is the driver's start in epoch seconds: worker sample times are shifted onto it.
     """
-    parts, labels, missing = [], [], {}
+    tables, procs, missing = _Tables(), {}, {}
     if driver is not None:
         lab = process_label(driver_pid if driver_pid is not None else driver.meta.get("pid"), driver_name)
-        parts.append(with_process(driver, lab, {"role": "driver", "pid": driver.meta.get("pid"),
-                                                "backend": driver.meta.get("backend"), "status": "ok"}))
-        labels.append(lab)
+        tables.add_driver(driver, lab)
+        procs[lab] = {"role": "driver", "pid": driver.meta.get("pid"), "backend": driver.meta.get("backend"),
+                      "rate": driver.meta.get("rate"), "status": "ok", "samples": driver.sample_count}
+    rates, durations, sizes, recorded = set(), [], 0, 0
     for r in results:
         r = {**r, "engine": r.get("engine", engine)}
-        p = None
-        if r.get("payload") is not None:
-            p = read_payload(r["payload"], source=f"{engine} worker {r.get('name')}", t0=t0)
-        lab = worker_label(r, p)
-        info = {"role": "worker", "engine": engine, "status": r.get("status", "ok"),
-                "pid": r.get("pid", p.meta.get("pid") if p is not None else None),
-                "host": r.get("host") or (p.meta.get("host") if p is not None else None),
-                "name": r.get("name"), "address": r.get("address"), "backend": BACKEND}
-        for k in ("node", "actor", "error"):
-            if r.get(k) is not None:
-                info[k] = r[k]
-        if p is None:
+        source = f"{engine} worker {r.get('name')}"
+        doc = decode(r["payload"], source) if r.get("payload") is not None else None
+        pid = r.get("pid") if r.get("pid") is not None else (doc or {}).get("pid")
+        lab = process_label(pid, r.get("label") or f"{engine} worker {r.get('name')}")
+        info = {"role": "worker", "engine": engine, "status": r.get("status", "ok"), "pid": pid,
+                "host": r.get("host") or (doc or {}).get("host"), "name": r.get("name"),
+                "address": r.get("address"), "backend": BACKEND}
+        info.update({k: r[k] for k in ("node", "actor", "error") if r.get(k) is not None})
+        if doc is None:
             missing[lab] = info
             continue
-        info.update(rate=p.meta.get("rate"), samples=p.sample_count, payload_bytes=p.meta["payload_bytes"],
-                    other_cpu=p.meta.get("other_cpu"), task_keys=p.meta.get("task_keys"),
-                    samples_kept_every=p.meta.get("samples_kept_every"), duration=p.meta.get("duration"))
+        offset = 0.0 if t0 is None else float(doc.get("t0") or t0) - float(t0)
+        tables.add_payload(doc, lab, source, offset)
+        recorded += 1
+        info.update(rate=doc.get("rate"), samples=int(sum(row[3] for row in doc["stacks"])),
+                    payload_bytes=len(r["payload"]), other_cpu=doc.get("other_cpu"),
+                    task_keys=doc.get("task_keys") or {}, samples_kept_every=doc.get("stride"),
+                    duration=doc.get("duration"), threads_mode=doc.get("threads_mode"))
         if r.get("status") == "ended":
             info["ended"] = True
-        if p.meta.get("error"):
-            info["sampler_error"] = p.meta["error"]
-        parts.append(with_process(p, lab, info))
-        labels.append(lab)
-    if not parts:
+        if doc.get("error"):
+            info["sampler_error"] = doc["error"]
+        procs[lab] = info
+        rates.add(doc.get("rate"))
+        durations.append(doc.get("duration") or 0.0)
+        sizes += len(r["payload"])
+    if driver is None and not recorded:
         raise ProfilerError("profmagic: no worker could be recorded: "
                             + "; ".join(f"{k}: {v.get('error')}" for k, v in missing.items()))
-    merged = concat(parts, key="rank", labels=labels)
-    st = merged.stacks
-    if TASK not in st:
-        st = st.assign(**{TASK: None})
-    st[TASK] = st[TASK].astype(object).where(st[TASK].notna(), None)
-    procs = {**merged.meta["processes"], **missing}
-    meta = {**merged.meta, "processes": procs, "engine": engine, "cluster": {
-        "engine": engine, "workers": sum(1 for v in procs.values() if v.get("role") == "worker"),
-        "unreachable": [k for k, v in procs.items() if v.get("status") in ("unreachable", "error")],
-        "ended": [k for k, v in procs.items() if v.get("status") == "ended"]}}
+    procs.update(missing)
+    meta = {"backend": BACKEND if driver is None else f"{driver.meta.get('backend')} (driver) + {BACKEND} (workers)",
+            "engine": engine, "processes": procs, "concat": {"key": "rank", "labels": list(procs)},
+            "rate": rates.pop() if len(rates) == 1 else None,
+            "duration": driver.duration if driver is not None and driver.duration is not None
+            else max(durations, default=None),
+            "note": ("workers: wall = time since the worker's previous sampling pass, cpu = the thread's CPU clock "
+                     "over it; stack rows hold every sample, the time-ordered samples a bounded, evenly thinned "
+                     "subset (samples_kept_every per rank)"),
+            "cluster": {"engine": engine, "workers": sum(1 for v in procs.values() if v.get("role") == "worker"),
+                        "payload_bytes": sizes,
+                        "unreachable": [k for k, v in procs.items() if v.get("status") in ("unreachable", "error")],
+                        "ended": [k for k, v in procs.items() if v.get("status") == "ended"]}}
     if driver is not None:
-        for k in ("cell", "partial", "cell_wall", "cell_cpu"):
+        for k in ("cell", "partial", "cell_wall", "cell_cpu", "pid"):
             if driver.meta.get(k) is not None:
                 meta[k] = driver.meta[k]
-    metric = driver.metric if driver is not None else "wall"
-    return merged.replace(stacks=st, meta=meta, metric=metric)
+    p = tables.profile(meta, driver.metric if driver is not None else "wall")
+    return p.replace(meta={**p.meta, "sample_count": p.sample_count})

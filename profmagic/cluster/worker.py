@@ -6,8 +6,11 @@ pass and its CPU clock's delta. Each sample is labelled with the task its thread
 (``task_of()``: Dask's ``{thread ident: key}``; or ``stack_task(frames)``: the task found on the
 stack, for Ray). Samples are aggregated here, in the worker: what goes back through the engine is
 the distinct (thread, task, stack) rows with their sample count, wall and CPU, plus a bounded,
-evenly thinned list of time-ordered samples (``MAX_SAMPLES``). ``payload()`` is that, as zlib-
-compressed JSON (``PAYLOAD_VERSION``); ``cluster/assemble.py`` reads it.
+evenly thinned list of time-ordered samples (``MAX_SAMPLES``). ``payload()`` is that, zlib-
+compressed: ``MAGIC``, the JSON length (4 bytes, big-endian), the JSON (frames, threads, tasks,
+stack rows, facts), then the samples as four packed arrays in the worker's byte order: time
+(float64 s), stack row (int32), wall and cpu (float32 s; cpu NaN where the clock was unreadable).
+``cluster/assemble.py`` reads it.
 
 With ``spill=path``, the sampler rewrites its payload there every ``flush`` seconds (write, then
 rename), so a worker killed mid-recording keeps what it had written; the engine side collects the
@@ -19,15 +22,19 @@ from __future__ import annotations
 import json
 import os
 import socket
+import struct
 import sys
 import threading
 import time
 import zlib
+from array import array
 from typing import Callable
 
 from ..sampling import Codes, ThreadClock, code_name, every
 
 PAYLOAD_VERSION = 1
+MAGIC = b"PMW1"
+SAMPLE_ARRAYS = (("time", "d"), ("stack", "i"), ("wall", "f"), ("cpu", "f"))
 MAX_SAMPLES = 20_000      # time-ordered samples kept per worker; the stack rows hold every sample
 MAX_KEYS = 100_000        # distinct task keys counted per worker
 THREADS = ("tasks", "all")
@@ -76,7 +83,7 @@ class WorkerSampler:
         self.n: list[int] = []
         self.wall: list[float] = []
         self.cpu: list[float] = []
-        self.samples: list[list] = []                 # [t, row, wall, cpu]
+        self.samples = {name: array(code) for name, code in SAMPLE_ARRAYS}   # time-ordered, thinned
         self.stride = 1                               # one kept sample per `stride` passes
         self.other_cpu = 0.0
         self.passes = 0
@@ -161,10 +168,14 @@ class WorkerSampler:
                 self.wall[row] += wall
                 self.cpu[row] += cpu if cpu == cpu else 0.0
                 if keep:
-                    self.samples.append([round(t, 6), row, wall, None if cpu != cpu else cpu])
+                    sm = self.samples
+                    sm["time"].append(t)
+                    sm["stack"].append(row)
+                    sm["wall"].append(wall)
+                    sm["cpu"].append(cpu)
             self.passes += 1
-            if len(self.samples) >= self.max_samples:   # thin evenly: every other one, half the rate
-                self.samples = self.samples[::2]
+            if len(self.samples["time"]) >= self.max_samples:   # thin evenly: every other one, half the rate
+                self.samples = {k: a[::2] for k, a in self.samples.items()}
                 self.stride *= 2
         if self.spill and now - self._last_flush >= self.flush:
             self._last_flush = now
@@ -246,12 +257,15 @@ class WorkerSampler:
                 "frames": self.frames, "threads": self.threads, "tasks": self.tasks,
                 "stacks": [[tk[0], tk[1], list(tk[2]), n, w, c]
                            for tk, n, w, c in zip(self.row_keys, self.n, self.wall, self.cpu)],
-                "samples": self.samples, "stride": self.stride, "other_cpu": self.other_cpu,
+                "n_samples": len(self.samples["time"]), "byteorder": sys.byteorder,
+                "stride": self.stride, "other_cpu": self.other_cpu,
                 "task_keys": {p: len(k) for p, k in self.keys.items()},
                 "keys_capped": self._nkeys >= MAX_KEYS, "ended": self.ended, "error": self.error,
                 "written": time.time(),
             }
-        return zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 6)
+            head = json.dumps(doc, separators=(",", ":")).encode()
+            body = b"".join(self.samples[name].tobytes() for name, _ in SAMPLE_ARRAYS)
+        return zlib.compress(MAGIC + struct.pack("!I", len(head)) + head + body, 6)
 
 
 def profmagic_threads() -> list[str]:
