@@ -60,9 +60,12 @@ def ray_job():
 
 
 def clean():
+    """On every node: no session folder; in every worker no sampler, and no profmagic thread but
+    the hook's agent (blocked in accept(): no CPU)."""
     for node, r in engine.leftovers().items():
         assert not isinstance(r, BaseException), r
-        assert r["dirs"] == [] and not any(v is True for v in r["sampling"].values()), r
+        assert r["dirs"] == [] and r["sampling"] and all(v is False for v in r["sampling"].values()), r
+        assert all(t == ["profmagic-ray-agent"] for t in r["threads"].values()), r
 
 
 def record(fn, **kw):

@@ -189,8 +189,10 @@ class Agent:
         if op == "stop":
             return self.stop(req["session"])
         if op == "status":
+            from .worker import profmagic_threads
             return json.dumps({"status": "ok", "pid": os.getpid(), "session": self.session,
-                               "sampling": self.sampler is not None and self.sampler.running}).encode()
+                               "sampling": self.sampler is not None and self.sampler.running,
+                               "threads": profmagic_threads()}).encode()
         raise ValueError(f"unknown op {op!r}")
 
     def start(self, session: str, rate: float, threads: str, max_samples: int, max_seconds: float) -> None:
@@ -382,19 +384,20 @@ def node_stop(session: str, timeout: float) -> dict:
 
 
 def node_leftovers(session: str | None = None) -> dict:
-    """What a recording may leave on a node: its folder and agents still sampling."""
+    """What a recording may leave on a node: its folder, and per worker whether it still samples
+    and its profmagic threads (the agent's own, idle in accept(), stays for the worker's life)."""
     job = _job()
     base = os.path.join(tempfile.gettempdir(), f"{DIR_PREFIX}{job}")
     leftover = os.listdir(base) if os.path.isdir(base) else []
-    sampling = {}
+    sampling, threads = {}, {}
     for pid in _agents(job):
         try:
             r = json.loads(_ask(job, pid, {"op": "status"}, 5.0)) if pid != os.getpid() else \
                 json.loads(_agent.handle({"op": "status"}))
-            sampling[pid] = r.get("sampling")
+            sampling[pid], threads[pid] = r.get("sampling"), r.get("threads")
         except Exception as e:  # noqa: BLE001
             sampling[pid] = f"{type(e).__name__}: {e}"
-    return {"node": _node_id(), "dirs": leftover, "sampling": sampling}
+    return {"node": _node_id(), "dirs": leftover, "sampling": sampling, "threads": threads}
 
 
 def _node_id() -> str:
