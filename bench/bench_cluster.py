@@ -32,6 +32,8 @@ from profmagic.cluster import tasks as tasks_view  # noqa: E402
 
 TASK_S = 0.125     # each cost-cell task: this much CPU, then this much sleep
 TASKS_PER_WORKER = 40
+ACCURACY_HEAD = ["| engine | task | true wall s | profile wall s | wall error | true CPU s | profile CPU s | CPU error | "
+                 "wall share error | within bounds |", "|---|---|---|---|---|---|---|---|---|---|"]
 
 
 def mixed(i, seconds=TASK_S):
@@ -48,6 +50,20 @@ def accuracy_rows(errs: dict, engine: str) -> list[str]:
         rows.append(f"| {engine} | {k} | {tw:.3f} | {w:.3f} | {100 * e['wall']:.1f} % | {tc:.3f} | {c:.3f} | {cpu} | "
                     f"{100 * e['wall_share']:.1f} pt | {'yes' if e['ok'] else 'NO'} |")
     return rows
+
+
+def start_ray(engine, attempts: int = 2) -> None:
+    """ray.init(num_cpus=2) with the hook; once more if Ray's own start-up timed out (its raylet
+    waits a fixed 15 s for its dashboard agent, which a loaded 2-core machine can miss)."""
+    import ray
+    for k in range(attempts):
+        try:
+            ray.init(num_cpus=2, include_dashboard=False, runtime_env=engine.runtime_env(), log_to_driver=False)
+            return
+        except Exception as e:  # noqa: BLE001 - Ray raises a bare Exception for this
+            if "timed out during startup" not in str(e) or k == attempts - 1:
+                raise
+            ray.shutdown()
 
 
 def dask_accuracy(client) -> list[str]:
@@ -73,9 +89,11 @@ def ray_accuracy() -> list[str]:
     saved = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (stub, os.path.join(ROOT, "tests"), saved) if p)
     t = time.perf_counter()
-    ray.init(num_cpus=2, include_dashboard=False, runtime_env=engine.runtime_env(), log_to_driver=False)
+    try:
+        start_ray(engine)
+    finally:
+        os.environ.pop("PYTHONPATH") if saved is None else os.environ.__setitem__("PYTHONPATH", saved)
     init_s = time.perf_counter() - t
-    os.environ.pop("PYTHONPATH") if saved is None else os.environ.__setitem__("PYTHONPATH", saved)
     try:
         spin, nap = ray.remote(work.spin), ray.remote(work.nap)
         ray.get([nap.remote(i, 0.01) for i in range(4)])
@@ -193,8 +211,7 @@ def main() -> None:
              "Accuracy: 8 `spin` (0.3 s CPU each) + 8 `nap` (0.3 s asleep) tasks over 2 workers, 100 Hz; the "
              "truth is what each task measured itself (perf_counter, thread_time), summed per prefix. "
              "Bound: 10 % of the seconds (CPU only where the tasks used CPU), 10 points of share.", "",
-             "| engine | task | true wall s | profile wall s | wall error | true CPU s | profile CPU s | CPU error | "
-             "wall share error | within bounds |", "|---|---|---|---|---|---|---|---|---|---|"]
+             ] + ACCURACY_HEAD
     cl = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0")
     client = distributed.Client(cl)
     try:
@@ -203,9 +220,6 @@ def main() -> None:
     finally:
         client.close()
         cl.close()
-    if not args.no_ray:
-        ray_rows = ray_accuracy()
-        lines += ray_rows
     print("\n".join(lines), flush=True)
     lines += ["", f"Cost (Dask LocalCluster, one thread per worker; cell = {TASKS_PER_WORKER} tasks per worker of "
               f"{TASK_S} s CPU + {TASK_S} s sleep, ~10 s per worker on an idle core; {args.pairs} alternating "
@@ -231,6 +245,14 @@ def main() -> None:
               "|---|---|---|---|---|---|---|"]
     lines += assemble_scale(payload, [int(x) for x in args.workers_on_paper.split(",")])
     print("\n".join(lines[-5:]), flush=True)
+    if not args.no_ray:
+        lines += ["", "Ray accuracy (same tasks, `ray.init(num_cpus=2)`, two warm workers):", "",
+                  ] + ACCURACY_HEAD
+        try:
+            lines += ray_accuracy()
+        except Exception as e:  # noqa: BLE001 - said in the results, not hidden
+            lines.append(f"Ray did not run: {type(e).__name__}: {e}")
+        print("\n".join(lines[-6:]), flush=True)
     text = "\n".join(lines)
     if not args.no_write:
         write_section(text)

@@ -77,6 +77,7 @@ class Recording:
         self.t0: float | None = None
         self.results: list[dict] | None = None
         self.stop_seconds: dict[str, float] = {}
+        self.profile: Profile | None = None
 
     def start(self) -> None:
         self.t0 = time.time()
@@ -97,11 +98,15 @@ class Recording:
         self.session.close()
 
     def __enter__(self):
+        """``with Recording(client) as rec: work()``; then ``rec.profile`` (workers only)."""
         self.start()
         return self
 
     def __exit__(self, *exc):
-        self.close()
+        try:
+            self.profile = self.stop()
+        finally:
+            self.close()
         return False
 
 
@@ -115,7 +120,8 @@ def record(target="dask", duration: float | None = None, **options) -> Profile:
             if duration is None:
                 while True:
                     time.sleep(3600)
-            time.sleep(float(duration))
+            else:
+                time.sleep(float(duration))
         except KeyboardInterrupt:
             pass
         return rec.stop()

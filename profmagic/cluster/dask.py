@@ -57,10 +57,6 @@ def _stop_here(session: str) -> dict:
     return {"status": "ok", "payload": s.stop(), "pid": os.getpid()}
 
 
-def _stop_on_worker(session: str, dask_worker=None) -> dict:
-    return _stop_here(session)
-
-
 def _collect_spill(session: str, dask_worker=None) -> dict[str, bytes]:
     """On a nanny (or a worker): the spill files of this node's recording, read and removed."""
     d = spill_dir(session)
@@ -182,7 +178,7 @@ class Session:
         for a, info in now.items():
             self.workers.setdefault(a, info)
         live = [a for a in self.workers if a in now]
-        answers = _call(self.client, _stop_on_worker, live, self.id, timeout=self.timeout)
+        answers = _call(self.client, _stop_here, live, self.id, timeout=self.timeout)
         results = []
         for addr in live:
             r = answers.get(addr)
