@@ -28,12 +28,11 @@ from results import write_section  # noqa: E402
 
 import cluster_work as work  # noqa: E402
 from profmagic import cluster  # noqa: E402
-from profmagic.cluster import tasks as tasks_view  # noqa: E402
 
 TASK_S = 0.125     # each cost-cell task: this much CPU, then this much sleep
 TASKS_PER_WORKER = 40
-ACCURACY_HEAD = ["| engine | task | true wall s | profile wall s | wall error | true CPU s | profile CPU s | CPU error | "
-                 "wall share error | within bounds |", "|---|---|---|---|---|---|---|---|---|---|"]
+ACCURACY_HEAD = ["| engine | task | true wall s | profile wall s | wall error | true CPU s | profile CPU s | "
+                 "CPU error | wall share error | within bounds |", "|---|---|---|---|---|---|---|---|---|---|"]
 
 
 def mixed(i, seconds=TASK_S):
@@ -160,7 +159,8 @@ def cost(n: int, pairs: int) -> dict:
                 payload = rec.results[0]["payload"]
                 samples += [v["samples"] for v in info]
                 assert len(info) == n and all(v["status"] == "ok" for v in info), info
-        return {"n": n, "payload": payload, "off": off, "on": on, "collect": collect, "assemble": assemble, "render": render,
+        return {"n": n, "payload": payload, "off": off, "on": on, "collect": collect, "assemble": assemble,
+                "render": render,
                 "bytes": sizes, "samples": samples,
                 "ratio": [b / a for a, b in zip(off, on)]}
     finally:
@@ -232,7 +232,8 @@ def main() -> None:
         payload = payload or r["payload"]
 
         def mm(xs, scale=1.0, f="{:.0f}"):
-            return f"{f.format(statistics.median(xs) * scale)} ({f.format(min(xs) * scale)}–{f.format(max(xs) * scale)})"
+            med, lo, hi = (f.format(v * scale) for v in (statistics.median(xs), min(xs), max(xs)))
+            return f"{med} ({lo}–{hi})"
         row = (f"| {n} | {mm(r['off'], f='{:.2f}')} | {mm(r['on'], f='{:.2f}')} | {mm(r['ratio'], f='{:.3f}')} | "
                f"{mm(r['collect'], 1e3)} | {mm(r['assemble'], 1e3)} | {mm(r['render'], 1e3)} | "
                f"{mm(r['bytes'])} | {mm(r['samples'])} |")
@@ -241,7 +242,8 @@ def main() -> None:
     lines += ["", f"Driver side for many workers: one worker's payload from the first cost cell above "
               f"({len(payload):,} bytes) assembled as if sent by each of n workers (decode, one Profile per worker, "
               "concat; then the Ranks and per-worker Tasks tables):", "",
-              "| workers | MB received | assemble s | ranks + tasks s | peak Python MiB | stack rows | time-ordered samples |",
+              "| workers | MB received | assemble s | ranks + tasks s | peak Python MiB | stack rows | "
+              "time-ordered samples |",
               "|---|---|---|---|---|---|---|"]
     lines += assemble_scale(payload, [int(x) for x in args.workers_on_paper.split(",")])
     print("\n".join(lines[-5:]), flush=True)

@@ -18,7 +18,6 @@ import pytest
 distributed = pytest.importorskip("distributed", reason="Dask is in the cluster extra: pip install -e '.[cluster]'")
 
 import cluster_work as work  # noqa: E402
-import profmagic  # noqa: E402
 from profmagic import cluster  # noqa: E402
 from profmagic.cluster import dask as engine  # noqa: E402
 from profmagic.cluster import tasks as tasks_view  # noqa: E402
@@ -50,25 +49,12 @@ def clean(client):
     assert here["spill_dirs"] == [] and here["threads"] == [], here
 
 
-def run_cell(client, fn):
-    """The driver recorded by the built-in sampler, the workers by the cluster recording."""
-    rec = cluster.Recording(client)
-    rec.start()
-    try:
-        with profmagic.profile("sampler", mode="both", announce=lambda s: None) as drv:
-            out = fn()
-        p = rec.stop(drv.profile, driver_pid=os.getpid())
-    finally:
-        rec.close()
-    return p, out, rec
-
-
 def test_workers_are_ranks_and_task_prefixes_match_the_truth(client):
     def cell():
         futs = [client.submit(work.spin, i, pure=False) for i in range(8)]
         futs += [client.submit(work.nap, i, pure=False) for i in range(8)]
         return client.gather(futs)
-    p, results, rec = run_cell(client, cell)
+    p, results = work.record_cell(client, cell)
     r = tasks_view.ranks(p)
     workers = r[r["role"] == "worker"]
     assert len(workers) == 2 and (workers["status"] == "ok").all(), r
@@ -156,7 +142,7 @@ def test_straggler_is_the_worker_waiting_on_a_lock(client):
         futs = [client.submit(work.locked, i, 0.1, 0.8 if i == 0 else 0.0, workers=[slow if i % 2 == 0 else fast],
                               pure=False) for i in range(4)]
         return client.gather(futs)
-    p, results, _ = run_cell(client, cell)
+    p, results = work.record_cell(client, cell)
     s = tasks_view.straggler(p)
     assert s["worker"] is not None and str(pids[slow]) in s["worker"], s
     assert s["task"] == "locked" and s["task_off_cpu_share"] > 0.5, s

@@ -91,9 +91,20 @@ def test_damaged_payloads_name_what_was_expected():
         decode(b"not a payload", source="w7")
     with pytest.raises(ProfileFormatError, match=r"expected a worker payload starting with b'PMW1'"):
         decode(zlib.compress(b"{}"), source="w7")
-    with pytest.raises(ProfileFormatError, match=r"w7: byte offset \d+: expected \d+ cpu values, the payload ends first"):
+    with pytest.raises(ProfileFormatError, match=r"w7: byte offset \d+: expected \d+ cpu values, the payload ends"):
         decode(zlib.compress(raw[:-30]), source="w7")
     bad = raw.replace(b'"stacks":[[', b'"stacks":[[999,', 1)
     bad = bad[:4] + (int.from_bytes(raw[4:8], "big") + 4).to_bytes(4, "big") + bad[8:]
-    with pytest.raises(ProfileFormatError, match=r"test worker 7: stacks: expected the worker payload's stacks \(IndexError"):
+    with pytest.raises(ProfileFormatError, match=r"test worker 7: stacks: expected the worker payload's stacks"):
         assemble([{"status": "ok", "payload": zlib.compress(bad), "name": "7"}], engine="test").stacks
+
+
+def test_sub_profile_keeps_one_task_with_its_samples():
+    from profmagic.cluster.tasks import sub_profile
+    _, data, results = run_labelled(0.8)
+    p = assemble([{"status": "ok", "payload": data, "name": "w0", "pid": 1}], engine="test")
+    nap = sub_profile(p, task="nap")
+    assert set(nap.stacks["task"]) == {"nap"} and nap.total("wall") == pytest.approx(tasks(p).at["nap", "wall"])
+    assert len(nap.samples) == int((p.samples["stack"].map(p.stacks["task"]) == "nap").sum())
+    assert (nap.samples["stack"] < len(nap.stacks)).all()
+    assert set(nap.frames.loc[[s[-1] for s in nap.stacks["stack"]], "name"]) == {"nap.<locals>.<lambda>"}   # in sleep()

@@ -18,7 +18,6 @@ import pytest
 ray = pytest.importorskip("ray", reason="Ray is in the cluster extra: pip install -e '.[cluster]'")
 
 import cluster_work as work  # noqa: E402
-import profmagic  # noqa: E402
 from profmagic import cluster  # noqa: E402
 from profmagic.cluster import ray as engine  # noqa: E402
 from profmagic.cluster import tasks as tasks_view  # noqa: E402
@@ -74,21 +73,10 @@ def clean():
         assert all(t == ["profmagic-ray-agent"] for t in r["threads"].values()), r
 
 
-def record(fn, **kw):
-    rec = cluster.Recording("ray", **kw)
-    rec.start()
-    try:
-        with profmagic.profile("sampler", mode="both", announce=lambda s: None) as drv:
-            out = fn()
-        p = rec.stop(drv.profile, driver_pid=os.getpid())
-    finally:
-        rec.close()
-    return p, out
-
-
 def test_workers_are_ranks_and_tasks_match_the_truth(ray_job):
     spin, nap = ray_job["spin"], ray_job["nap"]
-    p, results = record(lambda: ray.get([spin.remote(i) for i in range(8)] + [nap.remote(i) for i in range(8)]))
+    p, results = work.record_cell("ray", lambda: ray.get([spin.remote(i) for i in range(8)]
+                                                         + [nap.remote(i) for i in range(8)]))
     r = tasks_view.ranks(p)
     assert (r["role"] == "driver").sum() == 1
     pids = {x["pid"] for x in results}

@@ -103,3 +103,25 @@ def straggler(profile: Profile) -> dict:
             text += f", {out['task_off_cpu_share']:.0%} of that task's time {kind}"
     out["text"] = text
     return out
+
+
+def sub_profile(profile: Profile, rank: str | None = None, task: str | None = None) -> Profile:
+    """Only the rows of one rank and/or one task prefix (for its icicle); the time-ordered samples
+    of those rows are kept, renumbered."""
+    st = profile.stacks
+    mask = np.ones(len(st), dtype=bool)
+    if rank is not None:
+        mask &= (st[PROCESS] == rank).to_numpy()
+    if task is not None:
+        mask &= (st[TASK] == task).to_numpy() if TASK in st else False
+    keep = np.flatnonzero(mask)
+    samples = profile.samples
+    if samples is not None:
+        new = np.full(len(st), -1, dtype=np.int64)
+        new[keep] = np.arange(len(keep))
+        samples = samples[new[samples["stack"].to_numpy()] >= 0]
+        samples = samples.assign(stack=new[samples["stack"].to_numpy()]).reset_index(drop=True)
+    sub = st.iloc[keep].reset_index(drop=True)
+    meta = {**profile.meta, "threads": list(pd.unique(sub["thread"])),
+            "subset": {"rank": rank, "task": task}}
+    return profile.replace(stacks=sub, samples=samples, meta=meta)
