@@ -90,7 +90,7 @@ def test_killed_worker_keeps_what_it_spilled(client):
         killed_after = time.monotonic() - t_start
         fut.cancel()
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and victim in client.scheduler_info()["workers"]:
+        while time.monotonic() < deadline and victim in client.sync(client.scheduler.identity, n_workers=-1)["workers"]:
             time.sleep(0.1)
         p = rec.stop()
     finally:

@@ -156,7 +156,9 @@ class Session:
         self.pending: set[str] = set()        # workers not yet stopped
 
     def _known(self) -> dict[str, dict]:
-        return dict(self.client.scheduler_info(n_workers=-1)["workers"])
+        # Not client.scheduler_info(): it returns a cache that the client's periodic refresh
+        # replaces with one holding no workers, and under load that refresh can land in between.
+        return dict(self.client.sync(self.client.scheduler.identity, n_workers=-1)["workers"])
 
     def start(self) -> None:
         self.workers = self._known()

@@ -22,7 +22,6 @@ import os
 import shutil
 import socket
 import struct
-import sys
 import tempfile
 import threading
 import time
@@ -100,7 +99,8 @@ def session_dir(job: str, session: str) -> str:
 def _ray_dir() -> tuple:
     """Ray's package folder, and profmagic's cluster folder (our own control tasks are no task)."""
     import ray
-    return (os.path.dirname(os.path.abspath(ray.__file__)) + os.sep, os.path.dirname(os.path.abspath(__file__)) + os.sep)
+    return (os.path.dirname(os.path.abspath(ray.__file__)) + os.sep,
+            os.path.dirname(os.path.abspath(__file__)) + os.sep)
 
 
 def stack_task(frames: list, ray_dir: tuple, stdlib: tuple = ()) -> str | None:
@@ -203,7 +203,8 @@ class Agent:
         ray_dir, stdlib = _ray_dir(), _stdlib_dirs()
         d = session_dir(self.job, session)
         self.session = session
-        self.sampler = WorkerSampler(rate, stack_task=lambda frames: stack_task(frames, ray_dir, stdlib), threads=threads, max_samples=max_samples,
+        self.sampler = WorkerSampler(rate, stack_task=lambda frames: stack_task(frames, ray_dir, stdlib),
+                                     threads=threads, max_samples=max_samples,
                                      spill=os.path.join(d, f"{os.getpid()}.json.z"), max_seconds=max_seconds,
                                      info=_whoami())
         self.sampler.start()
