@@ -10,6 +10,7 @@
     .venv/bin/python bench/bench_cluster.py             # all; writes bench/RESULTS.md
     .venv/bin/python bench/bench_cluster.py --no-write  # print only
     .venv/bin/python bench/bench_cluster.py --sizes 2 --pairs 1 --no-ray   # quick
+    .venv/bin/python bench/bench_cluster.py --paper     # the driver's side at 10, 100, 1,000 workers
 """
 from __future__ import annotations
 
@@ -170,29 +171,68 @@ def cost(n: int, pairs: int) -> dict:
 
 def assemble_scale(payload: bytes, counts=(10, 100, 1000)) -> list[str]:
     """The driver's side for many workers, measured: one real worker payload (a ~10 s cell) sent
-    as if by ``n`` workers, decoded and assembled into one Profile; time and peak Python memory."""
+    as if by ``n`` workers, decoded and assembled into one Profile, then the Ranks and per-worker
+    Tasks tables. Timed without tracing; the peak Python memory from a second, traced pass
+    (tracemalloc slows allocation-heavy code several times over)."""
+    import gc
     import tracemalloc
 
     from profmagic.cluster.assemble import assemble
     from profmagic.cluster.tasks import ranks, tasks
-    rows = []
-    for n in counts:
+
+    def once(n):
         results = [{"status": "ok", "payload": payload, "name": str(i), "pid": 100000 + i} for i in range(n)]
-        tracemalloc.start()
         t = time.perf_counter()
         p = assemble(results, engine="dask")
         t_asm = time.perf_counter() - t
         t = time.perf_counter()
         ranks(p)
         tasks(p, by_worker=True)
-        t_views = time.perf_counter() - t
+        return p, t_asm, time.perf_counter() - t
+    rows = []
+    for n in counts:
+        p, t_asm, t_views = once(n)
+        kept = len(p.samples) if p.samples is not None else 0
+        rows_n = len(p.stacks)
+        del p
+        gc.collect()
+        tracemalloc.start()
+        once(n)
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
-        kept = len(p.samples) if p.samples is not None else 0
         rows.append(f"| {n:,} | {n * len(payload) / 1e6:.1f} | {t_asm:.2f} | {t_views:.2f} | {peak / 2**20:.0f} | "
-                    f"{len(p.stacks):,} | {kept:,} |")
-        del p
+                    f"{rows_n:,} | {kept:,} |")
     return rows
+
+
+def paper(counts: list[int], write: bool) -> None:
+    """A 2-worker cost cell for one real payload, then the driver's side at ``counts`` workers."""
+    import distributed
+    r = cost(2, 1)
+    info = decode_info(r["payload"])
+    lines = ["## Cluster recording: the driver for 1,000 workers (issue 17)", "",
+             f"Command: `.venv/bin/python bench/bench_cluster.py --paper` ({time.strftime('%Y-%m-%d')}, 2 shared "
+             f"cores, load average at start {os.getloadavg()[0]:.1f}; dask {distributed.__version__}).", "",
+             f"One worker's payload from a 2-worker cell of {TASKS_PER_WORKER} tasks ({TASK_S} s CPU + {TASK_S} s "
+             f"sleep each; the cell took {r['on'][0]:.1f} s here): {len(r['payload']):,} bytes, "
+             f"{info['rows']} stack rows, {info['samples']:,} samples; its sampler thread used "
+             f"{info['sampler_cpu'] * 1e3:.0f} ms of CPU over {info['duration']:.1f} s "
+             f"({100 * info['sampler_cpu'] / info['duration']:.2f} % of one core). "
+             "Assembled as if sent by each of n workers (decode, merged tables, then the Ranks and per-worker "
+             "Tasks tables):", "",
+             "| workers | MB received | assemble s | ranks + tasks s | peak Python MiB | stack rows | "
+             "time-ordered samples |", "|---|---|---|---|---|---|---|"]
+    lines += assemble_scale(r["payload"], counts)
+    print("\n".join(lines), flush=True)
+    if write:
+        write_section("\n".join(lines))
+
+
+def decode_info(payload: bytes) -> dict:
+    from profmagic.cluster.assemble import decode
+    doc = decode(payload)
+    return {"rows": len(doc["stacks"]), "samples": int(sum(row[3] for row in doc["stacks"])),
+            "sampler_cpu": doc.get("sampler_cpu") or 0.0, "duration": doc.get("duration") or 0.0}
 
 
 def main() -> None:
@@ -202,7 +242,10 @@ def main() -> None:
     ap.add_argument("--no-ray", action="store_true")
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--workers-on-paper", default="10,100,1000", help="worker counts for the driver-side test")
+    ap.add_argument("--paper", action="store_true", help="only the driver's side at many workers")
     args = ap.parse_args()
+    if args.paper:
+        return paper([int(x) for x in args.workers_on_paper.split(",")], not args.no_write)
     import distributed
     lines = ["## Cluster recording: Dask and Ray workers (issue 17)", "",
              f"Command: `.venv/bin/python bench/bench_cluster.py --sizes {args.sizes} --pairs {args.pairs}` "
@@ -226,10 +269,8 @@ def main() -> None:
               "pairs; medians, min–max):", "",
               "| workers | cell off s | cell on s | slowdown (paired) | collect ms | assemble ms | report HTML ms | "
               "payload bytes/worker | samples/worker |", "|---|---|---|---|---|---|---|---|---|"]
-    payload = None
     for n in [int(x) for x in args.sizes.split(",")]:
         r = cost(n, args.pairs)
-        payload = payload or r["payload"]
 
         def mm(xs, scale=1.0, f="{:.0f}"):
             med, lo, hi = (f.format(v * scale) for v in (statistics.median(xs), min(xs), max(xs)))
@@ -239,14 +280,6 @@ def main() -> None:
                f"{mm(r['bytes'])} | {mm(r['samples'])} |")
         print(row, flush=True)
         lines.append(row)
-    lines += ["", f"Driver side for many workers: one worker's payload from the first cost cell above "
-              f"({len(payload):,} bytes) assembled as if sent by each of n workers (decode, one Profile per worker, "
-              "concat; then the Ranks and per-worker Tasks tables):", "",
-              "| workers | MB received | assemble s | ranks + tasks s | peak Python MiB | stack rows | "
-              "time-ordered samples |",
-              "|---|---|---|---|---|---|---|"]
-    lines += assemble_scale(payload, [int(x) for x in args.workers_on_paper.split(",")])
-    print("\n".join(lines[-5:]), flush=True)
     if not args.no_ray:
         lines += ["", "Ray accuracy (same tasks, `ray.init(num_cpus=2)`, two warm workers):", "",
                   ] + ACCURACY_HEAD

@@ -6,9 +6,9 @@ None); ``rank`` and ``process`` name the worker. ``meta["processes"][label]`` sa
 (driver/worker), engine, pid, host, status (``ok``, ``ended``, ``unreachable``, ``error``) and the
 engine's error where there is one. A rank that could not be reached has no rows, only that entry.
 
-The tables are built here in one pass (numpy per rank), not with a Profile per worker and
-``multi.concat``: at 100 workers that path spent 15 ms per worker on pandas constructors alone
-(bench/bench_cluster.py). The result has the same columns ``concat(..., key="rank")`` gives.
+The tables are built here in one pass (lists and numpy per rank), not with a Profile per worker
+and ``multi.concat``: that path took 22 s for 1,000 workers, mostly pandas constructors (this one:
+docs/scale.md). The result has the same columns ``concat(..., key="rank")`` gives.
 """
 from __future__ import annotations
 
@@ -187,6 +187,7 @@ def assemble(results: list[dict], driver: Profile | None = None, *, engine: str,
         recorded += 1
         info.update(rate=doc.get("rate"), samples=int(sum(row[3] for row in doc["stacks"])),
                     payload_bytes=len(r["payload"]), other_cpu=doc.get("other_cpu"),
+                    sampler_cpu=doc.get("sampler_cpu"),
                     task_keys=doc.get("task_keys") or {}, samples_kept_every=doc.get("stride"),
                     duration=doc.get("duration"), threads_mode=doc.get("threads_mode"))
         if r.get("status") == "ended":

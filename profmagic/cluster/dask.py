@@ -19,7 +19,7 @@ import socket
 import tempfile
 import uuid
 
-from .worker import WorkerSampler
+from .worker import WorkerSampler, samples_per_worker
 
 _SESSIONS: dict[str, WorkerSampler] = {}   # in each worker process: session id -> its sampler
 _ERRORS: dict[str, str] = {}               # session id -> why it could not start here
@@ -139,7 +139,6 @@ class Session:
 
     def __init__(self, client, rate: float = 100.0, threads: str = "tasks", timeout: float = 10.0,
                  max_samples: int | None = None, max_seconds: float = 3600.0, start_timeout: float = 60.0):
-        from .worker import MAX_SAMPLES
         self.client = client
         self.rate = float(rate)
         self.threads = threads
@@ -147,13 +146,12 @@ class Session:
         # A worker's first recording imports profmagic (pandas): seconds on a loaded machine.
         self.start_timeout = float(start_timeout)
         self.start_error: str | None = None
-        self.max_samples = int(max_samples or MAX_SAMPLES)
+        self.max_samples = max_samples
         self.max_seconds = float(max_seconds)
         self.id = uuid.uuid4().hex[:12]
         self.plugin = PLUGIN_PREFIX + self.id
         self.workers: dict[str, dict] = {}   # address -> scheduler's info, at start and at stop
         self.started = False
-        self.pending: set[str] = set()        # workers not yet stopped
 
     def _known(self) -> dict[str, dict]:
         # Not client.scheduler_info(): it returns a cache that the client's periodic refresh
@@ -163,6 +161,7 @@ class Session:
     def start(self) -> None:
         self.workers = self._known()
         self.started = True
+        self.max_samples = int(self.max_samples or samples_per_worker(len(self.workers)))
         plugin = SamplerPlugin(self.id, self.rate, self.threads, self.max_samples, self.max_seconds)
 
         async def register():
@@ -172,7 +171,6 @@ class Session:
             self.client.sync(register)
         except Exception as e:  # noqa: BLE001 - a worker that cannot start is named by stop()
             self.start_error = _describe(e)
-        self.pending = set(self.workers)
 
     def stop(self) -> list[dict]:
         now = self._known()
@@ -189,7 +187,6 @@ class Session:
             if isinstance(r, BaseException):
                 results.append({**base, "status": "unreachable", "error": _describe(r)})
                 continue
-            self.pending.discard(addr)
             if r["status"] == "ok":
                 results.append({**base, "status": "ok", "payload": r["payload"], "pid": r["pid"]})
             else:
@@ -201,7 +198,6 @@ class Session:
             name = str(info.get("name"))
             mine = {k: v for k, v in spilled.items() if k.split(":", 1)[1].startswith(f"{name}-")}
             base = {"address": addr, "name": name, "host": info.get("host")}
-            self.pending.discard(addr)
             if mine:
                 key = sorted(mine)[0]
                 results.append({**base, "status": "ended", "payload": mine[key],

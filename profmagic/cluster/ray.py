@@ -27,7 +27,7 @@ import threading
 import time
 import uuid
 
-from .worker import MAX_SAMPLES, WorkerSampler
+from .worker import WorkerSampler, samples_per_worker
 
 HOOK = "profmagic.cluster.ray.setup_hook"
 ENV_NEXT_HOOK = "PROFMAGIC_RAY_NEXT_HOOK"   # a setup hook the job had before ours: called after it
@@ -442,7 +442,10 @@ class Session:
         if not hooked():
             raise ProfilerError(not_hooked_message())
         self.id = uuid.uuid4().hex[:12]
-        self.opts = {"rate": float(rate), "threads": threads, "max_samples": int(max_samples or MAX_SAMPLES),
+        # Workers of the job are not known before they are asked: one per CPU of the cluster, at most.
+        workers = int(ray.cluster_resources().get("CPU", 1))
+        self.opts = {"rate": float(rate), "threads": threads,
+                     "max_samples": int(max_samples or samples_per_worker(workers)),
                      "max_seconds": float(max_seconds), "timeout": float(timeout)}
         self.timeout = float(timeout)
         # A node task may wait for a worker process to start (seconds under load), so its own

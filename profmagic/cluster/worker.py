@@ -36,8 +36,16 @@ PAYLOAD_VERSION = 1
 MAGIC = b"PMW1"
 SAMPLE_ARRAYS = (("time", "d"), ("stack", "i"), ("wall", "f"), ("cpu", "f"))
 MAX_SAMPLES = 20_000      # time-ordered samples kept per worker; the stack rows hold every sample
+SAMPLE_BUDGET = 2_000_000  # ... and over the whole cluster: the driver holds them all in pandas
+MIN_SAMPLES = 1_000
 MAX_KEYS = 100_000        # distinct task keys counted per worker
 THREADS = ("tasks", "all")
+
+
+def samples_per_worker(workers: int) -> int:
+    """Time-ordered samples each worker keeps: MAX_SAMPLES, less on a cluster so large that the
+    driver would hold more than SAMPLE_BUDGET (2,000 each at 1,000 workers)."""
+    return max(MIN_SAMPLES, min(MAX_SAMPLES, SAMPLE_BUDGET // max(1, int(workers))))
 
 
 class WorkerSampler:
@@ -94,6 +102,7 @@ class WorkerSampler:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()                 # payload() from another thread vs the sampler
         self.t0_epoch = self.t0 = self.t1 = 0.0
+        self.sampler_cpu = 0.0                        # this sampler thread's own CPU time: its cost
         self._last_flush = 0.0
 
     # -- sampling ------------------------------------------------------------------------
@@ -198,7 +207,9 @@ class WorkerSampler:
             self.t0_epoch = time.time()
             self._baseline(me)
             self._ready.set()
+            c0 = time.thread_time()
             self.t1 = every(self.interval, self._stop, lambda now, wall: self._tick(me, now, wall), self.t0)
+            self.sampler_cpu = time.thread_time() - c0
         except BaseException as e:  # reported in the payload, not lost in a thread
             self.error = f"{type(e).__name__}: {e}"
             self.t1 = time.perf_counter()
@@ -258,7 +269,7 @@ class WorkerSampler:
                 "stacks": [[tk[0], tk[1], list(tk[2]), n, w, c]
                            for tk, n, w, c in zip(self.row_keys, self.n, self.wall, self.cpu)],
                 "n_samples": len(self.samples["time"]), "byteorder": sys.byteorder,
-                "stride": self.stride, "other_cpu": self.other_cpu,
+                "stride": self.stride, "other_cpu": self.other_cpu, "sampler_cpu": self.sampler_cpu,
                 "task_keys": {p: len(k) for p, k in self.keys.items()},
                 "keys_capped": self._nkeys >= MAX_KEYS, "ended": self.ended, "error": self.error,
                 "written": time.time(),
