@@ -18,7 +18,6 @@ import argparse
 import os
 import statistics
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -52,20 +51,6 @@ def accuracy_rows(errs: dict, engine: str) -> list[str]:
     return rows
 
 
-def start_ray(engine, attempts: int = 2) -> None:
-    """ray.init(num_cpus=2) with the hook; once more if Ray's own start-up timed out (its raylet
-    waits a fixed 15 s for its dashboard agent, which a loaded 2-core machine can miss)."""
-    import ray
-    for k in range(attempts):
-        try:
-            ray.init(num_cpus=2, include_dashboard=False, runtime_env=engine.runtime_env(), log_to_driver=False)
-            return
-        except Exception as e:  # noqa: BLE001 - Ray raises a bare Exception for this
-            if "timed out during startup" not in str(e) or k == attempts - 1:
-                raise
-            ray.shutdown()
-
-
 def dask_accuracy(client) -> list[str]:
     rec = cluster.Recording(client)
     rec.start()
@@ -81,20 +66,9 @@ def dask_accuracy(client) -> list[str]:
 
 def ray_accuracy() -> list[str]:
     import ray
-    from profmagic.cluster import ray as engine
-    stub = tempfile.mkdtemp(prefix="profmagic-bench-raypath-")
-    os.mkdir(os.path.join(stub, "rfc3987_syntax"))   # see tests/test_cluster_ray.py: NO_RFC3987
-    with open(os.path.join(stub, "rfc3987_syntax", "__init__.py"), "w") as f:
-        f.write("raise ImportError('left out of Ray processes in the bench')\n")
-    saved = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (stub, os.path.join(ROOT, "tests"), saved) if p)
     t = time.perf_counter()
-    try:
-        start_ray(engine)
-    finally:
-        os.environ.pop("PYTHONPATH") if saved is None else os.environ.__setitem__("PYTHONPATH", saved)
-    init_s = time.perf_counter() - t
-    try:
+    with work.local_ray():
+        init_s = time.perf_counter() - t
         spin, nap = ray.remote(work.spin), ray.remote(work.nap)
         ray.get([nap.remote(i, 0.01) for i in range(4)])
         rec = cluster.Recording("ray")
@@ -108,15 +82,10 @@ def ray_accuracy() -> list[str]:
             stop_s = time.perf_counter() - t
         finally:
             rec.close()
-        bytes_ = [v.get("payload_bytes") for v in p.meta["processes"].values() if v.get("payload_bytes")]
-        rows = accuracy_rows(work.errors(p, res), "Ray")
-        note = (f"Ray: ray.init {init_s:.1f} s; start (one task per node, every worker told) {start_s * 1e3:.0f} ms; "
-                f"stop to Profile {stop_s * 1e3:.0f} ms; payload bytes per worker {bytes_}")
-        return rows + ["", note]
-    finally:
-        ray.shutdown()
-        import shutil
-        shutil.rmtree(stub, ignore_errors=True)
+    bytes_ = [v.get("payload_bytes") for v in p.meta["processes"].values() if v.get("payload_bytes")]
+    note = (f"Ray: ray.init {init_s:.1f} s; start (one task per node, every worker told) {start_s * 1e3:.0f} ms; "
+            f"stop to Profile {stop_s * 1e3:.0f} ms; payload bytes per worker {bytes_}")
+    return accuracy_rows(work.errors(p, res), "Ray") + ["", note]
 
 
 def cost(n: int, pairs: int) -> dict:

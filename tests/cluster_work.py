@@ -2,9 +2,20 @@
 path): each returns what it measured itself, the truth the profile is checked against."""
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import tempfile
 import threading
 import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+# Not a fake of anything under test: in this environment Jupyter's jsonschema[format-nongpl] brings
+# rfc3987-syntax, whose import compiles a grammar for ~3 s of CPU in every Python that imports Ray
+# (each of Ray's own helper processes and each worker). On a busy 2-core machine that pushed Ray's
+# dashboard agent past the raylet's fixed 15 s wait and ray.init failed. Ray's processes get a
+# PYTHONPATH where that optional jsonschema plugin is absent; jsonschema then skips IRI checks.
+NO_RFC3987 = "raise ImportError('rfc3987_syntax left out of Ray processes in profmagic tests')\n"
 
 
 def _measure(kind, work):
@@ -101,3 +112,39 @@ def record_cell(target, fn, **options):
     finally:
         rec.close()
     return p, out
+
+
+@contextlib.contextmanager
+def local_ray(num_cpus: int = 2):
+    """A real local Ray job started with profmagic's worker hook, tests/ on its workers' path;
+    shut down and cleaned up after. ray.init is tried once more only when Ray's own start-up timed
+    out (its raylet waits a fixed 15 s for its dashboard agent, which a loaded machine can miss)."""
+    import ray
+
+    from profmagic.cluster import ray as engine
+    stub = tempfile.mkdtemp(prefix="profmagic-test-raypath-")
+    try:
+        os.mkdir(os.path.join(stub, "rfc3987_syntax"))
+        with open(os.path.join(stub, "rfc3987_syntax", "__init__.py"), "w") as f:
+            f.write(NO_RFC3987)
+        saved = os.environ.get("PYTHONPATH")
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (stub, HERE, saved) if p)
+        try:
+            for attempt in (1, 2):
+                try:
+                    ray.init(num_cpus=num_cpus, include_dashboard=False, runtime_env=engine.runtime_env(),
+                             log_to_driver=False)
+                    break
+                except Exception as e:  # noqa: BLE001 - Ray raises a bare Exception for this
+                    if "timed out during startup" not in str(e) or attempt == 2:
+                        raise
+                    ray.shutdown()
+        finally:
+            if saved is None:
+                os.environ.pop("PYTHONPATH", None)
+            else:
+                os.environ["PYTHONPATH"] = saved
+        yield
+    finally:
+        ray.shutdown()
+        shutil.rmtree(stub, ignore_errors=True)

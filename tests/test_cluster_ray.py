@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import tempfile
 import time
 
 import pytest
@@ -23,45 +22,13 @@ from profmagic.cluster import ray as engine  # noqa: E402
 from profmagic.cluster import tasks as tasks_view  # noqa: E402
 
 pytestmark = pytest.mark.timeout(240)
-HERE = os.path.dirname(os.path.abspath(__file__))
-
-# Not a fake of anything under test: in this environment Jupyter's jsonschema[format-nongpl] brings
-# rfc3987-syntax, whose import compiles a grammar for ~3 s of CPU in every Python that imports Ray
-# (each of Ray's own helper processes and each worker). On a busy 2-core machine that pushed Ray's
-# dashboard agent past the raylet's fixed 15 s wait and ray.init failed. Ray's processes get a
-# PYTHONPATH where that optional jsonschema plugin is absent; jsonschema then skips IRI checks.
-NO_RFC3987 = "raise ImportError('rfc3987_syntax left out of Ray processes in profmagic tests')\n"
 
 
 @pytest.fixture(scope="module")
 def ray_job():
-    stub = tempfile.mkdtemp(prefix="profmagic-test-raypath-")
-    os.mkdir(os.path.join(stub, "rfc3987_syntax"))
-    with open(os.path.join(stub, "rfc3987_syntax", "__init__.py"), "w") as f:
-        f.write(NO_RFC3987)
-    saved = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (stub, HERE, saved) if p)
-    try:
-        for attempt in (1, 2):   # once more only if Ray's own start-up timed out (see bench_cluster.start_ray)
-            try:
-                ray.init(num_cpus=2, include_dashboard=False, runtime_env=engine.runtime_env(), log_to_driver=False)
-                break
-            except Exception as e:  # noqa: BLE001 - Ray raises a bare Exception for this
-                if "timed out during startup" not in str(e) or attempt == 2:
-                    raise
-                ray.shutdown()
-    finally:
-        if saved is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = saved
-    spin = ray.remote(work.spin)
-    nap = ray.remote(work.nap)
-    ray.get([nap.remote(i, 0.01) for i in range(4)])   # two warm workers
-    yield {"spin": spin, "nap": nap}
-    ray.shutdown()
-    import shutil
-    shutil.rmtree(stub, ignore_errors=True)
+    with work.local_ray():
+        ray.get([ray.remote(work.nap).remote(i, 0.01) for i in range(4)])   # two warm workers
+        yield {"spin": ray.remote(work.spin), "nap": ray.remote(work.nap)}
 
 
 def clean():
