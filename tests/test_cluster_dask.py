@@ -160,3 +160,11 @@ def test_missing_dask_is_one_line_with_the_install():
     from faults.conftest import documented
     documented("cluster-engine-missing", out)
     assert out.count("\n") == 0 and "pip install 'dask[distributed]'" in out
+
+
+def test_no_dask_client_says_how_to_make_one():
+    code = ("import profmagic.cluster as c\n"
+            "try:\n    c.Recording('dask')\nexcept Exception as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout.strip()
+    from faults.conftest import documented
+    documented("cluster-no-dask-client", out)
