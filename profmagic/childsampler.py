@@ -14,8 +14,8 @@ child that is killed keeps every pass already written. The parent writes ``<dir>
 recording ends: children still running stop sampling and close their file.
 
 The child side uses the standard library only (it runs before the child's own imports, and a
-spawned child must not pay for importing pandas), so it has its own small sampling loop rather
-than the built-in sampler's, which builds a Profile in memory; both share ``sampling.py``.
+spawned child must not pay for importing pandas): it writes lines where the built-in sampler
+builds a Profile in memory; both run the loop of ``sampling.py``.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ import threading
 import time
 
 try:
-    from .sampling import Codes, ThreadClock, code_name, every, tid_cpu_clock  # noqa: F401
+    from .sampling import Codes, ThreadClock, code_name, every
 except ImportError:  # loaded by path from a child's sitecustomize, outside the package
     import importlib.util as _u
     _spec = _u.spec_from_file_location("_profmagic_sampling",
