@@ -9,6 +9,7 @@ import threading
 import time
 import zlib
 
+import numpy as np
 import pytest
 
 import cluster_work as work
@@ -60,6 +61,16 @@ def test_rows_hold_every_sample_and_the_list_is_thinned_evenly():
     assert abs(t.at["spin", "cpu"] - true["spin"]["cpu"]) <= 0.1 * true["spin"]["cpu"] + 0.02
     assert abs(t.at["nap", "wall"] - true["nap"]["wall"]) <= 0.1 * true["nap"]["wall"] + 0.02
     assert int(p.stacks["samples"].sum()) == n_rows and len(p.samples) == doc["n_samples"]
+
+
+def test_thinning_keeps_whole_passes_of_every_thread():
+    s, data, _ = run_labelled(1.0, threads="all", max_samples=60)
+    doc = decode(data)
+    threads = {doc["stacks"][r][0] for r in doc["samples"]["stack"]}
+    assert doc["stride"] >= 2 and len(threads) >= 2             # not one thread's samples only
+    t = doc["samples"]["time"]
+    per_pass = np.unique(t, return_counts=True)[1]
+    assert per_pass.min() >= 2                                   # each kept pass whole
 
 
 def test_threads_tasks_keeps_only_task_samples_and_counts_the_rest():

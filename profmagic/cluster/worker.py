@@ -92,6 +92,7 @@ class WorkerSampler:
         self.wall: list[float] = []
         self.cpu: list[float] = []
         self.samples = {name: array(code) for name, code in SAMPLE_ARRAYS}   # time-ordered, thinned
+        self._pass = array("q")                       # each kept sample's pass number (not sent)
         self.stride = 1                               # one kept sample per `stride` passes
         self.other_cpu = 0.0
         self.passes = 0
@@ -182,10 +183,10 @@ class WorkerSampler:
                     sm["stack"].append(row)
                     sm["wall"].append(wall)
                     sm["cpu"].append(cpu)
+                    self._pass.append(self.passes)
             self.passes += 1
-            if len(self.samples["time"]) >= self.max_samples:   # thin evenly: every other one, half the rate
-                self.samples = {k: a[::2] for k, a in self.samples.items()}
-                self.stride *= 2
+            if len(self._pass) >= self.max_samples:
+                self._thin()
         if self.spill and now - self._last_flush >= self.flush:
             self._last_flush = now
             self._write_spill()
@@ -193,6 +194,13 @@ class WorkerSampler:
             self.ended = f"stopped by itself after max_seconds={self.max_seconds:g}"
             return False
         return True
+
+    def _thin(self) -> None:
+        """Keep every other kept pass (all threads' samples of it), so the list stays even in time."""
+        self.stride *= 2
+        keep = [i for i, p in enumerate(self._pass) if p % self.stride == 0]
+        self.samples = {k: array(a.typecode, (a[i] for i in keep)) for k, a in self.samples.items()}
+        self._pass = array("q", (self._pass[i] for i in keep))
 
     def _baseline(self, me: int) -> None:
         live = {t.ident: t for t in threading.enumerate()}
