@@ -11,7 +11,7 @@ setup: $(STAMP) system
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[dev,memory]"
+	$(PY) -m pip install -q -e ".[dev,memory,cluster]"
 	touch $(STAMP)
 
 system:

@@ -14,8 +14,8 @@ child that is killed keeps every pass already written. The parent writes ``<dir>
 recording ends: children still running stop sampling and close their file.
 
 The child side uses the standard library only (it runs before the child's own imports, and a
-spawned child must not pay for importing pandas), so it has its own small sampling loop rather
-than the built-in sampler's, which builds a Profile in memory.
+spawned child must not pay for importing pandas): it writes lines where the built-in sampler
+builds a Profile in memory; both run the loop of ``sampling.py``.
 """
 from __future__ import annotations
 
@@ -24,6 +24,16 @@ import os
 import sys
 import threading
 import time
+
+try:
+    from .sampling import Codes, ThreadClock, code_name, every
+except ImportError:  # loaded by path from a child's sitecustomize, outside the package
+    import importlib.util as _u
+    _spec = _u.spec_from_file_location("_profmagic_sampling",
+                                       os.path.join(os.path.dirname(os.path.abspath(__file__)), "sampling.py"))
+    _sampling = _u.module_from_spec(_spec)
+    _spec.loader.exec_module(_sampling)
+    Codes, ThreadClock, code_name, every = _sampling.Codes, _sampling.ThreadClock, _sampling.code_name, _sampling.every
 
 ENV_DIR = "PROFMAGIC_CHILD_DIR"
 ENV_RATE = "PROFMAGIC_CHILD_RATE"
@@ -55,11 +65,6 @@ _hook_installed = False
 _active: tuple[str, float] | None = None   # (dir, rate) while a recording in this process wants children
 
 
-def tid_cpu_clock(native_id: int) -> int:
-    """The kernel's per-thread CPU clock id for a Linux tid (what glibc builds from pd->tid)."""
-    return (~native_id << 3) | 6
-
-
 class ChildSampler:
     """Samples every Python thread of this process into ``<dir>/<pid>.jsonl``."""
 
@@ -71,8 +76,10 @@ class ChildSampler:
         self.rate = float(rate)
         self.fd = os.open(os.path.join(directory, f"{os.getpid()}.jsonl"),
                           os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        self.codes: dict[int, tuple] = {}
-        self.cpu: dict[int, float] = {}
+        self.codes = Codes(self.new_code)
+        self.nframes = 0
+        self.clocks: dict[tuple, ThreadClock] = {}
+        self.pending: list = []   # records of this pass: frames first seen in it, then samples
         self.name = None
         self.stop = threading.Event()
         self.write({"v": 1, "pid": os.getpid(), "ppid": os.getppid(), "argv": _argv(),
@@ -83,23 +90,24 @@ class ChildSampler:
     def write(self, *records) -> None:
         os.write(self.fd, "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records).encode())
 
+    def new_code(self, code) -> int:
+        fid = self.nframes
+        self.nframes += 1
+        self.pending.append(["f", fid, code_name(code), code.co_filename, code.co_firstlineno])
+        return fid
+
     def run(self) -> None:
         me = threading.get_ident()
-        last = time.perf_counter()
-        due = last + self.interval
         passes = 0
+
+        def tick(now, wall):
+            nonlocal passes
+            self.tick(me, now, wall)
+            passes += 1
+            return passes % self.CHECK_EVERY != 0 or (
+                os.path.isdir(self.dir) and not os.path.exists(os.path.join(self.dir, STOP)))
         try:
-            while not self.stop.wait(max(0.0, due - time.perf_counter())):
-                now = time.perf_counter()
-                self.tick(me, now, now - last)
-                last = now
-                due += self.interval
-                if due < now:
-                    due = now + self.interval
-                passes += 1
-                if passes % self.CHECK_EVERY == 0 and (
-                        not os.path.isdir(self.dir) or os.path.exists(os.path.join(self.dir, STOP))):
-                    break
+            every(self.interval, self.stop, tick)
         except OSError:   # the directory went away: the recording is over
             pass
         finally:
@@ -109,7 +117,7 @@ class ChildSampler:
                 pass
 
     def tick(self, me: int, now: float, wall: float) -> None:
-        out = []
+        out = self.pending
         mp = sys.modules.get("multiprocessing")
         if mp is not None:
             name = mp.current_process().name
@@ -122,26 +130,14 @@ class ChildSampler:
                 continue
             t = live.get(ident)
             nid = getattr(t, "native_id", None)
-            cpu = None
-            if nid is not None:
-                try:
-                    c = time.clock_gettime(tid_cpu_clock(nid))
-                    cpu = c - self.cpu.get(nid, 0.0)
-                    self.cpu[nid] = c
-                except OSError:
-                    pass
-            stack = []
-            while f is not None:
-                code = f.f_code
-                hit = self.codes.get(id(code))
-                if hit is None:
-                    hit = self.codes[id(code)] = (code, len(self.codes))
-                    out.append(["f", hit[1], getattr(code, "co_qualname", code.co_name), code.co_filename,
-                                code.co_firstlineno])
-                stack.append(hit[1])
-                f = f.f_back
-            stack.reverse()
-            out.append(["s", now, nid, t.name if t is not None else "?", wall, cpu, stack])
+            clock = self.clocks.get((ident, nid))
+            if clock is None:
+                clock = self.clocks[(ident, nid)] = ThreadClock(ident, nid)
+            cpu = clock.delta() if nid is not None else None
+            stack = self.codes.stack(f)   # appends the records of frames first seen to out
+            out.append(["s", now, nid, t.name if t is not None else "?", wall,
+                        None if cpu is None or cpu != cpu else cpu, stack])
+        self.pending = []
         self.write(*out)
 
 

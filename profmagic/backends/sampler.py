@@ -7,11 +7,8 @@ Binder, Colab and in Docker. The GIL switch interval caps the rate it can reach:
 thread keeps the GIL for up to ``sys.getswitchinterval()`` seconds, so the achieved rate is
 measured and reported, never the requested one.
 
-Thread CPU clocks: ``time.pthread_getcpuclockid(ident)`` reads the thread's pthread descriptor,
-which dangles once the thread has exited. For threads whose native id is known we build the
-same clock id the kernel understands from the tid (glibc's ``make_thread_cpuclock``:
-``(~tid << 3) | CPUCLOCK_SCHED | CPUCLOCK_PERTHREAD``); the kernel answers EINVAL for a dead
-thread instead of reading freed memory. Both give the same reading for a live thread (tested).
+Per-thread CPU clocks and the sampling loop are shared with children and cluster workers
+(``profmagic/sampling.py``).
 """
 from __future__ import annotations
 
@@ -20,12 +17,12 @@ import os
 import sys
 import threading
 import time
-from time import clock_gettime, perf_counter
+from time import perf_counter
 
-from ..errors import ProfilerError
 from .. import awaits
-from ..childsampler import tid_cpu_clock
+from ..errors import ProfilerError
 from ..model import Raw
+from ..sampling import Codes, ThreadClock, code_name, every
 from ..threads import mark_own, thread_label
 from .base import Capabilities, Capture, Options
 
@@ -99,21 +96,12 @@ def split_cpu_at_stack_changes(profile):
     return profile.replace(stacks=stacks, samples=sm.assign(cpu=new, wall=new_wall))
 
 
-class _Thread:
-    __slots__ = ("label", "clock", "cpu")
+class _Thread(ThreadClock):
+    __slots__ = ("label",)
 
-    def __init__(self, label: str, clock: int | None):
+    def __init__(self, ident: int, native_id: int | None, label: str):
+        super().__init__(ident, native_id)
         self.label = label
-        self.clock = clock
-        self.cpu = 0.0  # the last CPU clock reading
-
-    def read_cpu(self) -> float:
-        if self.clock is None:
-            return math.nan
-        try:
-            return clock_gettime(self.clock)
-        except OSError:  # the thread ended between the frame snapshot and this read
-            return math.nan
 
 
 class Recorder:
@@ -125,7 +113,7 @@ class Recorder:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._builder = None
-        self._codes: dict[int, tuple] = {}       # id(code) -> (code kept alive, frame id)
+        self._codes = Codes(self._new_code)
         self._threads: dict[tuple, _Thread] = {}  # (ident, native id) -> state
         self._seen: list[str] = []
         self.ticks = 0
@@ -141,15 +129,8 @@ class Recorder:
         key = (ident, nid)
         st = self._threads.get(key)
         if st is None:
-            if nid is not None:
-                clock = tid_cpu_clock(nid)
-            else:  # a thread threading does not know: only its pthread id is at hand
-                try:
-                    clock = time.pthread_getcpuclockid(ident)
-                except OSError:
-                    clock = None
             name = t.name if t is not None else "?"
-            st = self._threads[key] = _Thread(thread_label(nid, name), clock)
+            st = self._threads[key] = _Thread(ident, nid, thread_label(nid, name))
             self._builder.thread(st.label, tid=nid, name=name, pid=os.getpid(), backend=NAME, python=True)
         return st
 
@@ -157,9 +138,10 @@ class Recorder:
         live = self._live()
         for ident in sys._current_frames():
             if ident != me:
-                st = self._state(ident, live)
-                c = st.read_cpu()
-                st.cpu = 0.0 if math.isnan(c) else c
+                self._state(ident, live).baseline()
+
+    def _new_code(self, code) -> int:
+        return self._builder.frame(code_name(code), code.co_filename, code.co_firstlineno, "python")
 
     def _tick(self, me: int, now: float, wall: float) -> None:
         frames = sys._current_frames()
@@ -170,50 +152,22 @@ class Recorder:
             if ident == me:
                 continue
             st = self._state(ident, live)
-            c = st.read_cpu()
-            cpu = c - st.cpu  # a new thread starts from 0: all its CPU is since the last pass
-            if not math.isnan(c):
-                st.cpu = c
             chain = awaits.waiting(ident)
             if chain is not None:   # the cell awaits: its coroutines, not the event loop's select
-                stack = [self._code_frame(code) for code in chain] + [self._await_frame()]
+                stack = [self._codes.code(c) for c in chain] + [b.frame(awaits.AWAIT, None, None, "other")]
             else:
-                stack = []
-                while f is not None:
-                    stack.append(self._code_frame(f.f_code))
-                    f = f.f_back
-                stack.reverse()
-            b.add(b.stack(st.label, stack), samples=1, time=t, wall=wall, cpu=cpu)
+                stack = self._codes.stack(f)
+            b.add(b.stack(st.label, stack), samples=1, time=t, wall=wall, cpu=st.delta())
         self.ticks += 1
-
-    def _code_frame(self, code) -> int:
-        hit = self._codes.get(id(code))
-        if hit is None:
-            name = getattr(code, "co_qualname", code.co_name)
-            hit = self._codes[id(code)] = (code, self._builder.frame(name, code.co_filename, code.co_firstlineno,
-                                                                     "python"))
-        return hit[1]
-
-    def _await_frame(self) -> int:
-        return self._builder.frame(awaits.AWAIT, None, None, "other")
 
     def _run(self) -> None:
         mark_own()
         me = threading.get_ident()
         try:
-            last = self._t0 = perf_counter()
+            self._t0 = perf_counter()
             self._baseline(me)
             self._ready.set()
-            due = last + self.interval
-            # Deadlines are absolute, so a late wake-up (waiting for the GIL) does not slow the rate.
-            while not self._stop.wait(max(0.0, due - perf_counter())):
-                now = perf_counter()
-                self._tick(me, now, now - last)
-                last = now
-                due += self.interval
-                if due < now:  # too late for the missed ones: skip them rather than burst
-                    due = now + self.interval
-            self._t1 = perf_counter()
+            self._t1 = every(self.interval, self._stop, lambda now, wall: self._tick(me, now, wall), self._t0)
         except BaseException as e:  # handed to the recording thread by stop()
             self._error = e
             self._ready.set()
