@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 from profmagic.formats import perf_script  # noqa: E402
 
-CORPUS = os.path.normpath(os.path.join(HERE, "..", "..", "shared", "corpus", "flamegraph", "test"))
+CORPUS = os.path.join(os.path.dirname(HERE), "tests", "data", "flamegraph", "test")
 MIRROR = "/work/.mirror/brendangregg+FlameGraph/repo"
 # Inputs whose event is cpu-clock: one event type, so the first-event filter keeps them all.
 INPUTS = ("perf-dd-stacks-01", "perf-funcab-cmd-01", "perf-funcab-pid-01", "perf-iperf-stacks-pidtid-01",

@@ -20,8 +20,9 @@ import time
 import urllib.request
 
 import nbformat
+import tools
 
-CHROMIUM = "/usr/bin/chromium"
+CHROMIUM = tools.find("chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
 ARTIFACTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "artifacts")
@@ -29,8 +30,8 @@ ARTIFACTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "artifacts"
 
 def missing() -> str | None:
     """Why browser tests cannot run here, or None."""
-    if not os.path.exists(CHROMIUM):
-        return f"no Chromium at {CHROMIUM} (apt-get install chromium)"
+    if CHROMIUM is None:
+        return "no chromium next to the interpreter nor on PATH (apt-get install chromium)"
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:

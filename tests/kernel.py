@@ -45,14 +45,18 @@ class Kernel:
     def pid(self) -> int:
         return self.km.provisioner.process.pid
 
-    def run(self, code: str, timeout: float = 120, interrupt_after: float | None = None) -> Reply:
+    def run(self, code: str, timeout: float = 120, interrupt_after: float | None = None,
+            interrupt_on: str | None = None) -> Reply:
+        """Execute ``code``. ``interrupt_on``: send SIGINT once the cell has printed that text (a marker
+        the workload writes when it is where the test wants it); ``interrupt_after``: after so many s."""
         msg_id = self.kc.execute(code, store_history=True)
         rep = Reply(status="?")
         import time
         t0 = time.monotonic()
         interrupted = False
         while True:
-            if interrupt_after is not None and not interrupted and time.monotonic() - t0 > interrupt_after:
+            if not interrupted and ((interrupt_after is not None and time.monotonic() - t0 > interrupt_after)
+                                    or (interrupt_on is not None and interrupt_on in rep.stdout)):
                 self.km.interrupt_kernel()
                 interrupted = True
             try:

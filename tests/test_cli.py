@@ -13,7 +13,7 @@ import pytest
 import profmagic
 from profmagic import cli
 
-TEST_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "corpus", "flamegraph", "test")
+TEST_DIR = os.path.join(os.path.dirname(__file__), "data", "flamegraph", "test")
 RESULTS = sorted(glob.glob(os.path.join(TEST_DIR, "results", "*")))
 INPUTS = sorted(glob.glob(os.path.join(TEST_DIR, "perf-*.txt")))
 EXAMPLE = os.path.join(os.path.dirname(profmagic.__file__), "examples", "worker.folded")
@@ -43,8 +43,6 @@ def test_info_on_every_corpus_result(path, capsys):
 
 @pytest.mark.parametrize("path", INPUTS, ids=os.path.basename)
 def test_info_on_every_corpus_input(path, capsys):
-    pytest.importorskip("profmagic.formats.perf_script",
-                        reason="profmagic.formats.perf_script (the perf script reader) is not written yet")
     assert len(INPUTS) == 13
     out = _info(path, capsys)
     assert "format:   perf_script" in out
