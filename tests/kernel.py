@@ -11,6 +11,15 @@ from jupyter_client.manager import KernelManager
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def ipc_address() -> str:
+    """A socket path of the kernel's own (see notebooks/run.py's ipc_address)."""
+    import uuid
+    from jupyter_core.paths import jupyter_runtime_dir
+    d = jupyter_runtime_dir()
+    os.makedirs(d, exist_ok=True)
+    return os.path.join(d, f"kernel-{uuid.uuid4()}-ipc")
+
+
 @dataclass
 class Reply:
     status: str
@@ -31,12 +40,14 @@ class Reply:
 class Kernel:
     """One ipykernel process. ``run(code)`` executes a cell and collects what it printed and displayed."""
 
-    def __init__(self, python: str = sys.executable, extra_env: dict | None = None):
+    def __init__(self, python: str = sys.executable, extra_env: dict | None = None, cwd: str = ROOT):
         env = dict(os.environ)
         env.update(extra_env or {})
-        self.km = KernelManager(kernel_name="python3")
+        # ZMQ over a fresh socket path: free TCP ports picked here can be taken by another
+        # process before the kernel binds them.
+        self.km = KernelManager(kernel_name="python3", transport="ipc", ip=ipc_address())
         self.km.kernel_spec.argv[0] = python
-        self.km.start_kernel(env=env, cwd=ROOT)
+        self.km.start_kernel(env=env, cwd=cwd)
         self.kc = self.km.client()
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=60)
