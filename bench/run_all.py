@@ -51,6 +51,9 @@ def main(argv=None) -> int:
         shutil.copyfile(os.path.join(HERE, "RESULTS.md"), scratch)
         env["PROFMAGIC_BENCH_RESULTS"] = scratch
         print(f"quick run: sections go to {scratch}; bench/RESULTS.md is not touched", flush=True)
+    if "bench_perf_script" in names and not env.get("FLAMEGRAPH_GIT"):
+        print("note: $FLAMEGRAPH_GIT is not set, so bench_perf_script times profmagic alone "
+              "(set it to a git clone of github:brendangregg/FlameGraph to compare with stackcollapse-perf.pl)")
     done = []
     t_all = time.perf_counter()
     for name in names:

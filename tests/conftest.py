@@ -41,12 +41,13 @@ def pytest_runtest_setup(item):
 
 
 def pytest_terminal_summary(terminalreporter):
-    if retries.MISSES:
+    if retries.MISSES or retries.OVERLOADED:
         terminalreporter.section("counted misses (tests/retries.py)")
         for test_id, i, why in retries.MISSES:
             terminalreporter.line(f"{test_id} try {i}: {why}")
+        for test_id, i, why in retries.OVERLOADED:
+            terminalreporter.line(f"{test_id} try {i}: not counted, overloaded: {why}")
     if retries.MEASURED:
         terminalreporter.section("noise measured (PROFMAGIC_MEASURE_NOISE)")
-        for test_id, n, m in retries.MEASURED:
-            terminalreporter.line(f"{test_id}: {m} of {n} tries missed; rule from it: "
-                                  f"{retries.plan(m, n, 'this run').describe()}")
+        for test_id, tries in retries.MEASURED:
+            terminalreporter.line(f"{test_id}: {retries.summary(tries)}")

@@ -101,10 +101,12 @@ def assert_cell_only(s):
         assert not any(n in t for n in KERNEL_THREAD_NAMES), f"kernel thread left: {t}"
 
 
-# py-spy's samples carry no time and jitter on a loaded machine (a busy share's error had sd 0.05 over
-# 40 recordings at load 3). Noise: `PROFMAGIC_MEASURE_NOISE=40 pytest
-# tests/test_magic.py::test_pyspy_idle_shares_trim_threads_calibration`.
-KERNEL_IDLE = retries.plan(0, 40, "PLACEHOLDER")
+# Counted tries (tests/retries.py): py-spy's samples carry no time and jitter on a loaded machine; the
+# misses under load are busy's share read low (0.21 for 0.33). Noise: `PROFMAGIC_MEASURE_NOISE=40 pytest
+# tests/test_magic.py::test_pyspy_idle_shares_trim_threads_calibration`, three runs on 2026-12-01 at load
+# 4-11 on 2 cores: 7, 8 and 3 misses of 40 (the cell waited for a core 18-31 % of its time). Rule: at most
+# 8 misses in 24 tries (false failure 0.8 %; a regression making 30 % of tries miss still passes 72 %).
+KERNEL_IDLE = retries.plan(18, 120, "load 4-11 on 2 cores, 2026-12-01")
 
 
 @pytest.mark.requires("py-spy", "ptrace")
@@ -121,7 +123,8 @@ def test_pyspy_idle_shares_trim_threads_calibration(k):
         assert s["requested_rate"] == 100.0 and s["meta_rate"] == pytest.approx(s["samples"] / s["cell_wall"])
         assert any(f.startswith("In[") for f in s["files"])
         assert_clean(k)
-        return measured_shares_miss(k, s)
+        overloaded = retries.waited(k.value("_profile.meta['cell_run_delay']"), s["cell_wall"])
+        return overloaded or measured_shares_miss(k, s)
     retries.run(KERNEL_IDLE, once)
 
 

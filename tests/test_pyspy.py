@@ -83,9 +83,11 @@ def record_child(child, idle):
     return p, float(busy_wall), float(nap_wall)
 
 
-# py-spy's samples carry no time and jitter on a loaded machine (a share's error had sd 0.05 in 40
-# recordings at load 3). Noise: `PROFMAGIC_MEASURE_NOISE=40 pytest tests/test_pyspy.py::test_record_child_idle`.
-CHILD_IDLE = retries.plan(0, 40, "PLACEHOLDER")
+# Counted tries (tests/retries.py): py-spy's samples carry no time and jitter on a loaded machine.
+# Noise: `PROFMAGIC_MEASURE_NOISE=40 pytest tests/test_pyspy.py::test_record_child_idle` missed 0 of 40
+# (2026-12-01, load average 5 on 2 cores). Rule: at most 2 misses in 16 tries (false failure 0.6 %;
+# a regression making 30 % of tries miss passes 9.9 %).
+CHILD_IDLE = retries.plan(0, 40, "load 5 on 2 cores, 2026-12-01")
 
 
 def test_record_child_idle():
