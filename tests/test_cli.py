@@ -5,10 +5,10 @@ import glob
 import json
 import os
 import subprocess
-import sys
 from decimal import Decimal
 
 import pytest
+import tools
 
 import profmagic
 from profmagic import cli
@@ -17,7 +17,7 @@ TEST_DIR = os.path.join(os.path.dirname(__file__), "data", "flamegraph", "test")
 RESULTS = sorted(glob.glob(os.path.join(TEST_DIR, "results", "*")))
 INPUTS = sorted(glob.glob(os.path.join(TEST_DIR, "perf-*.txt")))
 EXAMPLE = os.path.join(os.path.dirname(profmagic.__file__), "examples", "worker.folded")
-BIN = os.path.join(os.path.dirname(sys.executable), "profmagic")
+BIN = tools.find("profmagic")   # the installed command: next to the interpreter, else on PATH
 
 
 def _info(path, capsys):
