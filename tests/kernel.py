@@ -57,9 +57,12 @@ class Kernel:
         return self.km.provisioner.process.pid
 
     def run(self, code: str, timeout: float = 120, interrupt_after: float | None = None,
-            interrupt_on: str | None = None) -> Reply:
-        """Execute ``code``. ``interrupt_on``: send SIGINT once the cell has printed that text (a marker
-        the workload writes when it is where the test wants it); ``interrupt_after``: after so many s."""
+            interrupt_on=None) -> Reply:
+        """Execute ``code``. ``interrupt_on``: send SIGINT once the cell is where the test wants it, as
+        the workload marks it: a text it prints, or a callable that turns true (a file it writes);
+        ``interrupt_after``: after so many seconds."""
+        ready = (interrupt_on if callable(interrupt_on) or interrupt_on is None
+                 else (lambda: interrupt_on in rep.stdout))
         msg_id = self.kc.execute(code, store_history=True)
         rep = Reply(status="?")
         import time
@@ -67,7 +70,7 @@ class Kernel:
         interrupted = False
         while True:
             if not interrupted and ((interrupt_after is not None and time.monotonic() - t0 > interrupt_after)
-                                    or (interrupt_on is not None and interrupt_on in rep.stdout)):
+                                    or (ready is not None and ready())):
                 self.km.interrupt_kernel()
                 interrupted = True
             try:
@@ -95,7 +98,11 @@ class Kernel:
                 rep.error = c
             elif t == "status" and c["execution_state"] == "idle":
                 break
-        reply = self.kc.get_shell_msg(timeout=timeout)
+        # This request's own reply: under load, wait_for_ready() leaves extra kernel_info replies queued.
+        while True:
+            reply = self.kc.get_shell_msg(timeout=timeout)
+            if reply["parent_header"].get("msg_id") == msg_id:
+                break
         rep.status = reply["content"]["status"]
         return rep
 

@@ -172,11 +172,13 @@ def test_cell_raises_partial_profile_then_same_exception(k):
 
 
 @pytest.mark.requires("py-spy", "ptrace")
-def test_ctrl_c_partial_profile_and_keyboardinterrupt(k):
+def test_ctrl_c_partial_profile_and_keyboardinterrupt(k, tmp_path):
     k.run("_profile = None")
-    # Interrupted once the cell has printed its marker, after busy() (the cell starts once py-spy samples).
-    r = k.run("%%profile -b py-spy --idle\nbusy(0.3)\nprint('ctrl-c now', flush=True)\ntime.sleep(60)\n",
-              interrupt_on="ctrl-c now", timeout=120)
+    # Interrupted once the cell has written its marker file, after busy() (the cell starts once py-spy
+    # samples). A file, not a print: printing runs ipykernel's own code on the cell's thread.
+    mark = tmp_path / "busy-done"
+    r = k.run(f"%%profile -b py-spy --idle\nbusy(0.3)\nopen({str(mark)!r}, 'w').close()\ntime.sleep(60)\n",
+              interrupt_on=mark.exists, timeout=120)
     assert r.status == "error" and r.error["ename"] == "KeyboardInterrupt", r.error
     s = summary(k)
     assert "KeyboardInterrupt" in s["partial"]

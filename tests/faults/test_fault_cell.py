@@ -20,12 +20,13 @@ def test_cell_raises(clean):
 
 
 @pytest.mark.requires("py-spy", "ptrace")
-def test_ctrl_c(clean):
+def test_ctrl_c(clean, tmp_path):
     k = clean
     k.run("_profile = None")
-    # Interrupted once the cell says it has run 0.6 s under py-spy (the cell starts once py-spy samples).
-    r = k.run("%%profile -b py-spy --idle\nbusy(0.6)\nprint('ctrl-c now', flush=True)\nbusy(30)",
-              interrupt_on="ctrl-c now")
+    # Interrupted once the cell marks that it has run 0.6 s under py-spy (it starts once py-spy samples).
+    mark = tmp_path / "busy-done"
+    r = k.run(f"%%profile -b py-spy --idle\nbusy(0.6)\nopen({str(mark)!r}, 'w').close()\nbusy(30)",
+              interrupt_on=mark.exists)
     assert r.error is not None and r.error["ename"] == "KeyboardInterrupt", r.text()
     documented("interrupted", r.error["ename"])
     assert k.value("_profile.meta['partial']").startswith("the code raised KeyboardInterrupt")
