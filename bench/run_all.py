@@ -23,12 +23,12 @@ ROOT = os.path.dirname(HERE)
 
 # name -> (arguments for the full run, arguments for --quick). Each writes its section unless told not to.
 BENCHES = {
-    "bench_sampler": ([], ["--pairs", "3"]),
+    "bench_sampler": ([], ["--pairs", "2"]),
     "bench_overhead": (["--write"], ["--write", "--rounds", "1"]),
     "bench_eustack": ([], ["--pairs", "1", "--rates", "50"]),
     "bench_perf_script": (["--runs", "5", "--opt", "none", "--opt", "tid"], ["--mb", "5", "--runs", "1"]),
     "bench_load": ([], ["--reps", "1", "--scale", "0.05"]),
-    "groundtruth": ([], ["--duration", "1"]),
+    "groundtruth": ([], ["--duration", "0.5"]),
     "bench_merge": ([], ["--quick"]),
     "bench_report": ([], ["--runs", "1", "--stacks", "20000"]),
 }
