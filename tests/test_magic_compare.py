@@ -70,12 +70,13 @@ def test_sampler_mode_both(k):
 
 
 # Counted tries (tests/retries.py): py-spy's samples carry no time stamps, and two py-spy beside the cell
-# need cores of their own. Noise: `PROFMAGIC_MEASURE_NOISE=60 pytest
+# need cores of their own. Noise: `PROFMAGIC_MEASURE_NOISE=40 pytest
 # tests/test_magic_compare.py::test_pyspy_mode_both_pair_calibrated`, 2026-12-01 at load 7-14 on 2 cores:
-# of 100 tries, 95 ran with the cell waiting for a core over half its time (69 of them missed, wall(nap)
-# read 0.4-2.4 s for 0.6 s); of the 5 counted, 1 missed. Too few to know the noise: the rule below is
-# nearly toothless (at most 12 misses in 24) until it is measured on a machine with a core to spare.
-PAIR = retries.plan(1, 5, "load 7-14 on 2 cores, 95 of 100 tries overloaded, 2026-12-01")
+# of 130 tries, 125 ran with the cell waiting for a core over half its time (92 of them missed, wall(nap)
+# read 0.4-2.4 s for 0.6 s); 1 of the 5 counted missed; in a full `make test` at load 8-12, 6 of 12
+# counted tries missed (wall(nap) 13-17 % off). So 7 of 17: the rule below (at most 16 misses in 24) is
+# nearly toothless until the check is measured, or made steadier, on a machine with a core to spare.
+PAIR = retries.plan(7, 17, "load 7-14 on 2 cores, 2026-12-01")
 
 
 @pytest.mark.requires("py-spy", "ptrace")
