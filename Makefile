@@ -23,8 +23,9 @@ test: setup
 demo: setup
 	$(PY) -m profmagic.demo
 
+BENCH_ARGS ?=
 bench: setup
-	$(PY) bench/run_all.py
+	$(PY) bench/run_all.py $(BENCH_ARGS)
 
 clean:
 	rm -rf build .pytest_cache

@@ -4,7 +4,9 @@ The target is a child Python process that waits for a line on stdin, then times 
 workload plus a C-like one (zlib) and prints the seconds. Each pair runs it once unprofiled and once
 under profmagic's eu-stack recorder at the given rate, side by side; the ratio is per pair.
 
-    .venv/bin/python bench/bench_eustack.py [--pairs 5] [--rates 20,50,100]
+    .venv/bin/python bench/bench_eustack.py [--pairs 5] [--rates 20,50,100] [--no-write]
+
+Writes its section of bench/RESULTS.md through bench/results.py unless --no-write.
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -62,11 +65,21 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--pairs", type=int, default=5)
     ap.add_argument("--rates", default="20,50,100")
+    ap.add_argument("--no-write", action="store_true")
     a = ap.parse_args()
     print(f"eu-stack {eustack._version()}, {os.cpu_count()} CPUs, {a.pairs} pairs per rate")
-    print("| target rate (Hz) | achieved rate (Hz, median) | slowdown (median ratio profiled/unprofiled) "
-          "| ratios | unprofiled s (median) |")
-    print("|---|---|---|---|---|")
+    cmd = ".venv/bin/python bench/bench_eustack.py" + (f" --pairs {a.pairs}" if a.pairs != 5 else "") + \
+        (f" --rates {a.rates}" if a.rates != "20,50,100" else "")
+    lines = ["## Native backends (issue 5)", "",
+             "eu-stack sampler (profmagic's helper loop: `eu-stack -q -p PID` per snapshot, one `eu-addr2line` pass",
+             "at the end), on a child Python process doing a fixed CPU-bound workload; each pair runs it",
+             f"unprofiled and profiled side by side. {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} "
+             f"at the start; eu-stack {eustack._version()}; {time.strftime('%Y-%m-%d')}.", "",
+             f"Command: `{cmd}`", "",
+             "| target rate (Hz) | achieved rate (Hz, median) | slowdown (median ratio profiled/unprofiled) "
+             "| ratios | unprofiled s (median) |",
+             "|---|---|---|---|---|"]
+    print("\n".join(lines[-2:]))
     for rate in [float(r) for r in a.rates.split(",")]:
         ratios, rates, base = [], [], []
         for _ in range(a.pairs):
@@ -75,8 +88,12 @@ def main() -> None:
             ratios.append(s / b)
             rates.append(achieved)
             base.append(b)
-        print(f"| {rate:g} | {statistics.median(rates):.1f} | {statistics.median(ratios):.3f} | "
-              f"{', '.join(f'{r:.2f}' for r in ratios)} | {statistics.median(base):.3f} |", flush=True)
+        lines.append(f"| {rate:g} | {statistics.median(rates):.1f} | {statistics.median(ratios):.3f} | "
+                     f"{', '.join(f'{r:.2f}' for r in ratios)} | {statistics.median(base):.3f} |")
+        print(lines[-1], flush=True)
+    if not a.no_write:
+        from results import write_section
+        write_section("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

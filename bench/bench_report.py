@@ -1,9 +1,9 @@
 """Report benchmark: (1) profile ready -> icicle drawn in Chromium, for a 10 s, 100 Hz, 4-thread
 %%profile cell, in a real JupyterLab; (2) icicle payload against node count.
 
-    .venv/bin/python bench/bench_report.py [--runs 5] [--no-browser]
+    .venv/bin/python bench/bench_report.py [--runs 5] [--no-browser] [--stacks N]
 
-Writes its section of bench/RESULTS.md (replacing the previous one) unless --no-write.
+Writes its section of bench/RESULTS.md through bench/results.py unless --no-write.
 """
 from __future__ import annotations
 
@@ -91,11 +91,11 @@ def browser_times(runs: int, backend: str) -> dict:
     return out
 
 
-def payload_table() -> list[tuple]:
+def payload_table(nstacks: int = 200_000) -> list[tuple]:
     import json
     from test_views import big_profile
     from profmagic.views import tree as T
-    p = big_profile()
+    p = big_profile(nstacks)
     full, _ = T.from_profile(p, "wall")
     rows = []
     for cap in (1000, 2000, 4000, 8000, 10000):
@@ -123,9 +123,11 @@ def main() -> int:
     ap.add_argument("--no-browser", action="store_true")
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--backend", default="py-spy", help="the %%%%profile backend of the recorded cell")
+    ap.add_argument("--stacks", type=int, default=200_000, help="distinct stacks of the payload table's profile")
     a = ap.parse_args()
     lines = ["", "## Report (issue 4)", "",
-             f"Command: `.venv/bin/python bench/bench_report.py --runs {a.runs} --backend {a.backend}` "
+             f"Command: `.venv/bin/python bench/bench_report.py --runs {a.runs} --backend {a.backend}"
+             f"{f' --stacks {a.stacks}' if a.stacks != 200_000 else ''}` "
              f"({time.strftime('%Y-%m-%d')}, 2 shared cores; Chromium headless, JupyterLab {lab_version()}).", ""]
     if not a.no_browser:
         r = browser_times(a.runs, a.backend)
@@ -144,8 +146,8 @@ def main() -> int:
                   f"| first in the page (plotly.js not yet loaded) | {first['svg']:.0f} ms | {first['plotly']:.0f} ms |",
                   f"| next {len(warm)} | {stats('svg')} | {stats('plotly')} |", ""]
         print(r)
-    nfull, rows = payload_table()
-    lines += [f"Icicle payload against node count (200k distinct stacks, {nfull:,} call-tree nodes; "
+    nfull, rows = payload_table(a.stacks)
+    lines += [f"Icicle payload against node count ({a.stacks:,} distinct stacks, {nfull:,} call-tree nodes; "
               "`fig.to_json()` bytes; path-string ids measured on the same figure):", "",
               "| max_nodes | nodes shown | JSON bytes (int ids) | JSON bytes (path ids) | build s |",
               "|---|---|---|---|---|"]
@@ -154,19 +156,9 @@ def main() -> int:
     lines.append("")
     text = "\n".join(lines)
     print(text)
-    if not a.no_write:  # replaces this benchmark's own section (up to the next "## "), others untouched
-        path = os.path.join(ROOT, "bench", "RESULTS.md")
-        with open(path, encoding="utf-8") as f:
-            doc = f.read()
-        head = "\n## Report (issue 4)\n"
-        if head in doc:
-            start = doc.index(head)
-            end = doc.find("\n## ", start + len(head))
-            doc = doc[:start] + text.rstrip("\n") + "\n" + (doc[end:] if end >= 0 else "")
-        else:
-            doc += text + "\n"
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(doc)
+    if not a.no_write:
+        from results import write_section
+        write_section(text)
     return 0
 
 

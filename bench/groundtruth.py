@@ -446,42 +446,15 @@ def main(argv=None):
     if partial and not a.no_write:
         print("A partial run is not written to RESULTS.md (it would replace the full tables); use --json.")
     elif not a.no_write:
-        write_section(HERE / "RESULTS.md", text)
+        from results import write_section   # hand-written ### notes (findings) are kept
+        write_section(text)
     return 0
-
-
-SECTION = "## Accuracy against ground truth (issue 6)"
-GENERATED = ("### Worst attribution error", "### Each thread's seconds", "### Per function:")
-
-
-def write_section(path: Path, text: str) -> None:
-    """Replace this benchmark's section of RESULTS.md (append it if absent). Hand-written ``###``
-    subsections of the old section (findings) are kept, after the new section's introduction."""
-    old = path.read_text() if path.exists() else ""
-    lines = old.split("\n")
-    start = next((i for i, ln in enumerate(lines) if ln.strip() == SECTION), None)
-    if start is None:
-        path.write_text(old + ("\n" if old and not old.endswith("\n") else "") + ("\n" if old else "") + text)
-        return
-    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-    kept, keep = [], False
-    for ln in lines[start + 1:end]:
-        if ln.startswith("### "):
-            keep = not ln.startswith(GENERATED)
-        if keep:
-            kept.append(ln)
-    new = text.rstrip("\n").split("\n")
-    first_sub = next((i for i, ln in enumerate(new) if ln.startswith("### ")), len(new))
-    kept = "\n".join(kept).strip("\n")
-    body = new[:first_sub] + ([kept, ""] if kept else []) + new[first_sub:]
-    tail = lines[end:]
-    path.write_text("\n".join(lines[:start] + body + ([""] + tail if tail else [""])))
 
 
 def report(rows, missing, a, elapsed) -> str:
     import pandas as pd
     df = pd.DataFrame(rows)
-    cmd = "cd /work/main && .venv/bin/python bench/groundtruth.py"
+    cmd = ".venv/bin/python bench/groundtruth.py"
     if a.scenarios != ",".join(SCENARIOS) or a.backends != ",".join(c["name"] for c in CONFIGS):
         cmd += f" --scenarios {a.scenarios} --backends '{a.backends}'"
     if a.duration != DURATION:

@@ -28,7 +28,7 @@ def k(kernel):
     return kernel
 
 
-@pytest.mark.parametrize("backend", ["sampler", "py-spy"])
+@pytest.mark.parametrize("backend", ["sampler", pytest.param("py-spy", marks=pytest.mark.requires("py-spy", "ptrace"))])
 def test_await_sleep_is_under_the_cells_code(k, backend):
     r = k.run(f"%%profile -b {backend} -q\nawait asyncio.sleep(0.5)\n")
     assert r.status == "ok" and "no samples" not in r.stderr, r.text()
@@ -38,7 +38,7 @@ def test_await_sleep_is_under_the_cells_code(k, backend):
     assert s["awaitf"] >= 0.85, s
 
 
-@pytest.mark.parametrize("backend", ["sampler", "py-spy"])
+@pytest.mark.parametrize("backend", ["sampler", pytest.param("py-spy", marks=pytest.mark.requires("py-spy", "ptrace"))])
 def test_three_coroutines_one_after_the_other(k, backend):
     r = k.run(f"%%profile -b {backend} -q\nawait co_a()\nawait co_b()\nawait co_c()\n")
     assert r.status == "ok", r.text()

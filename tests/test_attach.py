@@ -43,6 +43,7 @@ def procs():
         p.stdin.close()
 
 
+@pytest.mark.requires("py-spy", "ptrace")
 def test_attach_one_second_records_known_function(procs):
     p = procs(60)
     prof = attach([p.pid], 1.0, backend="py-spy")
@@ -57,6 +58,7 @@ def test_attach_one_second_records_known_function(procs):
     assert prof.meta["attached"] == [p.pid] and prof.meta["backend"] == "py-spy"
 
 
+@pytest.mark.requires("py-spy", "ptrace")
 def test_attach_two_one_ends_during_recording(procs):
     # The short one spins 0.5 s from when both py-spy sample (announce): started before, it ended
     # while a loaded machine was still starting py-spy, which then could not attach.
@@ -87,6 +89,7 @@ def test_attach_errors():
 
 @pytest.mark.kernel
 @pytest.mark.timeout(300)
+@pytest.mark.requires("py-spy", "ptrace")
 def test_line_magic_pid(procs):
     from kernel import Kernel
     p = procs(60)

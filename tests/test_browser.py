@@ -10,11 +10,9 @@ import pytest
 import browser as B
 from profmagic.model import StackBuilder
 
-pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(300),
+              pytest.mark.requires("chromium", "playwright", "jupyter-lab")]
 
-why = B.missing()
-if why:
-    pytest.skip(why, allow_module_level=True)
 
 WORKLOAD = '''\
 %load_ext profmagic

@@ -7,11 +7,9 @@ import pytest
 import browser as B
 import workloads
 
-pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(300),
+              pytest.mark.requires("chromium", "playwright", "jupyter-lab")]
 
-why = B.missing()
-if why:
-    pytest.skip(why, allow_module_level=True)
 
 SETUP = "%load_ext profmagic\n" + workloads.SOURCE
 COMPARE = "%%profile --compare --backend sampler\nspin()\nnap()"

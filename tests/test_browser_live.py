@@ -9,10 +9,8 @@ import pytest
 
 import browser as B
 
-pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
-why = B.missing()
-if why:
-    pytest.skip(why, allow_module_level=True)
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(300),
+              pytest.mark.requires("chromium", "playwright", "jupyter-lab")]
 
 CELLS = [
     "%load_ext profmagic\nimport time\n"

@@ -5,19 +5,19 @@ import glob
 import json
 import os
 import subprocess
-import sys
 from decimal import Decimal
 
 import pytest
+import tools
 
 import profmagic
 from profmagic import cli
 
-TEST_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "corpus", "flamegraph", "test")
+TEST_DIR = os.path.join(os.path.dirname(__file__), "data", "flamegraph", "test")
 RESULTS = sorted(glob.glob(os.path.join(TEST_DIR, "results", "*")))
 INPUTS = sorted(glob.glob(os.path.join(TEST_DIR, "perf-*.txt")))
 EXAMPLE = os.path.join(os.path.dirname(profmagic.__file__), "examples", "worker.folded")
-BIN = os.path.join(os.path.dirname(sys.executable), "profmagic")
+BIN = tools.find("profmagic")   # the installed command: next to the interpreter, else on PATH
 
 
 def _info(path, capsys):
@@ -43,8 +43,6 @@ def test_info_on_every_corpus_result(path, capsys):
 
 @pytest.mark.parametrize("path", INPUTS, ids=os.path.basename)
 def test_info_on_every_corpus_input(path, capsys):
-    pytest.importorskip("profmagic.formats.perf_script",
-                        reason="profmagic.formats.perf_script (the perf script reader) is not written yet")
     assert len(INPUTS) == 13
     out = _info(path, capsys)
     assert "format:   perf_script" in out

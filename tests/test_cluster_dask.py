@@ -15,14 +15,17 @@ import time
 
 import pytest
 
-distributed = pytest.importorskip("distributed", reason="Dask is in the cluster extra: pip install -e '.[cluster]'")
+try:
+    import distributed
+except ImportError:   # the requires("dask") mark says how to install it
+    distributed = None
 
 import cluster_work as work  # noqa: E402
 from profmagic import cluster  # noqa: E402
 from profmagic.cluster import dask as engine  # noqa: E402
 from profmagic.cluster import tasks as tasks_view  # noqa: E402
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.requires("dask")]
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,7 @@ from native.cbuild import build_cthread, load_cthread
 from profmagic.backends import combined
 from profmagic.backends.base import Options
 
-pytestmark = [pytest.mark.timeout(180),
-              pytest.mark.skipif(not combined.available()[0], reason=f"cannot record: {combined.available()[1]}")]
+pytestmark = [pytest.mark.timeout(180), pytest.mark.requires("py-spy", "eu-stack", "gcc", "ptrace")]
 
 
 def _names(p, thread):

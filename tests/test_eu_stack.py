@@ -6,7 +6,9 @@ import sys
 import textwrap
 import time
 
+import procs
 import pytest
+from procs import wait_for
 
 from native.cbuild import build_cthread, load_cthread
 from profmagic.backends import eustack
@@ -104,14 +106,19 @@ def test_errors_name_the_place(text, where):
     assert "bad.txt" in str(e.value) and where in str(e.value)
 
 
+@pytest.mark.requires("eu-stack", "ptrace")
 def test_real_eu_stack_capture_of_a_live_process():
-    child = subprocess.Popen([sys.executable, "-c", "import time\ndef snooze():\n time.sleep(60)\nsnooze()"])
+    child = subprocess.Popen([sys.executable, "-c", "import time\ndef snooze():\n print('ready', flush=True)\n"
+                              " time.sleep(60)\nsnooze()"], stdout=subprocess.PIPE)
     try:
-        time.sleep(0.5)
+        # Ready: it said so, then went to sleep (S: nothing but the sleep blocks after the print).
+        assert child.stdout.readline() == b"ready\n"
+        assert wait_for(lambda: procs.state(child.pid) == "S", timeout=30)
         out = subprocess.run(["eu-stack", "-p", str(child.pid)], capture_output=True, check=True).stdout
     finally:
         child.kill()
         child.wait()
+        child.stdout.close()
     p = eu_stack.read(out, source="live")
     assert sniff(out) == "eu-stack"
     assert p.threads == [f"Thread {child.pid}"]
@@ -130,19 +137,10 @@ def _leaf_names(p, rows):
 
 
 def _children():
-    me = str(os.getpid())
-    out = []
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as f:
-                    if f.read().rsplit(")", 1)[1].split()[1] == me:
-                        out.append(int(d))
-            except (OSError, IndexError):
-                pass
-    return out
+    return [pid for pid, _ in procs.children()]
 
 
+@pytest.mark.requires("eu-stack", "gcc", "ptrace")
 def test_recorder_native_thread_own_root_shares_and_labels(cthread):
     before = set(_children())
     assert cthread.cthread_start(80, 80, 0) == 0
@@ -199,6 +197,7 @@ def test_recorder_native_thread_own_root_shares_and_labels(cthread):
     assert main and main[0] in p.meta["python_threads"]
 
 
+@pytest.mark.requires("eu-stack", "gcc", "ptrace")
 def test_keep_interpreter_frames_option(cthread):
     rec = eustack.Recorder(Options(pid=os.getpid(), rate=50))
     try:
@@ -213,6 +212,7 @@ def test_keep_interpreter_frames_option(cthread):
     assert "[python]" in set(eustack.read(cap, Options()).frames["name"])
 
 
+@pytest.mark.requires("eu-stack")
 def test_start_fails_loudly_for_a_missing_pid():
     from profmagic.errors import ProfilerError
     child = subprocess.Popen([sys.executable, "-c", "pass"])

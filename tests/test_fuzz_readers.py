@@ -17,7 +17,7 @@ from profmagic.formats import eu_stack, folded, perf_script, pstats, pyinstrumen
 from profmagic.model import Profile
 
 pytestmark = pytest.mark.timeout(300)
-CORPUS = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "shared", "corpus", "flamegraph"))
+CORPUS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "flamegraph")
 MAX = 64 * 1024  # bytes of input per example
 FUZZ = settings(max_examples=120, derandomize=True, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

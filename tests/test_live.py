@@ -30,7 +30,7 @@ def _updates(r) -> list[str]:
     return [u.get("text/plain", "") for u in r.updates]
 
 
-@pytest.mark.parametrize("backend", ["sampler", "py-spy"])
+@pytest.mark.parametrize("backend", ["sampler", pytest.param("py-spy", marks=pytest.mark.requires("py-spy", "ptrace"))])
 def test_live_view_updates_in_place_then_the_report(k, backend):
     r = k.run(f"%%profile -b {backend}\nphase_a(2.0)\nphase_b(2.0)\n")
     assert r.status == "ok", r.text()
@@ -59,6 +59,7 @@ def test_no_live_and_quiet(k):
     assert not r.data and not r.updates
 
 
+@pytest.mark.requires("py-spy", "ptrace")
 def test_interrupt_shows_what_was_recorded_then_raises(k, tmp_path):
     """Interrupted 2 s after the cell's code started (a marker the cell writes, not a guess at how
     long py-spy takes to attach): the partial report covers those 2 s."""

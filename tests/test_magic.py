@@ -1,13 +1,14 @@
 """%%profile in a real ipykernel, with the real profilers (issue 3)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import os
 import tempfile
 
+import procs
 import pytest
+import retries
 import workloads
 
 pytestmark = [pytest.mark.kernel, pytest.mark.timeout(300)]
@@ -59,25 +60,8 @@ def k():
     shutil.rmtree(tmp, ignore_errors=True)
 
 
-def children(pid: int) -> list[str]:
-    """Command names of the live children of ``pid``."""
-    out = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == pid:
-            out.append(stat[stat.index("(") + 1:stat.rindex(")")])
-    return out
-
-
 def assert_clean(k):
-    assert children(k.pid) == [], "a profiler child of the kernel was left running"
+    assert procs.children(k.pid) == [], "a profiler child of the kernel was left running"
     left = [n for n in os.listdir(k.tmp) if n.startswith("profmagic-")]
     assert left == [], f"temp dirs left behind: {left}"
 
@@ -118,11 +102,18 @@ def assert_cell_only(s):
         assert not any(n in t for n in KERNEL_THREAD_NAMES), f"kernel thread left: {t}"
 
 
+# Counted tries (tests/retries.py): py-spy's samples carry no time and jitter on a loaded machine; the
+# misses under load are busy's share read low (0.21 for 0.33). Noise: `PROFMAGIC_MEASURE_NOISE=40 pytest
+# tests/test_magic.py::test_pyspy_idle_shares_trim_threads_calibration`, three runs on 2026-12-01 at load
+# 4-11 on 2 cores: 7, 8 and 3 misses of 40 (the cell waited for a core 18-31 % of its time). Rule: at most
+# 8 misses in 24 tries (false failure 0.8 %; a regression making 30 % of tries miss still passes 72 %).
+KERNEL_IDLE = retries.plan(18, 120, "load 4-11 on 2 cores, 2026-12-01")
+
+
+@pytest.mark.requires("py-spy", "ptrace")
 def test_pyspy_idle_shares_trim_threads_calibration(k):
-    """py-spy's samples carry no time and jitter on a loaded machine (a busy share's error had sd
-    0.05 over 40 recordings at load 3): the shares are checked on the best of three, the rest on each."""
-    misses = []
-    for _ in range(3):
+    """The shares are counted under the rule above; everything else is checked on every try."""
+    def once():
         r, s = profile_cell(k, "-b py-spy --idle", TIMED)
         assert "recording with py-spy at 100 Hz (pid" in r.text()
         assert s["metric"] == "wall" and s["backend"] == "py-spy"
@@ -133,13 +124,12 @@ def test_pyspy_idle_shares_trim_threads_calibration(k):
         assert s["requested_rate"] == 100.0 and s["meta_rate"] == pytest.approx(s["samples"] / s["cell_wall"])
         assert any(f.startswith("In[") for f in s["files"])
         assert_clean(k)
-        miss = measured_shares_miss(k, s)
-        if miss is None:
-            return
-        misses.append(miss)
-    pytest.fail(f"py-spy shares off in three recordings: {misses}")
+        overloaded = retries.waited(k.value("_profile.meta['cell_run_delay']"), s["cell_wall"])
+        return overloaded or measured_shares_miss(k, s)
+    retries.run(KERNEL_IDLE, once)
 
 
+@pytest.mark.requires("py-spy", "ptrace")
 def test_pyspy_mode_cpu_is_cpu(k):
     _, s = profile_cell(k, "-b py-spy --mode cpu")
     assert s["metric"] == "cpu"
@@ -149,6 +139,7 @@ def test_pyspy_mode_cpu_is_cpu(k):
     assert_clean(k)
 
 
+@pytest.mark.requires("py-spy", "ptrace")
 def test_thread_started_by_cell_is_kept(k):
     body = ("t = threading.Thread(target=busy, args=(0.4,), name='worker')\n"
             "t.start(); nap(0.5); t.join()\n")
@@ -161,12 +152,14 @@ def test_thread_started_by_cell_is_kept(k):
     assert_clean(k)
 
 
+@pytest.mark.requires("py-spy", "ptrace")
 def test_all_threads_keeps_kernel_threads(k):
     _, s = profile_cell(k, "-b py-spy --idle --all-threads", "busy(0.2)\n")
     assert any("IOPub" in t or "Heartbeat" in t for t in s["threads"]), s["threads"]
     assert_clean(k)
 
 
+@pytest.mark.requires("py-spy", "ptrace")
 def test_cell_raises_partial_profile_then_same_exception(k):
     k.run("_profile = None")
     r = k.run("%%profile -b py-spy --idle\nbusy(0.2)\nraise ValueError('boom 42')\n")
@@ -179,9 +172,14 @@ def test_cell_raises_partial_profile_then_same_exception(k):
     assert_clean(k)
 
 
-def test_ctrl_c_partial_profile_and_keyboardinterrupt(k):
+@pytest.mark.requires("py-spy", "ptrace")
+def test_ctrl_c_partial_profile_and_keyboardinterrupt(k, tmp_path):
     k.run("_profile = None")
-    r = k.run("%%profile -b py-spy --idle\nbusy(0.3)\ntime.sleep(60)\n", interrupt_after=2.0, timeout=60)
+    # Interrupted once the cell has written its marker file, after busy() (the cell starts once py-spy
+    # samples). A file, not a print: printing runs ipykernel's own code on the cell's thread.
+    mark = tmp_path / "busy-done"
+    r = k.run(f"%%profile -b py-spy --idle\nbusy(0.3)\nopen({str(mark)!r}, 'w').close()\ntime.sleep(60)\n",
+              interrupt_on=mark.exists, timeout=120)
     assert r.status == "error" and r.error["ename"] == "KeyboardInterrupt", r.error
     s = summary(k)
     assert "KeyboardInterrupt" in s["partial"]
@@ -190,6 +188,7 @@ def test_ctrl_c_partial_profile_and_keyboardinterrupt(k):
     assert_clean(k)
 
 
+@pytest.mark.requires("py-spy", "ptrace")
 def test_zero_samples_message(k):
     r = k.run("%%profile -b py-spy --idle --rate 1\nx = 1\n")
     assert r.status == "ok"
@@ -205,6 +204,7 @@ def test_unknown_backend(k):
     assert k.value("ran") is False
 
 
+@pytest.mark.requires("py-spy", "ptrace")
 def test_profile_in_underscore_profile_and_line_magic_returns_it(k):
     # The cell magic shows the report as a display and leaves Out/_ to the cell's own value.
     r = k.run("%%profile -b py-spy --idle\nbusy(0.2)\n")
@@ -216,6 +216,7 @@ def test_profile_in_underscore_profile_and_line_magic_returns_it(k):
     assert_clean(k)
 
 
+@pytest.mark.requires("py-spy", "ptrace")
 def test_output_writes_speedscope(k, tmp_path):
     out = tmp_path / "cell.speedscope.json"
     r = k.run(f"%%profile -b py-spy --idle -q -o {out}\nbusy(0.2)\n")
@@ -227,6 +228,7 @@ def test_output_writes_speedscope(k, tmp_path):
     assert "busy" in set(p.frames["name"]) and p.meta["backend"] == "py-spy"
 
 
+@pytest.mark.requires("py-spy", "ptrace")
 def test_top_level_await(k):
     r, s = profile_cell(k, "-b py-spy --idle", "await asyncio.sleep(0.4)\nbusy(0.2)\n")
     assert s["busy"] > 0.2
@@ -234,6 +236,7 @@ def test_top_level_await(k):
     assert_clean(k)
 
 
+@pytest.mark.requires("py-spy", "ptrace")
 def test_gil_overrides_idle_warns(k):
     r = k.run("%%profile -b py-spy --idle --gil\nbusy(0.2)\nnap(0.3)\n")
     assert r.status == "ok" and "--gil overrides --idle" in r.stderr
@@ -244,16 +247,8 @@ def test_gil_overrides_idle_warns(k):
 INPROCESS = ["sampler", "pyinstrument", "cprofile"]
 
 
-def need(backend):
-    mod = {"sampler": "sampler", "pyinstrument": "pyinstrument", "cprofile": "cprofile"}[backend]
-    path = os.path.join(os.path.dirname(__file__), "..", "profmagic", "backends", mod + ".py")
-    if importlib.util.find_spec("profmagic") is None or not os.path.exists(path):
-        pytest.skip(f"profmagic/backends/{mod}.py is not written yet (helper H4b builds it)")
-
-
 @pytest.mark.parametrize("backend", INPROCESS)
 def test_inprocess_backends_wall(k, backend):
-    need(backend)
     _, s = profile_cell(k, f"-b {backend} --mode wall", TIMED)
     assert s["backend"] == backend and s["metric"] == "wall"
     assert_measured_shares(k, s)
@@ -263,7 +258,6 @@ def test_inprocess_backends_wall(k, backend):
 
 @pytest.mark.parametrize("backend", INPROCESS)
 def test_inprocess_backends_cpu(k, backend):
-    need(backend)
     _, s = profile_cell(k, f"-b {backend} --mode cpu")
     assert s["metric"] == "cpu"
     # ≈ 0: a sample or two lands on the call into sleep (0.6 s of sleep would be 2/3).
@@ -273,7 +267,6 @@ def test_inprocess_backends_cpu(k, backend):
 
 
 def test_sampler_keeps_cell_thread(k):
-    need("sampler")
     body = ("t = threading.Thread(target=busy, args=(0.4,), name='worker')\n"
             "t.start(); nap(0.5); t.join()\n")
     _, s = profile_cell(k, "-b sampler --mode wall", body)

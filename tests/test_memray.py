@@ -49,6 +49,9 @@ def faults():
     return mod
 
 
+pytestmark = pytest.mark.requires("memray")
+
+
 @pytest.fixture(autouse=True, scope="module")
 def private_tmp(tmp_path_factory):
     """This module's temp files go to a folder of its own, so that leftovers() sees only ours."""

@@ -1,7 +1,6 @@
 """%%profile with the native backends in a real kernel: a cell whose Python thread joins a pure C thread."""
 from __future__ import annotations
 
-import shutil
 import sys
 
 import pytest
@@ -9,7 +8,7 @@ import pytest
 sys.path.insert(0, __import__("os").path.join(__import__("os").path.dirname(__file__), "native"))
 from cbuild import build_cthread  # noqa: E402
 
-pytestmark = [pytest.mark.kernel, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.kernel, pytest.mark.timeout(300), pytest.mark.requires("gcc")]
 
 CELL = """%%profile --backend {backend} -q
 lib.cthread_start(80.0, 80.0, 10)
@@ -44,7 +43,7 @@ def profile_of(k, backend):
     return facts
 
 
-@pytest.mark.skipif(shutil.which("eu-stack") is None, reason="eu-stack (elfutils) is not installed")
+@pytest.mark.requires("eu-stack", "ptrace")
 def test_eu_stack_sees_the_pure_c_thread_as_its_own_root(knl):
     f = profile_of(knl, "eu-stack")
     # Only the cell's thread and the C thread it started: the kernel's ZMQ/BLAS threads are dropped.
@@ -60,7 +59,7 @@ def test_eu_stack_sees_the_pure_c_thread_as_its_own_root(knl):
     assert f["fn_cpu"]["cthread_busy"] > 4 * f["fn_cpu"].get("cthread_sleep", 0.0)
 
 
-@pytest.mark.skipif(shutil.which("perf") is None, reason="perf is not installed")
+@pytest.mark.requires("perf", "perf_event")
 def test_perf_sees_the_busy_c_function_not_the_sleep(knl):
     f = profile_of(knl, "perf")
     assert f["metric"] == "cpu"
@@ -73,7 +72,7 @@ def test_perf_sees_the_busy_c_function_not_the_sleep(knl):
     assert 0 < busy <= f["busy_ms"] / 1e3 * 1.1
 
 
-@pytest.mark.skipif(shutil.which("eu-stack") is None, reason="eu-stack (elfutils) is not installed")
+@pytest.mark.requires("py-spy", "eu-stack", "ptrace")
 def test_pyspy_plus_eu_stack_python_names_and_c_names(knl):
     f = profile_of(knl, "py-spy+eu-stack")
     assert len(f["threads"]) == 2, f["threads"]

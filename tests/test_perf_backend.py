@@ -7,20 +7,21 @@ import textwrap
 import time
 
 import pytest
+import tools
 
 from native.cbuild import build_cthread, load_cthread
 from profmagic.backends import perf
 from profmagic.backends.base import Options
 
-pytestmark = [pytest.mark.timeout(180),
-              pytest.mark.skipif(not perf.available()[0], reason=f"perf cannot record here: {perf.available()[1]}")]
-PY313 = "/root/.pyenv/versions/3.13.0/bin/python3.13"
+pytestmark = [pytest.mark.timeout(180), pytest.mark.requires("perf", "perf_event")]
+PY313 = tools.find("python3.13")
 
 
 def _names(p, row):
     return [p.frames.at[f, "name"] for f in p.stacks.at[row, "stack"]]
 
 
+@pytest.mark.requires("gcc")
 def test_busy_c_function_seen_and_the_sleep_not(tmp_path):
     lib = load_cthread(build_cthread(tmp_path))
     assert lib.cthread_start(30, 30, 0) == 0
@@ -68,7 +69,7 @@ WORKLOAD = textwrap.dedent("""\
     """)
 
 
-@pytest.mark.skipif(not os.path.exists(PY313), reason=f"no Python 3.13 at {PY313}")
+@pytest.mark.requires("python3.13")
 def test_perf_jit_on_313_shows_python_names(tmp_path):
     script = tmp_path / "w.py"
     script.write_text(WORKLOAD)

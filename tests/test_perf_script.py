@@ -2,7 +2,6 @@
 import glob
 import os
 import re
-import shutil
 import subprocess
 
 import pytest
@@ -281,7 +280,7 @@ int main(void) { busy_loop(); struct timespec ts = {0, 100000000}; nanosleep(&ts
 """
 
 
-@pytest.mark.skipif(shutil.which("perf") is None or shutil.which("gcc") is None, reason="needs perf and gcc")
+@pytest.mark.requires("perf", "gcc")
 def test_real_perf_script(tmp_path):
     src = tmp_path / "busy.c"
     src.write_text(BUSY_C)

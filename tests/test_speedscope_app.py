@@ -21,7 +21,8 @@ import browser
 from profmagic.formats import chrome_trace, gecko, speedscope
 from timelines import two_thread_recording
 
-pytestmark = [pytest.mark.browser, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(600),
+              pytest.mark.requires("chromium", "playwright", "npm")]
 SPEEDSCOPE_VERSION = "1.25.0"
 CACHE = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "profmagic",
                      f"speedscope@{SPEEDSCOPE_VERSION}")
@@ -35,15 +36,10 @@ def speedscope_app():
     """index.html of the pinned speedscope app, installed with npm into the cache when missing."""
     if not os.path.exists(APP):
         npm = shutil.which("npm")
-        if npm is None:
-            pytest.skip("npm is not installed (scripts/setup-system.sh installs nodejs and npm from apt)")
         os.makedirs(CACHE, exist_ok=True)
         r = subprocess.run([npm, "install", "--prefix", CACHE, "--no-audit", "--no-fund", "--ignore-scripts",
                             f"speedscope@{SPEEDSCOPE_VERSION}"], capture_output=True, text=True, timeout=600)
         assert r.returncode == 0 and os.path.exists(APP), f"npm install speedscope failed:\n{r.stderr[-2000:]}"
-    why = browser.missing()
-    if why:
-        pytest.skip(why)
     return APP
 
 

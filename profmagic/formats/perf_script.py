@@ -1,6 +1,6 @@
 """``perf script`` text -> Profile, folded exactly as FlameGraph's ``stackcollapse-perf.pl`` does.
 
-Rules (FlameGraph at 41fee1f; see shared/corpus/flamegraph/PARSING-RULES.md):
+Rules (FlameGraph at 41fee1f; see tests/data/flamegraph/PARSING-RULES.md):
 
 * A record is an event header (``comm [pid/]tid [cpu] time: [period] event:``; the timestamp and
   cpu may be missing) followed by frame lines (``addr symbol (module)``, leaf first, indented or

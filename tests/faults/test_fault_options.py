@@ -11,7 +11,9 @@ import time
 import pytest
 from conftest import documented, start_kernel, stop_kernel
 
-BACKENDS = ["sampler", "py-spy", "pyinstrument", "perf", "eu-stack"]
+BACKENDS = ["sampler", "pyinstrument", pytest.param("py-spy", marks=pytest.mark.requires("py-spy", "ptrace")),
+            pytest.param("perf", marks=pytest.mark.requires("perf")),
+            pytest.param("eu-stack", marks=pytest.mark.requires("eu-stack"))]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -62,7 +64,8 @@ def test_relative_output_in_a_deleted_working_directory(clean, tmp_path):
         k.run("os.chdir(_home)")
 
 
-@pytest.mark.parametrize("backend", ["py-spy", "perf"])
+@pytest.mark.parametrize("backend", [pytest.param("py-spy", marks=pytest.mark.requires("py-spy", "ptrace")),
+                                     pytest.param("perf", marks=pytest.mark.requires("perf"))])
 def test_unusable_tmpdir(clean, backend):
     k = clean
     k.run("import os, tempfile\n_tmp = os.environ['TMPDIR']\nos.environ['TMPDIR'] = '/nonexistent/tmp'\n"
@@ -78,7 +81,7 @@ def test_unusable_tmpdir(clean, backend):
         k.run("os.environ['TMPDIR'] = _tmp\ntempfile.tempdir = None")
 
 
-@pytest.mark.parametrize("backend", ["sampler", "py-spy"])
+@pytest.mark.parametrize("backend", ["sampler", pytest.param("py-spy", marks=pytest.mark.requires("py-spy", "ptrace"))])
 def test_a_cell_that_mocks_the_clock_keeps_its_profile(clean, backend):
     """The cell replaces time.perf_counter for good: profmagic times the cell with its own references
     to the real clocks, says so, and the profile has a sane duration and positive weights."""
