@@ -304,7 +304,7 @@ def calibrated(p, truth: dict, metric: str):
 def derived(profiles: dict, truth: dict) -> dict:
     """Add the two py-spy CPU methods: (a) combine two recordings, (b) classify native leaves; and
     py-spy calibrated to the measured time of the main thread, as the magic does for the cell."""
-    from native_leaves import classify_native
+    from _native_leaves import classify_native
     from profmagic.transforms import combine_idle
     out = dict(profiles)
     w, c = profiles.get("py-spy --idle"), profiles.get("py-spy (no --idle)")

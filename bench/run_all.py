@@ -31,6 +31,10 @@ BENCHES = {
     "groundtruth": ([], ["--duration", "0.5"]),
     "bench_merge": ([], ["--quick"]),
     "bench_report": ([], ["--runs", "1", "--stacks", "20000"]),
+    "bench_read_timed": ([], ["--duration", "5", "--reps", "1"]),
+    "bench_async": (["--write"], ["--write", "--rounds", "1"]),
+    "bench_memray": (["--write"], ["--write", "--rounds", "1"]),
+    "bench_cluster": ([], ["--sizes", "2", "--pairs", "1", "--no-ray", "--workers-on-paper", "10"]),
 }
 
 

@@ -73,7 +73,8 @@ def test_env_names_another_file(tmp_path):
 def test_every_bench_writes_through_results_py():
     """No bench opens RESULTS.md itself; run_all.py knows every bench script."""
     bench = os.path.join(ROOT, "bench")
-    scripts = sorted(n[:-3] for n in os.listdir(bench) if n.endswith(".py") and n not in ("results.py", "run_all.py"))
+    scripts = sorted(n[:-3] for n in os.listdir(bench) if n.endswith(".py") and n not in ("results.py", "run_all.py")
+                     and not n.startswith("_"))   # _name.py: a helper module of a bench, not a bench
     sys.path.insert(0, bench)
     import run_all
     assert sorted(run_all.BENCHES) == scripts
