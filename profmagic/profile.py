@@ -72,6 +72,7 @@ class StackBuilder:
         self._s_time: list[float] = []
         self._s_stack: list[int] = []
         self._s_weights: dict[str, list[float]] = {}
+        self._s_columns: dict[str, list[tuple[int, object]]] = {}  # name -> (first sample, values) chunks
         self.threads: list[str] = []  # ordered, includes threads that have no samples
         self._thread_set: set[str] = set()
 
@@ -132,6 +133,55 @@ class StackBuilder:
                 if len(col) < n + 1:
                     col.append(np.nan)
 
+    def add_samples(self, sids, time=None, samples=None, columns: dict | None = None, **weights) -> None:
+        """Many samples at once, as arrays aligned with ``sids`` (stack row ids). Counts (``samples``,
+        default 1 each) and ``weights`` are summed per row as ``add`` does. With ``time``, each is also
+        a time-ordered sample carrying its weights and ``columns``: per-sample values of any type
+        (a state, a flag, a pid...), kept with their dtype."""
+        sids = np.asarray(sids, dtype=np.int64)
+        for name, values in (columns or {}).items():
+            if len(values) != len(sids):
+                raise ValueError(f"column {name!r} has {len(values)} values for {len(sids)} samples")
+        n_rows = len(self._stack_frames)
+        counts = np.ones(len(sids), dtype=np.int64) if samples is None else np.asarray(samples)
+        per_row = np.bincount(sids, weights=counts, minlength=n_rows)
+        rows = np.flatnonzero(per_row)
+        integral = counts.dtype.kind in "iu"
+        col = self._agg["samples"]
+        for r in rows:
+            col[r] += int(per_row[r]) if integral else float(per_row[r])
+        for m, w in weights.items():
+            w = np.asarray(w, dtype=np.float64)
+            col = self._agg.get(m)
+            if col is None:
+                col = self._agg[m] = [0.0] * n_rows
+            sums = np.bincount(sids, weights=np.nan_to_num(w), minlength=n_rows)
+            for r in np.flatnonzero(sums):
+                col[r] += float(sums[r])
+        if time is None:
+            return
+        n = len(self._s_time)
+        k = len(sids)
+        self._s_time.extend(np.asarray(time, dtype=np.float64).tolist())
+        self._s_stack.extend(sids.tolist())
+        for m in set(self._s_weights) | set(weights):
+            col = self._s_weights.setdefault(m, [np.nan] * n)
+            col.extend(np.asarray(weights[m], dtype=np.float64).tolist() if m in weights else [np.nan] * k)
+        for name, values in (columns or {}).items():
+            self._s_columns.setdefault(name, []).append((n, values))
+
+    def _sample_column(self, chunks: list, n: int):
+        """One per-sample column from its chunks; samples added without it hold None."""
+        if chunks and chunks[0][0] == 0 and sum(len(v) for _, v in chunks) == n and all(
+                a + len(v) == b for (a, v), (b, _) in zip(chunks, chunks[1:])):
+            if len(chunks) == 1:
+                return chunks[0][1]
+            return pd.concat([pd.Series(v) for _, v in chunks], ignore_index=True)
+        out = [None] * n
+        for start, v in chunks:
+            out[start:start + len(v)] = list(v)
+        return pd.Series(out, dtype=object)
+
     # -- result -------------------------------------------------------------
     def frames_frame(self) -> pd.DataFrame:
         return make_frames(
@@ -166,6 +216,8 @@ class StackBuilder:
             for m, vals in self._s_weights.items():
                 cols[m] = np.asarray(vals, dtype=np.float64)
             samples_df = pd.DataFrame(cols)
+            for name, chunks in self._s_columns.items():
+                samples_df[name] = self._sample_column(chunks, len(samples_df))
         meta = dict(meta or {})
         meta.setdefault("threads", list(self.threads))
         return Profile(self.frames_frame(), stacks_df, samples_df, meta, raw, metric)
