@@ -33,6 +33,7 @@ column.
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 from urllib.parse import unquote
 
 import numpy as np
@@ -111,7 +112,7 @@ def _waiting(facts: dict) -> bool:
     return facts.get("state") in ("S", "D") or facts.get("syscall") in RESTART
 
 
-def _label_on_cpu(blocks: list[dict]) -> None:
+def _label_on_cpu(blocks: list) -> list[bool]:
     """Was each thread running when eu-stack stopped it? ``insys=0`` (the recorder saw its leaf pc
     elsewhere than just after a ``syscall`` instruction): yes. ``insys=1``: it was inside a call,
     a wait or a fast one (a busy loop reading CLOCK_THREAD_CPUTIME_ID is stopped there 9 times in
@@ -121,25 +122,26 @@ def _label_on_cpu(blocks: list[dict]) -> None:
     in nanosleep often reads R by then. Without ``insys``, that state is all there is."""
     sites: dict[int, list[int]] = {}
     for bl in blocks:
-        if bl["facts"].get("insys") == "1" and bl["frames"]:
-            n = sites.setdefault(bl["frames"][0][3], [0, 0, 0])
+        if bl.facts.get("insys") == "1" and bl.frames:
+            n = sites.setdefault(bl.frames[0][3], [0, 0, 0])
             n[0] += 1
-            n[1] += bl["facts"].get("state") in ("S", "D")
-            n[2] += bl["facts"].get("syscall") in RESTART
+            n[1] += bl.facts.get("state") in ("S", "D")
+            n[2] += bl.facts.get("syscall") in RESTART
+    out = []
     for bl in blocks:
-        f = bl["facts"]
-        insys = f.get("insys")
+        insys = bl.facts.get("insys")
         if insys == "0":
-            bl["on_cpu"] = True
-        elif insys == "1" and bl["frames"]:
-            n, s, r = sites[bl["frames"][0][3]]
-            bl["on_cpu"] = not (s > n / 2 or r >= n / 10)
+            out.append(True)
+        elif insys == "1" and bl.frames:
+            n, s, r = sites[bl.frames[0][3]]
+            out.append(not (s > n / 2 or r >= n / 10))
         else:
-            bl["on_cpu"] = f.get("state", "?") in ON_CPU_STATES
+            out.append(bl.facts.get("state", "?") in ON_CPU_STATES)
+    return out
 
 
-def _weigh(blocks: list[dict], snap_times: list[float], interval: float | None, source: str) -> None:
-    """Set ``wall``, ``cpu``, ``cpu_delta`` and ``on_cpu`` on each block of a sampled capture.
+def _weigh(blocks: list, fids: list, snap_times: list[float], interval: float | None, source: str) -> dict:
+    """``wall``, ``cpu``, ``cpu_delta`` and ``on_cpu``, one per block of a sampled capture.
 
     Wall: eu-stack snapshots a sleeping process more often than a busy one (the helper gets a core
     more easily), so each sample weighs the time since its thread's previous snapshot, not a uniform
@@ -159,70 +161,81 @@ def _weigh(blocks: list[dict], snap_times: list[float], interval: float | None, 
     on-CPU stacks' samples by wall time (by all its samples if none is on-CPU). CPU so never lands on
     a stack the thread is mostly seen asleep in, unless the thread is never seen running.
     """
-    _label_on_cpu(blocks)
+    n = len(blocks)
+    on_cpu = _label_on_cpu(blocks)
     prev_snap = {t: (snap_times[i - 1] if i else None) for i, t in enumerate(snap_times)}
-    last: dict[str, dict] = {}
-    unseen: dict[str, float] = {}
+    wall, cpu, delta, prev = [0.0] * n, [0.0] * n, [0.0] * n, [None] * n
+    last: dict[str, int] = {}
     runs: dict[tuple, list[int]] = {}
-    for bl in blocks:
-        f = bl["facts"]
+    for i, bl in enumerate(blocks):
         try:
-            bl["cpu_delta"] = int(f.get("cpu_ns", "0")) / 1e9
+            delta[i] = int(bl.facts.get("cpu_ns", "0")) / 1e9
         except ValueError:
-            raise ProfileFormatError(f"cpu_ns={f.get('cpu_ns')!r} is not an integer",
-                                     source=source, line=bl["line"]) from None
-        bl["cpu"] = 0.0
-        k = (bl["tid"], bl["fids"])
-        n = runs.setdefault(k, [0, 0, 0])  # samples, in R, resuming a timed wait
-        n[0] += 1
-        n[1] += bl["on_cpu"]
-        n[2] += f.get("syscall") in RESTART
-        tid_, t = bl["tid"], bl["time"]
-        prev = last.get(tid_)
-        if prev is not None:
-            bl["wall"] = max(t - prev["time"], 0.0)
-        elif prev_snap[t] is not None:
-            bl["wall"] = t - prev_snap[t]
+            raise ProfileFormatError(f"cpu_ns={bl.facts.get('cpu_ns')!r} is not an integer",
+                                     source=source, line=bl.line) from None
+        r = runs.setdefault((bl.tid, fids[i]), [0, 0, 0])  # samples, on-CPU, resuming a timed wait
+        r[0] += 1
+        r[1] += on_cpu[i]
+        r[2] += bl.facts.get("syscall") in RESTART
+        j = prev[i] = last.get(bl.tid)
+        if j is not None:
+            wall[i] = max(bl.time - blocks[j].time, 0.0)
+        elif prev_snap[bl.time] is not None:
+            wall[i] = bl.time - prev_snap[bl.time]
         else:
-            bl["wall"] = interval or 0.0
-        bl["prev"] = prev
-        last[tid_] = bl
-    for bl in blocks:
-        n, r, waits = runs[(bl["tid"], bl["fids"])]
-        bl["cpu_stack"] = r > n / 2 and waits < n / 10
-    for bl in blocks:
-        prev, d = bl.pop("prev"), bl["cpu_delta"]
-        if bl["cpu_stack"]:
-            bl["cpu"] += d
-        elif prev is not None and prev["cpu_stack"]:
-            prev["cpu"] += d
+            wall[i] = interval or 0.0
+        last[bl.tid] = i
+    cpu_stack = []
+    for i, bl in enumerate(blocks):
+        k, r, waits = runs[(bl.tid, fids[i])]
+        cpu_stack.append(r > k / 2 and waits < k / 10)
+    unseen: dict[str, float] = {}
+    for i, bl in enumerate(blocks):
+        j = prev[i]
+        if cpu_stack[i]:
+            cpu[i] += delta[i]
+        elif j is not None and cpu_stack[j]:
+            cpu[j] += delta[i]
         else:
-            unseen[bl["tid"]] = unseen.get(bl["tid"], 0.0) + d
-    for tid_, d in unseen.items():
-        mine = [bl for bl in blocks if bl["tid"] == tid_]
-        share = [bl for bl in mine if bl["cpu_stack"]] or mine
-        total = sum(bl["wall"] for bl in share)
-        for bl in share:
-            bl["cpu"] += d * (bl["wall"] / total if total else 1.0 / len(share))
+            unseen[bl.tid] = unseen.get(bl.tid, 0.0) + delta[i]
+    for tid, d in unseen.items():
+        mine = [i for i, bl in enumerate(blocks) if bl.tid == tid]
+        share = [i for i in mine if cpu_stack[i]] or mine
+        total = sum(wall[i] for i in share)
+        for i in share:
+            cpu[i] += d * (wall[i] / total if total else 1.0 / len(share))
+    return {"wall": wall, "cpu": cpu, "cpu_delta": delta, "on_cpu": on_cpu}
 
 
-def read(data: bytes, source: str = "<input>", raw_names: bool = False, fold: bool | None = None,
-         pid: bool = False, tid: bool = False) -> Profile:
-    """Read eu-stack text. ``fold`` (default: not ``raw_names``) folds interpreter frames into
-    ``[python]``; ``pid``/``tid`` prepend ``PID=n``/``TID=n`` root frames as stackcollapse-elfutils does."""
-    text = decode(data)
-    if fold is None:
-        fold = not raw_names
+class Block(NamedTuple):
+    """One ``TID n:`` block: a thread's stack in one snapshot."""
+    pid: str
+    tid: str
+    facts: dict         # what the recorder wrote after ``TID n:`` (state, cpu_ns, comm...)
+    time: float | None  # the snapshot's ``# t=`` (sampled captures)
+    frames: list        # [name, file, line, address], leaf first
+    line: int
+
+
+class Parsed(NamedTuple):
+    sampled: bool       # the recorder's form (``HEADER`` first)
+    header: dict        # the recorder's header facts
+    py_names: dict      # tid -> Python thread name (the recorder's ``# python-threads``)
+    blocks: list
+    snapshots: int      # ``PID n`` lines
+
+
+def parse(text: str, source: str = "<input>", raw_names: bool = False) -> Parsed:
+    """eu-stack text -> its ``TID`` blocks, in input order."""
     lines = text.split("\n")
     sampled = text.startswith(HEADER)
     header = _facts(lines[0][len(HEADER):]) if sampled else {}
     py_names: dict[str, str] = {}
-
-    # Pass 1: collect (time, pid, tid, facts, frames leaf first) per TID block.
-    blocks = []
+    blocks: list[Block] = []
     cur = None
     cur_pid = ""
     t = None
+    snapshots = 0
     for lineno, raw in enumerate(lines, 1):
         line = raw.rstrip("\r")
         if not line.strip():
@@ -238,7 +251,7 @@ def read(data: bytes, source: str = "<input>", raw_names: bool = False, fold: bo
                     mm = _MODULE.match(name)
                     if mm:
                         name, file = mm.group(1), mm.group(2)
-                cur["frames"].append([name, file, None, int(fm.group(2) or "0", 16)])
+                cur.frames.append([name, file, None, int(fm.group(2) or "0", 16)])
                 continue
             if fm:
                 raise ProfileFormatError(f"frame {line[:120]!r} before any 'TID n:' line",
@@ -254,18 +267,18 @@ def read(data: bytes, source: str = "<input>", raw_names: bool = False, fold: bo
         pm = _PID.match(line)
         if pm:
             cur_pid = pm.group(1)
+            snapshots += 1
             cur = None
             continue
         tm = _TID.match(line)
         if tm:
-            cur = {"pid": cur_pid, "tid": tm.group(1), "facts": _facts(tm.group(2)), "time": t,
-                   "frames": [], "line": lineno}
+            cur = Block(cur_pid, tm.group(1), _facts(tm.group(2)), t, [], lineno)
             blocks.append(cur)
             continue
         sm = _SRC.match(line)
-        if sm and cur is not None and cur["frames"]:
+        if sm and cur is not None and cur.frames:
             if not raw_names:
-                f = cur["frames"][-1]
+                f = cur.frames[-1]
                 if f[2] is None:  # with -i the first source line belongs to the innermost frame
                     f[1], f[2] = sm.group(1), int(sm.group(2))
             continue
@@ -276,71 +289,77 @@ def read(data: bytes, source: str = "<input>", raw_names: bool = False, fold: bo
             f"got {line[:120]!r}", source=source, line=lineno)
     if not blocks:
         raise ProfileFormatError("no 'TID n:' blocks found; expected eu-stack output", source=source, offset=0)
-    if sampled and any(b["time"] is None for b in blocks):
-        b0 = next(b for b in blocks if b["time"] is None)
+    if sampled and any(bl.time is None for bl in blocks):
+        b0 = next(bl for bl in blocks if bl.time is None)
         raise ProfileFormatError("sampled capture: 'TID' block without a preceding '# t=SECONDS' line",
-                                 source=source, line=b0["line"])
+                                 source=source, line=b0.line)
+    return Parsed(sampled, header, py_names, blocks, snapshots)
 
-    b = StackBuilder()
-    interval = float(header.get("interval") or 0) or None
-    snap_times = sorted({bl["time"] for bl in blocks}) if sampled else []
-    snaps = len(snap_times)
-    duration = float(header.get("duration") or 0) or None
-    # Python threads: named by the recorder, or seen running the eval loop.
-    py_tids = set(py_names)
-    for bl in blocks:
-        if any(PY_EVAL.match(f[0]) for f in bl["frames"]):
-            py_tids.add(bl["tid"])
 
-    # A thread's name: its Python name, else its comm from any snapshot that could read it (a
-    # thread that ended right after its last unwind has no facts: "?").
+def _thread_names(blocks: list[Block], py_names: dict) -> dict[str, str]:
+    """tid -> label: its Python name, else its comm from any snapshot that could read it (a thread
+    that ended right after its last unwind has no facts: no name)."""
     comms: dict[str, str] = {}
     for bl in blocks:
-        c = bl["facts"].get("comm")
+        c = bl.facts.get("comm")
         if c and c != "?":
-            comms.setdefault(bl["tid"], c)
+            comms.setdefault(bl.tid, c)
+    return {bl.tid: thread_label(int(bl.tid) if bl.tid.isdigit() else bl.tid,
+                                 py_names.get(bl.tid) or comms.get(bl.tid)) for bl in blocks}
 
-    def thread_name(bl):
-        tid = int(bl["tid"]) if bl["tid"].isdigit() else bl["tid"]
-        return thread_label(tid, py_names.get(bl["tid"]) or comms.get(bl["tid"]))
 
-    for bl in blocks:
-        frames = [(name, file, line, "native") for name, file, line, _addr in reversed(bl["frames"])]
-        if fold:
-            frames = fold_python(frames)
-        fids = [b.frame(n, fl, ln, k) for n, fl, ln, k in frames]
-        if tid:
-            fids.insert(0, b.frame(f"TID={bl['tid']}", None, None, "other"))
-        if pid:
-            fids.insert(0, b.frame(f"PID={bl['pid']}", None, None, "other"))
-        bl["fids"] = tuple(fids)
-        if not sampled:
-            b.add(b.stack(thread_name(bl), fids), samples=1)
-    if sampled:
-        _weigh(blocks, snap_times, interval, source)
-        for bl in blocks:
-            sid = b.stack(thread_name(bl), bl["fids"], on_cpu=bl["on_cpu"])
-            b.add(sid, samples=1, time=bl["time"], wall=bl["wall"], cpu=bl["cpu"])
+def _stack_ids(b: StackBuilder, bl: Block, fold: bool, pid: bool, tid: bool) -> tuple:
+    """A block's frame ids, root first; ``pid``/``tid`` prepend stackcollapse-elfutils' roots."""
+    frames = [(name, file, line, "native") for name, file, line, _addr in reversed(bl.frames)]
+    if fold:
+        frames = fold_python(frames)
+    fids = [b.frame(n, fl, ln, k) for n, fl, ln, k in frames]
+    if tid:
+        fids.insert(0, b.frame(f"TID={bl.tid}", None, None, "other"))
+    if pid:
+        fids.insert(0, b.frame(f"PID={bl.pid}", None, None, "other"))
+    return tuple(fids)
 
-    labels = {bl["tid"]: thread_name(bl) for bl in blocks}
-    meta = {"format": NAME, "backend": "eu-stack", "source": source,
-            "python_threads": [labels[t] for t in labels if t in py_tids],
-            "native_threads": [labels[t] for t in labels if t not in py_tids]}
-    if sampled:
-        meta.update({k: v for k, v in header.items() if k not in ("interval", "duration", "snapshots")})
-        meta["interval"] = interval
-        meta["duration"] = duration
-        meta["snapshots"] = snaps
-        meta["rate"] = snaps / duration if duration else None
-        meta["metrics"] = ["wall", "cpu"]
-        meta["wall_attribution"] = "each sample weighs the time since its thread's previous snapshot"
-        meta["cpu_attribution"] = ("each snapshot's CPU delta (schedstat run_ns) goes to the end of its "
-                                   "interval if that stack is mostly seen in state R and not in a timed wait, else to the start if "
-                                   "that one is; else it is shared by the thread's mostly-R stacks")
-        p = b.build(metric="wall", meta=meta, raw=Raw(data, NAME))
-        p.samples["state"] = [bl["facts"].get("state", "?") for bl in blocks]
-        p.samples["on_cpu"] = np.asarray([bl["on_cpu"] for bl in blocks], dtype=bool)
-        p.samples["cpu_delta"] = np.asarray([bl["cpu_delta"] for bl in blocks], dtype=np.float64)
-        return p
-    meta["snapshots"] = sum(1 for ln in lines if _PID.match(ln)) or 1
-    return b.build(metric="samples", meta=meta, raw=Raw(data, NAME))
+
+def read(data: bytes, source: str = "<input>", raw_names: bool = False, fold: bool | None = None,
+         pid: bool = False, tid: bool = False, meta: dict | None = None) -> Profile:
+    """Read eu-stack text. ``fold`` (default: not ``raw_names``) folds interpreter frames into
+    ``[python]``; ``pid``/``tid`` prepend ``PID=n``/``TID=n`` root frames as stackcollapse-elfutils does;
+    ``meta`` is added to the profile's meta."""
+    text = decode(data)
+    parsed = parse(text, source, raw_names)
+    blocks = parsed.blocks
+    b = StackBuilder()
+    labels = _thread_names(blocks, parsed.py_names)
+    fids = [_stack_ids(b, bl, not raw_names if fold is None else fold, pid, tid) for bl in blocks]
+    # Python threads: named by the recorder, or seen running the eval loop.
+    py_tids = set(parsed.py_names) | {bl.tid for bl in blocks if any(PY_EVAL.match(f[0]) for f in bl.frames)}
+    out = {"format": NAME, "backend": "eu-stack", "source": source,
+           "python_threads": [labels[t] for t in labels if t in py_tids],
+           "native_threads": [labels[t] for t in labels if t not in py_tids]}
+    if not parsed.sampled:
+        for bl, f in zip(blocks, fids):
+            b.add(b.stack(labels[bl.tid], f), samples=1)
+        out["snapshots"] = parsed.snapshots or 1
+        out.update(meta or {})
+        return b.build(metric="samples", meta=out, raw=Raw(data, NAME))
+    header = parsed.header
+    interval = float(header.get("interval") or 0) or None
+    snap_times = sorted({bl.time for bl in blocks})
+    duration = float(header.get("duration") or 0) or None
+    w = _weigh(blocks, fids, snap_times, interval, source)
+    sids = [b.stack(labels[bl.tid], f, on_cpu=on) for bl, f, on in zip(blocks, fids, w["on_cpu"])]
+    b.add_samples(sids, time=[bl.time for bl in blocks], wall=w["wall"], cpu=w["cpu"],
+                  columns={"state": [bl.facts.get("state", "?") for bl in blocks],
+                           "on_cpu": np.asarray(w["on_cpu"], dtype=bool),
+                           "cpu_delta": np.asarray(w["cpu_delta"], dtype=np.float64)})
+    out.update({k: v for k, v in header.items() if k not in ("interval", "duration", "snapshots")})
+    out.update(interval=interval, duration=duration, snapshots=len(snap_times),
+               rate=len(snap_times) / duration if duration else None, metrics=["wall", "cpu"],
+               wall_attribution="each sample weighs the time since its thread's previous snapshot",
+               cpu_attribution=("each snapshot's CPU delta (schedstat run_ns) goes to the end of its "
+                                "interval if that stack is mostly seen in state R and not in a timed wait, "
+                                "else to the start if that one is; else it is shared by the thread's "
+                                "mostly-R stacks"))
+    out.update(meta or {})
+    return b.build(metric="wall", meta=out, raw=Raw(data, NAME))
