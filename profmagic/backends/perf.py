@@ -240,26 +240,12 @@ class Recorder:
         self.tmp.close()
 
 
-_PERF_THREAD = re.compile(r"^(.*)-(?:\d+|\?)/(\d+)$")
-
-
 def read(capture: Capture, options: Options | None = None):
     from ..formats import perf_script
-    from ..transforms import relabel_threads
-    p = perf_script.read(capture.data, source="perf capture")
-    # perf names threads comm-PID/TID; use the label every backend shares so thread filters match.
-    labels = {}
-    for t in p.threads:
-        m = _PERF_THREAD.match(t)
-        if m:
-            labels[t] = thread_label(int(m.group(2)), m.group(1))
-    p = relabel_threads(p, labels)
-    meta = dict(p.meta)
-    meta.update(capture.meta)
-    meta.update(backend=NAME, versions={"perf": version()})
+    meta = {**capture.meta, "backend": NAME, "versions": {"perf": version()},
+            "metric_note": "perf cpu-clock samples: on-CPU time only; a sleeping thread is not sampled"}
     if options is not None:
         meta["rate"] = float(options.rate)
-    meta["metric_note"] = "perf cpu-clock samples: on-CPU time only; a sleeping thread is not sampled"
-    return p.replace(meta=meta)
-
-
+    # Threads get the label every backend shares (not perf's comm-PID/TID), so thread filters match.
+    return perf_script.read(capture.data, source="perf capture", meta=meta,
+                            thread_name=lambda comm, pid, tid: thread_label(tid, comm))
