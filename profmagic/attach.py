@@ -13,7 +13,7 @@ from . import multi
 from .childsampler import process_state
 from .errors import ProfilerError
 from .profile import Profile
-from .recording import _cmdline, _ended, _versions, make_options, resolve
+from .recording import _cmdline, _ended, _versions, default_mode, make_options, resolve
 
 # Backends that record another process from outside (the others run inside the profiled process).
 OUTSIDE = ("py-spy", "eu-stack", "perf", "py-spy+eu-stack")
@@ -32,10 +32,11 @@ def parse_pids(text) -> list[int]:
 
 
 def attach(pids, duration: float | None = 10.0, backend: str = "py-spy", *, rate: float = 100.0,
-           idle: bool = True, native: bool = False, announce=None) -> Profile:
+           idle: bool = True, native: bool = False, mode: str | None = None, announce=None) -> Profile:
     """Record ``pids`` for ``duration`` seconds (None: until Ctrl-C). ``idle=True`` (default) samples
     waiting threads too, so the metric is wall time. A process that ends meanwhile keeps what was
-    sampled and is marked ``ended`` in ``meta["processes"]``."""
+    sampled and is marked ``ended`` in ``meta["processes"]``. ``mode`` (default: the backend's own)
+    is as ``--mode``: perf records off-CPU time too with wall or both."""
     pids = parse_pids(pids)
     if backend == "auto":
         backend = "py-spy"
@@ -52,7 +53,8 @@ def attach(pids, duration: float | None = 10.0, backend: str = "py-spy", *, rate
     recs = []
     try:
         for pid in pids:
-            o = make_options(rate=rate, idle=idle, native=native, pid=pid, all_threads=True)
+            o = make_options(rate=rate, idle=idle, native=native, pid=pid, all_threads=True,
+                             mode=mode or default_mode(backend))
             mod, why = resolve(backend, o)
             rec = mod.Recorder(o)
             recs.append((pid, mod, o, rec, _cmdline(pid)))   # closed in finally even if start fails

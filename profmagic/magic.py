@@ -150,7 +150,7 @@ class ProfileMagics(Magics):
         try:
             profile = attach_pids(args.pid, args.duration, backend=args.backend, rate=args.rate,
                                     idle=not args.gil and (args.idle or args.mode in (None, "wall", "both")),
-                                    native=args.native,
+                                    native=args.native, mode=args.mode,
                                     announce=(lambda t: handle.update({"text/plain": t}, raw=True)) if handle else None)
         except ProfilerError as e:
             print(f"profmagic: {e}", file=sys.stderr)
@@ -183,7 +183,7 @@ class ProfileMagics(Magics):
         is_async = bool(compiled.co_flags & inspect.CO_COROUTINE)
         options = recording.make_options(
             rate=args.rate, idle=bool(args.idle or args.mode in ("wall", "both")), native=args.native,
-            gil=args.gil, mode=args.mode or "wall", subprocesses=args.subprocesses,
+            gil=args.gil, mode=args.mode or recording.default_mode(args.backend), subprocesses=args.subprocesses,
             all_threads=args.all_threads, cell_filename=filename, rerun=args.rerun)
         names = transforms.cell_names(getattr(ip.compile, "_filename_map", {}))
         handle = None

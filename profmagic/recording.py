@@ -42,6 +42,12 @@ MIN_PERIODS = 5
 MAX_RATE_RATIO = 4.0
 
 
+def default_mode(backend: str) -> str:
+    """The clock a backend records when no --mode is given: wall, unless the backend declares
+    ``DEFAULT_MODE`` (perf: cpu, its cpu-clock view; --mode wall/both add sched_switch)."""
+    return getattr(backends.get(backend), "DEFAULT_MODE", "wall") if backend in backends.MODULES else "wall"
+
+
 def run_delay() -> float | None:
     """Seconds the calling thread has waited on a run queue (runnable, not on a core), or None."""
     try:
@@ -260,7 +266,7 @@ class Session:
         """--mode both: wall and cpu columns. What a backend cannot measure stays NaN, and is said."""
         st = p.stacks
         note = CPU_ONLY.get(self.name)
-        if note is not None:
+        if note is not None and "wall" not in p.metrics:  # (perf measures wall from sched_switch)
             if "cpu" not in st:
                 st = st.assign(cpu=st["wall"] if "wall" in st else np.nan)
             st = st.assign(wall=np.nan)
@@ -477,6 +483,7 @@ class profile:
 
     def __init__(self, backend: str = "auto", **options):
         announce = options.pop("announce", lambda text: print(text, file=sys.stderr))
+        options.setdefault("mode", default_mode(backend))
         if options.get("mode") == "both" and backend in ONE_CLOCK:
             raise ProfilerError(rerun_refused(backend).replace(
                 "add --rerun to allow the second run", "a with block cannot run twice: profile a function "

@@ -37,6 +37,12 @@ NAME = "perf"
 FORMAT = "perf_script"
 ACK_TIMEOUT = 20.0
 SCRIPT_FIELDS = "comm,pid,tid,time,period,event,ip,sym,dso"
+# --mode wall/both: off-CPU time from the scheduler. Tracepoints keep period 1 (every switch) only
+# when no -F is given, so cpu-clock's rate goes in its own event terms.
+SCHED_EVENTS = ("sched:sched_switch", "sched:sched_wakeup")
+SCHED_SCRIPT = ["-F", SCRIPT_FIELDS + ",trace", "--show-switch-events", "--show-task-events",
+                "--show-lost-events"]
+DEFAULT_MODE = "cpu"  # without --mode: cpu-clock alone, perf's own view; wall/both add sched_switch
 
 
 def _paranoid() -> int | None:
@@ -69,6 +75,32 @@ def available() -> tuple[bool, str]:
                        "with perf. Fix: `sudo sysctl kernel.perf_event_paranoid=1` (or run as root; in Docker "
                        "add --cap-add PERFMON or SYS_ADMIN); or use --backend eu-stack")
     return True, f"perf {version() or '?'} (perf_event_paranoid={par})"
+
+
+def offcpu_refused(reason: str, paranoid: int | None) -> str:
+    """The one message for "perf cannot record scheduler tracepoints here": the cause, the fix and
+    the fallback."""
+    if reason == "tracefs":
+        return ("perf cannot record off-CPU time here: the sched:sched_switch tracepoint is not visible "
+                "(tracefs is not mounted at /sys/kernel/tracing, or this kernel lacks CONFIG_FTRACE). Fix: "
+                "`sudo mount -t tracefs nodev /sys/kernel/tracing` (in Docker, mount it into the container); "
+                "or use --backend eu-stack for wall time, or --mode cpu for on-CPU time only")
+    return (f"perf cannot record off-CPU time here: perf_event_paranoid setting is {paranoid} and perf runs "
+            "without CAP_PERFMON/CAP_SYS_ADMIN, so scheduler tracepoints (sched:sched_switch) are refused. "
+            "Fix: run as root (in Docker add --cap-add PERFMON), or `sudo sysctl kernel.perf_event_paranoid=-1` "
+            "with a readable /sys/kernel/tracing; or use --backend eu-stack for wall time, or --mode cpu for "
+            "on-CPU time only")
+
+
+def offcpu_available() -> tuple[bool, str]:
+    """Can perf record sched_switch here (--mode wall/both)? Unprivileged users need
+    perf_event_paranoid -1 and a readable tracefs; root gets tracefs mounted by perf itself."""
+    par = _paranoid()
+    if os.geteuid() != 0 and par is not None and par > -1:
+        return False, offcpu_refused("paranoid", par)
+    if os.geteuid() != 0 and not os.access("/sys/kernel/tracing/events/sched/sched_switch", os.R_OK):
+        return False, offcpu_refused("tracefs", par)
+    return True, "sched_switch: perf may record it"
 
 
 def _cmdline_env(pid: int) -> tuple[list[str], dict[str, str]]:
@@ -114,7 +146,10 @@ class Recorder:
         self.activated = False
         self.enabled_at = None
         self.disabled_at = None
+        self.window = None            # CLOCK_MONOTONIC (start, end) of the recording (--mode wall/both)
+        self.alive: dict[int, str] = {}
         self.status = ""
+        self.offcpu = options.mode in ("wall", "both")
 
     def _ctl(self, cmd: str, exited_ok: bool = False) -> float:
         """Write a control command and wait for perf's ack; returns when it was acknowledged.
@@ -134,6 +169,10 @@ class Recorder:
                 break
         err = self._stderr()
         m = re.search(r"perf_event_paranoid setting is (-?\d+)", err)
+        if self.offcpu and (m or "No permission to enable sched:" in err):
+            raise ProfilerError(offcpu_refused("paranoid", int(m.group(1)) if m else _paranoid()))
+        if self.offcpu and re.search(r"unknown tracepoint|events/sched/sched_switch not found", err):
+            raise ProfilerError(offcpu_refused("tracefs", _paranoid()))
         if m:  # perf's own explanation is a page long: say it in one line
             raise ProfilerError(
                 f"perf may not sample here: perf_event_paranoid setting is {m.group(1)} and perf runs without "
@@ -151,6 +190,8 @@ class Recorder:
 
     def start(self) -> None:
         ok, reason = available()
+        if ok and self.offcpu:
+            ok, reason = offcpu_available()
         if not ok:
             raise ProfilerError(reason)
         o = self.options
@@ -169,20 +210,30 @@ class Recorder:
         # O_RDWR: opening a FIFO this way does not block waiting for perf.
         self.ctl = os.open(ctl, os.O_RDWR)
         self.ack = os.open(ack, os.O_RDWR | os.O_NONBLOCK)
-        cmd = ["perf", "record", "-e", "cpu-clock", "-F", str(max(1, int(round(o.rate)))),
-               "--call-graph", "dwarf", "--no-bpf-event", "-D", "-1", f"--control=fifo:{ctl},{ack}",
-               "-p", str(o.pid), "-o", self.tmp.file("perf.data")]
-        if self.mode == "perf_jit":
-            cmd[2:2] = ["-k", "1"]
+        rate = max(1, int(round(o.rate)))
+        if self.offcpu:
+            events = ["-e", f"cpu-clock/period={10 ** 9 // rate},name=cpu-clock/"]
+            for ev in SCHED_EVENTS:
+                events += ["-e", ev]
+            events += ["--switch-events", "-k", "CLOCK_MONOTONIC"]
+        else:
+            events = ["-e", "cpu-clock", "-F", str(rate)] + (["-k", "1"] if self.mode == "perf_jit" else [])
+        cmd = (["perf", "record"] + events + ["--call-graph", "dwarf", "--no-bpf-event", "-D", "-1",
+               f"--control=fifo:{ctl},{ack}", "-p", str(o.pid), "-o", self.tmp.file("perf.data")])
         with open(self.tmp.file("perf.err"), "wb") as err:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
                                          **OWN_GROUP)
         self.enabled_at = self._ctl("enable")
+        if self.offcpu:
+            self.window = (time.monotonic(), None)
+            self.alive = _threads(o.pid)
 
     def stop(self) -> Capture:
         if self.proc is None:
             raise ProfilerError("perf was not started")
         # perf ends by itself when the target process exits.
+        if self.offcpu:
+            self.window = (self.window[0], time.monotonic())
         self.disabled_at = self._ctl("disable", exited_ok=True)
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
@@ -202,8 +253,8 @@ class Recorder:
             if res.returncode != 0:
                 raise ProfilerError("perf inject --jit failed: " + res.stderr.decode(errors="replace")[-2000:])
             data_file = jit_file
-        res = subprocess.run(["perf", "script", "-F", SCRIPT_FIELDS, "-i", data_file],
-                             capture_output=True)
+        res = subprocess.run(["perf", "script"] + (SCHED_SCRIPT if self.offcpu else ["-F", SCRIPT_FIELDS])
+                             + ["-i", data_file], capture_output=True)
         if res.returncode != 0:
             raise ProfilerError("perf script failed: " + res.stderr.decode(errors="replace")[-2000:])
         m = re.search(r"\((\d+) samples\)", self.status)
@@ -211,7 +262,14 @@ class Recorder:
                 "call_graph": "dwarf", "perf_samples": int(m.group(1)) if m else None,
                 "duration": (self.disabled_at - self.enabled_at) if self.enabled_at else None,
                 "trampoline_activated_by_profmagic": self.activated}
-        return Capture(res.stdout, FORMAT, meta)
+        data = res.stdout
+        if self.offcpu:
+            from ..formats.perf_sched import header_line
+            data = header_line(self.window[0], self.window[1], self.options.pid, self.alive).encode() + data
+            meta.update(events=["cpu-clock", *SCHED_EVENTS], mode=self.options.mode,
+                        metric_note=("wall = on-CPU (cpu-clock samples) + off-CPU (sched_switch: each stretch "
+                                     "off a core goes to the stack the thread left it in)"))
+        return Capture(data, FORMAT, meta)
 
     def close(self) -> None:
         if self.proc is not None:
@@ -240,10 +298,26 @@ class Recorder:
         self.tmp.close()
 
 
+def _threads(pid: int) -> dict[int, str]:
+    """tid -> comm of every thread of ``pid`` now."""
+    out = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for t in tids:
+        try:
+            with open(f"/proc/{pid}/task/{t}/comm") as f:
+                out[int(t)] = f.read().strip()
+        except OSError:
+            pass
+    return out
+
+
 def read(capture: Capture, options: Options | None = None):
     from ..formats import perf_script
-    meta = {**capture.meta, "backend": NAME, "versions": {"perf": version()},
-            "metric_note": "perf cpu-clock samples: on-CPU time only; a sleeping thread is not sampled"}
+    meta = {"metric_note": "perf cpu-clock samples: on-CPU time only; a sleeping thread is not sampled",
+            **capture.meta, "backend": NAME, "versions": {"perf": version()}}
     if options is not None:
         meta["rate"] = float(options.rate)
     # Threads get the label every backend shares (not perf's comm-PID/TID), so thread filters match.

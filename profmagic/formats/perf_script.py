@@ -69,6 +69,7 @@ _JITTED_SO = re.compile(r"/jitted-\d+-\d+\.so$", re.A)
 _KERNEL_MOD = re.compile(r"^\[|vmlinux$")
 # Sniffing: a frame line proper (hex address, symbol, module in parentheses).
 _SNIFF_FRAME = re.compile(r"\s*[0-9a-fA-F]+\s+\S.* \(.*\)\s*$", re.A)
+_SIDE_BAND = re.compile(r"PERF_RECORD_(\w+)(.*)$")
 _CPU_EVENTS = ("cpu-clock", "task-clock")
 _NAN = float("nan")
 _MAX_WARNINGS = 5
@@ -184,6 +185,7 @@ class Sample(NamedTuple):
 
 class SideBand(NamedTuple):
     """A ``PERF_RECORD_*`` line (``--show-switch-events``, ``--show-task-events``): no frames."""
+    thread: str         # the label of the thread whose header it has
     comm: str
     pid: int | None
     tid: int
@@ -269,14 +271,13 @@ class Parser:
         """A SideBand for a ``PERF_RECORD_*`` line (only with ``all_events``), else None."""
         if not self.all_events:
             return None
-        k = line.find("PERF_RECORD_", m.end())
-        if k < 0:
+        k = _SIDE_BAND.search(line, m.end())
+        if k is None:
             return None
         tm = _TIME.match(line, m.end())
-        kind, _, rest = line[k + 12:].partition(" ")
         w = self._whose(m.group(1, 2, 3))
-        return SideBand(w[3], w[4], w[5], float(tm.group(1)) if tm is not None else _NAN,
-                        kind.rstrip(":"), rest.strip())
+        return SideBand(w[2], w[3], w[4], w[5], float(tm.group(1)) if tm is not None else _NAN, k.group(1),
+                        k.group(2).lstrip(": ").strip())
 
     def _odd_line(self, lineno: int, line: str, why: str) -> None:
         if self.strict:
@@ -435,9 +436,17 @@ def read(data: bytes, source: str = "<input>", pid: bool = False, tid: bool = Fa
     if "\r\n" in text[:65536]:
         text = text.replace("\r\n", "\n")
     b = StackBuilder()
+    from . import perf_sched
+    sched = perf_sched.is_sched(text)
     parser = Parser(text, b.frame, _Opts(kernel, jit, addrs, python_names), source=source, pid=pid, tid=tid,
-                    event_filter=event_filter, strict=strict, thread_name=thread_name)
+                    event_filter=event_filter, strict=strict, thread_name=thread_name, all_events=sched)
     records = list(parser.records())
+    if sched:  # context switches: wall and CPU time (formats/perf_sched.py)
+        base = {"format": NAME, "backend": "perf", "source": source, "events_seen": parser.events_seen,
+                "records": sum(isinstance(r, Sample) for r in records), "folded_thread_roots": False,
+                "skipped_lines": parser.skipped, **({"warnings": parser.warnings} if parser.warnings else {})}
+        return perf_sched.read(text, [r for r in records if not isinstance(r, Sample) or r.closed],
+                               b, data, source, _Rows(b), thread_name, {**base, **(meta or {})})
     kept = [r for r in records if r.closed or keep_unterminated]
     if not kept:
         _no_samples(text, parser, source)
@@ -457,25 +466,31 @@ def _no_samples(text: str, parser: Parser, source: str):
         "expected records ended by a blank line", source=source, line=parser.first_header)
 
 
+class _Rows:
+    """A record's stack row: FlameGraph's root frame, then its frames root first. Rows are cached by
+    the identity of the record's frame tuple (the parser reuses one per frame block), kept alive here."""
+
+    def __init__(self, b: StackBuilder):
+        self.b, self.roots, self.rows = b, {}, {}
+
+    def __call__(self, r: Sample) -> int:
+        hit = self.rows.get((r.thread, r.pname, id(r.leaf_first)))
+        if hit is None:
+            rid = self.roots.get(r.pname)
+            if rid is None:
+                rid = self.roots[r.pname] = self.b.frame(r.pname, None, None, "other")
+            hit = self.rows[(r.thread, r.pname, id(r.leaf_first))] = (
+                r.leaf_first, self.b.stack(r.thread, (rid,) + r.leaf_first[::-1]))
+        return hit[1]
+
+
 def _collapse(b: StackBuilder, records: list[Sample], parser: Parser, data: bytes, source: str,
               options: dict, unterminated: str | None, extra_meta: dict | None) -> Profile:
     """Records of one event -> Profile: samples weigh their periods as FlameGraph sums them;
     ``cpu-clock``/``task-clock`` records that all printed their period also give CPU seconds."""
     n = len(records)
-    sid = np.empty(n, dtype=np.int64)
-    # Each row is FlameGraph's root frame, then the record's frames root first. Rows are cached by
-    # the identity of the record's frame tuple (the parser reuses one per frame block), kept alive here.
-    roots, rows = {}, {}
-    frame, stack = b.frame, b.stack
-    for i, r in enumerate(records):
-        key = (r.thread, r.pname, id(r.leaf_first))
-        hit = rows.get(key)
-        if hit is None:
-            rid = roots.get(r.pname)
-            if rid is None:
-                rid = roots[r.pname] = frame(r.pname, None, None, "other")
-            hit = rows[key] = (r.leaf_first, stack(r.thread, (rid,) + r.leaf_first[::-1]))
-        sid[i] = hit[1]
+    row_of = _Rows(b)
+    sid = np.fromiter((row_of(r) for r in records), dtype=np.int64, count=n)
     periods = np.fromiter((r.period for r in records), dtype=np.int64, count=n)
     times = np.fromiter((r.time for r in records), dtype=np.float64, count=n)
     event = parser.event
