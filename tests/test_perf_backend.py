@@ -10,6 +10,7 @@ import pytest
 
 from native.cbuild import build_cthread, load_cthread
 from profmagic.backends import perf
+from profmagic.formats import perf_sched
 from profmagic.backends.base import Options, thread_native_id
 
 pytestmark = [pytest.mark.timeout(180),
@@ -162,3 +163,75 @@ def test_mode_both_pure_c_thread_60_busy_40_asleep(tmp_path):
     for t in p.threads:
         assert p.stacks.loc[p.stacks["thread"] == t, "wall"].sum() == pytest.approx(end - start, rel=1e-6), t
     assert (p.weights("off_cpu") >= -1e-12).all()
+
+
+def test_attach_mode_both_to_a_running_process(tmp_path):
+    from profmagic.attach import attach
+    so = build_cthread(tmp_path)
+    code = (f"import ctypes, sys, time\nsys.path.insert(0, {os.path.dirname(__file__)!r})\n"
+            f"from native.cbuild import load_cthread\nlib = load_cthread({so!r})\n"
+            "lib.cthread_start(30.0, 20.0, 0)\nprint('ready', flush=True)\ntime.sleep(60)\n")
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        p = attach([child.pid], duration=3, backend="perf", mode="both")
+    finally:
+        child.kill()
+        child.wait()
+        child.stdout.close()
+    assert {"wall", "cpu", "off_cpu"} <= set(p.metrics)
+    rows = _c_rows(p)
+    st = p.stacks.loc[rows]
+    busy = st[[("cthread_busy" in _names(p, r)) for r in rows]]["wall"].sum()
+    assert abs(busy / st["wall"].sum() - 0.6) <= 0.05
+    # The child's main thread slept through the whole recording: perf saw no event of it, so its
+    # time is one labelled row, counted, not dropped.
+    main = p.stacks[p.stacks["thread"].map(thread_native_id) == child.pid]
+    assert [_names(p, r) for r in main.index] == [[perf_sched.NOT_SEEN]]
+    assert main["wall"].sum() == pytest.approx(p.stacks.loc[rows, "wall"].sum(), rel=0.01)
+    assert main["cpu"].sum() == 0
+
+
+def test_mode_wall_names_the_waker_and_labels_time_before_the_first_event():
+    import threading
+    go, stop = threading.Event(), threading.Event()
+
+    def waiter():
+        while not stop.is_set():
+            go.wait()
+            go.clear()
+
+    def setter():
+        while not stop.is_set():
+            time.sleep(0.03)
+            go.set()
+
+    first = threading.Event()
+    late = threading.Thread(target=lambda: (first.wait(), time.sleep(0.2)), name="late")
+    w, s = threading.Thread(target=waiter, name="waiter"), threading.Thread(target=setter, name="setter")
+    late.start()
+    w.start()
+    rec = perf.Recorder(Options(pid=os.getpid(), rate=100, mode="wall"))
+    try:
+        rec.start()
+        s.start()
+        time.sleep(0.5)
+        first.set()  # "late" was blocked since before the recording: its first event is a switch-in
+        time.sleep(1.0)
+        cap = rec.stop()
+    finally:
+        stop.set()
+        go.set()
+        rec.close()
+        for t in (s, w, late):
+            t.join()
+    p = perf.read(cap, Options(rate=100))
+    label = {t.native_id: lab for lab in p.threads for t in (w, s, late) if thread_native_id(lab) == t.native_id}
+    smp = p.samples[p.samples["thread"] == label[w.native_id]]
+    off = smp[smp["state"] != "on-CPU"]
+    # The waiter's waits end when the setter sets the event (a futex wake in the setter's thread).
+    assert (off["woken_by"] == label[s.native_id]).mean() > 0.8, off["woken_by"].value_counts()
+    uncovered = p.meta["uncovered"][perf_sched.OFF_BEFORE]
+    assert uncovered[label[late.native_id]] == pytest.approx(0.5, abs=0.15)
+    rows = p.stacks[p.stacks["thread"] == label[late.native_id]]
+    assert perf_sched.OFF_BEFORE in {_names(p, r)[0] for r in rows.index}

@@ -51,6 +51,7 @@ ON_CPU_STATE = "on-CPU"
 _FORK = re.compile(r"^\((\d+):(\d+)\)")
 _PREV_STATE = re.compile(r"\bprev_state=(\S+)")
 _WAKEE = re.compile(r"\bpid=(\d+)")
+_IN_IRQ = re.compile(r"interrupt|irq|hrtimer_wakeup")
 SWITCH_EVENT = "sched:sched_switch"
 WAKEUP_EVENTS = ("sched:sched_wakeup", "sched:sched_waking")
 CPU_EVENT = "cpu-clock"
@@ -254,9 +255,10 @@ class Timeline:
 
 
 def read(text: str, records: list, b: StackBuilder, data: bytes, source: str, row_of, thread_name,
-         meta: dict) -> Profile:
+         frame_names: dict, meta: dict) -> Profile:
     """Wall and CPU from ``records`` (the Parser's Samples and SideBands, in input order); ``row_of``
-    gives a Sample's stack row in ``b``, ``thread_name(comm, pid, tid)`` a thread's label."""
+    gives a Sample's stack row in ``b``, ``thread_name(comm, pid, tid)`` a thread's label,
+    ``frame_names`` a frame id's name."""
     facts = header_facts(text)
     times = [r.time for r in records if r.time > 0]  # (PERF_RECORD_COMM lines print time 0; NaN fails)
     if not times:
@@ -282,8 +284,8 @@ def read(text: str, records: list, b: StackBuilder, data: bytes, source: str, ro
             tl.cpu_sample(r.tid, r.time, row_of(r))
         elif r.event == SWITCH_EVENT:
             tl.switch_sample(r.tid, row_of(r), r.trace)
-        elif r.event in WAKEUP_EVENTS:
-            tl.wakeup(r.tid, r.trace)
+        elif r.event in WAKEUP_EVENTS and not any(_IN_IRQ.search(frame_names.get(f, "")) for f in r.leaf_first):
+            tl.wakeup(r.tid, r.trace)  # (a wakeup in an interrupt, a timer's, is not the running thread's doing)
     tl.finish({tid: thread_name(comm, facts.get("pid"), tid) for tid, comm in (facts.get("threads") or {}).items()})
     if not tl.sid:
         raise ProfileFormatError("no cpu-clock sample or context switch inside the recording",

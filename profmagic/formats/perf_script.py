@@ -438,15 +438,23 @@ def read(data: bytes, source: str = "<input>", pid: bool = False, tid: bool = Fa
     b = StackBuilder()
     from . import perf_sched
     sched = perf_sched.is_sched(text)
-    parser = Parser(text, b.frame, _Opts(kernel, jit, addrs, python_names), source=source, pid=pid, tid=tid,
-                    event_filter=event_filter, strict=strict, thread_name=thread_name, all_events=sched)
+    names: dict[int, str] = {}  # frame id -> name, for the sched reader
+
+    def frame(name, file=None, line=None, kind="other"):
+        fid = b.frame(name, file, line, kind)
+        names[fid] = name
+        return fid
+
+    parser = Parser(text, frame if sched else b.frame, _Opts(kernel, jit, addrs, python_names), source=source,
+                    pid=pid, tid=tid, event_filter=event_filter, strict=strict, thread_name=thread_name,
+                    all_events=sched)
     records = list(parser.records())
     if sched:  # context switches: wall and CPU time (formats/perf_sched.py)
         base = {"format": NAME, "backend": "perf", "source": source, "events_seen": parser.events_seen,
                 "records": sum(isinstance(r, Sample) for r in records), "folded_thread_roots": False,
                 "skipped_lines": parser.skipped, **({"warnings": parser.warnings} if parser.warnings else {})}
         return perf_sched.read(text, [r for r in records if not isinstance(r, Sample) or r.closed],
-                               b, data, source, _Rows(b), thread_name, {**base, **(meta or {})})
+                               b, data, source, _Rows(b), thread_name, names, {**base, **(meta or {})})
     kept = [r for r in records if r.closed or keep_unterminated]
     if not kept:
         _no_samples(text, parser, source)
