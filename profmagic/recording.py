@@ -48,6 +48,17 @@ def default_mode(backend: str) -> str:
     return getattr(backends.get(backend), "DEFAULT_MODE", "wall") if backend in backends.MODULES else "wall"
 
 
+def exec_entries_above(frame) -> int:
+    """How many ``PyEval_EvalCode`` native frames run beneath ``frame`` (a live Python frame): one
+    per ``<module>`` frame on its chain (exec, eval, import and the main script each start module
+    code there). Counted on the cell's thread before the cell's own exec, for trim_native_to_cell."""
+    n = 0
+    while frame is not None:
+        n += frame.f_code.co_name == "<module>"
+        frame = frame.f_back
+    return n
+
+
 def run_delay() -> float | None:
     """Seconds the calling thread has waited on a run queue (runnable, not on a core), or None."""
     try:
@@ -149,6 +160,7 @@ class Session:
         o.thread_native_id = threading.get_native_id()
         o.thread_ident = threading.get_ident()
         self.thread_name = threading.current_thread().name
+        self.entries_above = exec_entries_above(sys._getframe())  # for trim_native_to_cell
         # Threads that are not the user's: the kernel's own when in a kernel, else all alive now.
         self.before = not_users_threads()
         if self.announce:
@@ -229,6 +241,8 @@ class Session:
         fix.setdefault(cell_thread, thread_label(o.thread_native_id, self.thread_name))
         p = transforms.relabel_threads(p, fix)
         cell_thread = fix[cell_thread]
+        if o.cell_filename and not (p.frames["file"] == o.cell_filename).any():  # native stacks, no Python names
+            p = transforms.trim_native_to_cell(p, cell_thread, self.entries_above)
         if o.cell_filename:
             p = transforms.trim_to_cell(p, o.cell_filename, threads=[cell_thread])
         if o.mode == "both":

@@ -114,6 +114,56 @@ def trim_to_cell(profile: Profile, cell_filename: str, threads: Iterable[str] | 
                     {"trimmed_to": cell_filename, "samples_outside_cell": dropped})
 
 
+# Where the interpreter starts a module-level code object (exec, eval, import, the main script): one
+# such native frame per ``<module>`` Python frame.
+EXEC_ENTRY = "PyEval_EvalCode"
+# A native stack that reaches one of these is whole (unwound to the thread's start).
+_THREAD_ROOTS = re.compile(r"^(_start|__libc_start_main\S*|__libc_start_call_main|main|Py_BytesMain|Py_RunMain"
+                           r"|start_thread|__clone3?|clone3?|thread_run|pythread_wrapper)$")
+
+
+def trim_native_to_cell(profile: Profile, thread: str, entries_above: int) -> Profile:
+    """Cut the native stacks of ``thread`` (the cell's) at the cell: the cell runs as module code
+    through the interpreter's ``PyEval_EvalCode``, and ``entries_above`` of those frames lie above
+    it (the kernel's, IPython's: one per ``<module>`` Python frame where the cell was started). So
+    the cell begins at the frame after the (``entries_above`` + 1)-th ``PyEval_EvalCode`` from the
+    root; what is above it folds away. For stacks that name no Python file (perf without CPython's
+    perf support, eu-stack's ``[python]``), where ``trim_to_cell`` has nothing to cut at.
+
+    A whole stack (unwound to the thread's start) with fewer such frames was sampled outside the
+    cell (the magic around it) and is dropped; a truncated one is kept as it is. Other threads are
+    kept whole. Nothing changes when no stack of ``thread`` reaches the cell (unwinding that never
+    gets to ``PyEval_EvalCode``), and ``meta["trim_note"]`` says so."""
+    fr = profile.frames
+    entry = set(fr.index[(fr["name"] == EXEC_ENTRY).to_numpy()].tolist())
+    roots = set(fr.index[fr["name"].astype(str).str.match(_THREAD_ROOTS).to_numpy()].tolist())
+    old = profile.stacks
+    new_stacks, keep, cut_any = [], np.ones(len(old), dtype=bool), False
+    for i, (t, s) in enumerate(zip(old["thread"], old["stack"])):
+        if t != thread:
+            new_stacks.append(s)
+            continue
+        seen, cut = 0, None
+        for j, f in enumerate(s):
+            if f in entry:
+                seen += 1
+                if seen == entries_above + 1:
+                    cut = j + 1
+                    break
+        if cut is not None and cut < len(s):
+            new_stacks.append(tuple(s[cut:]))
+            cut_any = True
+        else:
+            new_stacks.append(s)
+            keep[i] = not any(f in roots for f in s)
+    if not cut_any:
+        return profile.replace(meta={**profile.meta, "trim_note": (
+            f"native stacks not trimmed: no stack of {thread} reaches the cell's {EXEC_ENTRY}")})
+    dropped = int(old["samples"].to_numpy()[~keep].sum())
+    return _regroup(profile, old["thread"].to_numpy(), new_stacks, keep,
+                    {"trimmed_native_to_cell": thread, "samples_outside_cell": dropped})
+
+
 def keep_threads(profile: Profile, keep: Iterable[str] | Callable[[str], bool]) -> Profile:
     """Only the threads named in ``keep`` (or for which ``keep(label)`` is true)."""
     pred = keep if callable(keep) else set(keep).__contains__

@@ -42,6 +42,10 @@ SCRIPT_FIELDS = "comm,pid,tid,time,period,event,ip,sym,dso"
 SCHED_EVENTS = ("sched:sched_switch", "sched:sched_wakeup")
 SCHED_SCRIPT = ["-F", SCRIPT_FIELDS + ",trace", "--show-switch-events", "--show-task-events",
                 "--show-lost-events"]
+# User stack copied per sample for DWARF unwinding. A cell in ipykernel runs below asyncio, IPython
+# and two exec()s: with perf's default 8 KB the unwind stopped at task_step_impl, before the cell's
+# PyEval_EvalCode (which trim_native_to_cell cuts at); 32 KB reached _start.
+STACK_BYTES = 32768
 DEFAULT_MODE = "cpu"  # without --mode: cpu-clock alone, perf's own view; wall/both add sched_switch
 
 
@@ -218,7 +222,7 @@ class Recorder:
             events += ["--switch-events", "-k", "CLOCK_MONOTONIC"]
         else:
             events = ["-e", "cpu-clock", "-F", str(rate)] + (["-k", "1"] if self.mode == "perf_jit" else [])
-        cmd = (["perf", "record"] + events + ["--call-graph", "dwarf", "--no-bpf-event", "-D", "-1",
+        cmd = (["perf", "record"] + events + ["--call-graph", f"dwarf,{STACK_BYTES}", "--no-bpf-event", "-D", "-1",
                f"--control=fifo:{ctl},{ack}", "-p", str(o.pid), "-o", self.tmp.file("perf.data")])
         with open(self.tmp.file("perf.err"), "wb") as err:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
