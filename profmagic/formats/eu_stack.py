@@ -8,12 +8,18 @@ Plain eu-stack prints one snapshot::
         ../sysdeps/unix/sysv/linux/clock_nanosleep.c:71:10
     #1  0x00007f3271915ada pysleep
 
-``-m`` adds `` - MODULE`` after the name, ``-s`` adds an indented ``file:line[:col]`` line, ``-i``
-adds inlined callers as further frames at the same address, ``-q`` leaves names out. As
-stackcollapse-elfutils.pl does, each ``TID`` block is one sample (count 1), frames are listed
-leaf first, and a frame without a name is ``[unknown]``. With ``raw_names=True`` names are taken
-exactly as that script takes them (everything after the address); by default a `` - /module``
-suffix goes to the frame's file and runs of interpreter frames fold into ``[python]``.
+Every output form is read: ``PID n - process`` (a live process) or ``PID n - core`` (``--core``);
+``-m`` adds `` - MODULE`` after the name (a path for a process, a file name for a core; `` - MODULE``
+alone for a frame without a name); ``-s`` adds an indented ``file:line[:col]`` line; ``-i``
+adds inlined callers as further frames at the same address, each with its own source line; ``-d``
+(DWARF names) and ``-r`` (mangled names) change only the names; ``-a`` puts `` - 1`` (a caller's
+pc-1) or spaces between address and name; ``-b``'s indented build-id lines are skipped; ``-l``
+prints a module memory map first, whose file paths then replace ``-m``'s bare file names; ``-q``
+leaves names out. As stackcollapse-elfutils.pl does, each ``TID`` block is one sample (count 1),
+frames are listed leaf first, and a frame without a name is ``[unknown]``. With ``raw_names=True``
+names are taken exactly as that script takes them (everything after the address); by default the
+module goes to the frame's file (a ``-s`` source file takes its place) and runs of interpreter
+frames fold into ``[python]``.
 
 The recorder's sampled form is the same text with a header line, a ``# t=SECONDS`` line before each
 snapshot and facts after each ``TID n:``::
@@ -46,11 +52,14 @@ from .folded import decode
 NAME = "eu-stack"
 HEADER = "# profmagic eu-stack sampler"
 
-_PID = re.compile(r"^PID (\d*)")
+_PID = re.compile(r"^PID (\d*)(?: - (\w+))?")
 _TID = re.compile(r"^TID (\d*):?(.*)$")
 _FRAME = re.compile(r"^#(\d*) *0x([0-9a-fA-F]*) ?(.*)$")
 _SRC = re.compile(r"^\s+(\S.*?):(\d+)(?::\d+)?\s*$")
-_MODULE = re.compile(r"^(.*?) - ((?:/|\[).*)$")
+# " - MODULE" after a name (or alone): a path, or a core's bare file name (no spaces or C++ punctuation).
+_MODULE = re.compile(r"^(.*?)(?:^| )- ((?:/|\[).*|[^\s()<>,*&]+)$")
+_ACTIVATION = re.compile(r"^(?:- 1 |\s+)(?=\S)")  # -a: " - 1 " (pc-1, a caller) or spaces (the leaf)
+_MAP = re.compile(r"^0x[0-9a-fA-F]+-0x[0-9a-fA-F]+ (\S.*?)\s*$")  # -l: "0xLO-0xHI module"
 _T = re.compile(r"^# t=([0-9.eE+-]+)\s*$")
 ON_CPU_STATES = ("R",)
 RESTART = ("restart_syscall", "219")  # x86_64: a timed wait resumed after a ptrace stop
@@ -71,7 +80,7 @@ def sniff(head: bytes) -> bool:
         return True
     for line in text.split("\n", 20)[:20]:
         if line.strip():
-            return bool(re.match(r"^PID \d+ - process\s*$", line))
+            return bool(re.match(r"^PID \d+ - (process|core)( module memory map)?\s*$", line))
     return False
 
 
@@ -223,6 +232,7 @@ class Parsed(NamedTuple):
     py_names: dict      # tid -> Python thread name (the recorder's ``# python-threads``)
     blocks: list
     snapshots: int      # ``PID n`` lines
+    target: str | None  # "process" (eu-stack -p) or "core" (--core)
 
 
 def parse(text: str, source: str = "<input>", raw_names: bool = False) -> Parsed:
@@ -231,9 +241,10 @@ def parse(text: str, source: str = "<input>", raw_names: bool = False) -> Parsed
     sampled = text.startswith(HEADER)
     header = _facts(lines[0][len(HEADER):]) if sampled else {}
     py_names: dict[str, str] = {}
+    modules: dict[str, str] = {}  # -l: a module's file name -> its path
     blocks: list[Block] = []
-    cur = None
-    cur_pid = ""
+    cur = module = None
+    cur_pid, target = "", None
     t = None
     snapshots = 0
     for lineno, raw in enumerate(lines, 1):
@@ -243,15 +254,7 @@ def parse(text: str, source: str = "<input>", raw_names: bool = False) -> Parsed
         if line.startswith("#"):
             fm = _FRAME.match(line)
             if fm and cur is not None:
-                name = fm.group(3)
-                file = None
-                if not name.strip():
-                    name = "[unknown]"
-                elif not raw_names:
-                    mm = _MODULE.match(name)
-                    if mm:
-                        name, file = mm.group(1), mm.group(2)
-                cur.frames.append([name, file, None, int(fm.group(2) or "0", 16)])
+                cur.frames.append(_frame(fm, raw_names))
                 continue
             if fm:
                 raise ProfileFormatError(f"frame {line[:120]!r} before any 'TID n:' line",
@@ -266,34 +269,62 @@ def parse(text: str, source: str = "<input>", raw_names: bool = False) -> Parsed
             continue
         pm = _PID.match(line)
         if pm:
-            cur_pid = pm.group(1)
-            snapshots += 1
-            cur = None
+            cur_pid, target = pm.group(1), pm.group(2) or target
+            if not line.rstrip().endswith("module memory map"):
+                snapshots += 1
+            cur = module = None
             continue
         tm = _TID.match(line)
         if tm:
             cur = Block(cur_pid, tm.group(1), _facts(tm.group(2)), t, [], lineno)
             blocks.append(cur)
             continue
+        mm = _MAP.match(line) if cur is None else None
+        if mm:
+            module = mm.group(1)
+            continue
+        if module is not None and raw[:1].isspace():
+            path = line.strip()
+            if path.startswith(("/", "./")) and module not in modules:
+                modules[module] = path
+            continue
         sm = _SRC.match(line)
         if sm and cur is not None and cur.frames:
             if not raw_names:
                 f = cur.frames[-1]
-                if f[2] is None:  # with -i the first source line belongs to the innermost frame
+                if f[2] is None:  # each source line belongs to the frame just above it
                     f[1], f[2] = sm.group(1), int(sm.group(2))
             continue
-        if raw[:1].isspace():  # other indented detail lines are ignored, as stackcollapse does
+        if raw[:1].isspace():  # other indented detail lines (-b build ids) are ignored, as stackcollapse does
             continue
         raise ProfileFormatError(
-            f"expected 'PID n - process', 'TID n:', '#N 0xADDR name' or an indented source line, "
-            f"got {line[:120]!r}", source=source, line=lineno)
+            f"expected 'PID n - process' (or '- core'), 'TID n:', '#N 0xADDR name' or an indented source "
+            f"line, got {line[:120]!r}", source=source, line=lineno)
+    if modules:  # -l with -m: a core's bare module file names become paths
+        for bl in blocks:
+            for f in bl.frames:
+                if f[2] is None and f[1] in modules:
+                    f[1] = modules[f[1]]
     if not blocks:
         raise ProfileFormatError("no 'TID n:' blocks found; expected eu-stack output", source=source, offset=0)
     if sampled and any(bl.time is None for bl in blocks):
         b0 = next(bl for bl in blocks if bl.time is None)
         raise ProfileFormatError("sampled capture: 'TID' block without a preceding '# t=SECONDS' line",
                                  source=source, line=b0.line)
-    return Parsed(sampled, header, py_names, blocks, snapshots)
+    return Parsed(sampled, header, py_names, blocks, snapshots, target)
+
+
+def _frame(fm, raw_names: bool) -> list:
+    """[name, file, line, address] of a ``#N 0xADDR ...`` line."""
+    name, file = fm.group(3), None
+    if not raw_names:
+        name = _ACTIVATION.sub("", name, count=1)
+        mm = _MODULE.match(name)
+        if mm:
+            name, file = mm.group(1).strip(), mm.group(2)
+    if not name.strip():
+        name = "[unknown]"
+    return [name, file, None, int(fm.group(2) or "0", 16)]
 
 
 def _thread_names(blocks: list[Block], py_names: dict) -> dict[str, str]:
@@ -334,7 +365,7 @@ def read(data: bytes, source: str = "<input>", raw_names: bool = False, fold: bo
     fids = [_stack_ids(b, bl, not raw_names if fold is None else fold, pid, tid) for bl in blocks]
     # Python threads: named by the recorder, or seen running the eval loop.
     py_tids = set(parsed.py_names) | {bl.tid for bl in blocks if any(PY_EVAL.match(f[0]) for f in bl.frames)}
-    out = {"format": NAME, "backend": "eu-stack", "source": source,
+    out = {"format": NAME, "backend": "eu-stack", "source": source, "target": parsed.target,
            "python_threads": [labels[t] for t in labels if t in py_tids],
            "native_threads": [labels[t] for t in labels if t not in py_tids]}
     if not parsed.sampled:
