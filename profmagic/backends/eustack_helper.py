@@ -1,8 +1,9 @@
 """The eu-stack sampler's helper process: ``python -m profmagic.backends.eustack_helper --pid PID``.
 
 It loops: ``eu-stack -q -p PID`` (full unwind, raw addresses, 1-2 ms), then each thread's
-``/proc/PID/task/TID/{stat,schedstat,wchan,syscall}`` (state, CPU delta, what it waits in). It
-prints ``ready`` after its first snapshot. On SIGINT it resolves the unique addresses once with
+``/proc/PID/task/TID/{stat,schedstat,wchan,syscall}`` (state, CPU delta, what it waits in); just
+before and after each unwind it reads every Python thread's frame chain from the target's memory
+(``pyframes.py``, ~0.1-0.6 ms). It prints ``ready`` after its first snapshot. On SIGINT it resolves the unique addresses once with
 ``eu-addr2line -p PID -f -i -a`` (caller frames are return addresses: it resolves pc-1) while the
 target is still alive, and writes the sampled capture that ``formats/eu_stack.py`` reads.
 """
@@ -15,6 +16,10 @@ import subprocess
 import sys
 import threading
 import time
+from typing import NamedTuple
+from urllib.parse import quote
+
+from .pyframes import PyFrames
 
 MIN_SLEEP = 0.2  # the helper sleeps at least this share of the interval after every snapshot
 
@@ -180,19 +185,19 @@ def _module(maps, addr: int) -> str | None:
     return None
 
 
-def main(argv: list[str]) -> int:
-    import argparse
-    ap = argparse.ArgumentParser(prog="profmagic.backends.eustack_helper")
-    ap.add_argument("--pid", type=int, required=True)
-    ap.add_argument("--rate", type=float, default=100.0)
-    ap.add_argument("--out", required=True)
-    a = ap.parse_args(argv)
-    stop = threading.Event()
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    pid, interval = a.pid, 1.0 / a.rate
-    sched = raise_priority()
+class Snapshot(NamedTuple):
+    t: float                # seconds since the helper started (time.monotonic)
+    facts: dict             # tid -> thread_facts (+ cpu_ns, insys)
+    stacks: dict            # tid -> [address], leaf first
+    py_before: dict         # native tid -> Python frame groups read just before eu-stack ran
+    py_after: dict          # ... and just after it detached
+
+
+def sample(pid: int, interval: float, stop: threading.Event) -> tuple[list[Snapshot], float, str | None]:
+    """Snapshot ``pid`` every ``interval`` s until ``stop`` (or the target is gone): eu-stack, the
+    Python stacks around it and each thread's facts. Returns (snapshots, duration, error)."""
     in_syscall = SyscallCheck(pid)
+    py = PyFrames(pid)
     task_dir = f"/proc/{pid}/task"
     # Baseline CPU counters: a thread born later counts all of its CPU time.
     last_run: dict[str, int] = {}
@@ -200,66 +205,84 @@ def main(argv: list[str]) -> int:
         f = thread_facts(pid, tid)
         if f:
             last_run[tid] = f["run_ns"]
-    snaps = []  # (t, {tid: facts}, {tid: [addr]})
-    t0_wall, t0 = time.time(), time.monotonic()
+    snaps: list[Snapshot] = []
+    t0 = time.monotonic()
     next_t = t0
-    while not stop.is_set():
-        res = subprocess.run(["eu-stack", "-q", "-p", str(pid)], capture_output=True)
-        # The snapshot's time is when the stacks and the CPU counters below were read: the reader
-        # weighs each sample by the time since its thread's previous snapshot, and the CPU delta
-        # covers the same interval.
-        t = time.monotonic() - t0
-        stacks = _parse_q(res.stdout)
-        # Thread states are read right after eu-stack detaches: measured against the leaf frame
-        # of a busy/sleeping C thread with 10 ms phases, reading them just before the call
-        # matched 60% of samples (eu-stack attaches ~5 ms after it is spawned), just after 87%.
-        facts = {}
-        for tid in stacks:
-            f = thread_facts(pid, tid)
-            if f:
-                f["cpu_ns"] = f["run_ns"] - last_run.get(tid, 0)
-                last_run[tid] = f["run_ns"]
-                insys = in_syscall(stacks[tid][0]) if stacks[tid] else None
-                if insys is not None:
-                    f["insys"] = int(insys)
-                facts[tid] = f
-        if not stacks:
-            if not os.path.isdir(task_dir):
-                break  # the target is gone
-            if not snaps:
-                sys.stderr.write(res.stderr.decode(errors="replace"))
-                return 2
-        else:
-            snaps.append((t, facts, stacks))
-            if len(snaps) == 1:
-                sys.stdout.write("ready\n")
-                sys.stdout.flush()
-        next_t += interval
-        delay = next_t - time.monotonic()
-        if delay < MIN_SLEEP * interval:  # behind: do not burst to catch up; never spin at realtime
-            delay = MIN_SLEEP * interval
-            next_t = time.monotonic() + delay
-        stop.wait(delay)
-    duration = time.monotonic() - t0
-    in_syscall.close()
-    drop_priority()  # resolving addresses is bulk work: not at realtime priority
-    # Resolve every unique (address, is-caller) once; callers' return addresses as pc-1.
+    try:
+        while not stop.is_set():
+            # Python stacks just before and just after the unwind: the reader keeps the one that
+            # matches the native stack's eval-loop calls (eu-stack stops the threads in between).
+            py_before = py.read()
+            res = subprocess.run(["eu-stack", "-q", "-p", str(pid)], capture_output=True)
+            py_after = py.read()
+            # The snapshot's time is when the stacks and the CPU counters below were read: the reader
+            # weighs each sample by the time since its thread's previous snapshot, and the CPU delta
+            # covers the same interval.
+            t = time.monotonic() - t0
+            stacks = _parse_q(res.stdout)
+            if not stacks:
+                if not os.path.isdir(task_dir):
+                    break  # the target is gone
+                if not snaps:
+                    return [], 0.0, res.stderr.decode(errors="replace")
+            else:
+                snaps.append(Snapshot(t, _facts(pid, stacks, last_run, in_syscall), stacks, py_before, py_after))
+                if len(snaps) == 1:
+                    sys.stdout.write("ready\n")
+                    sys.stdout.flush()
+            next_t += interval
+            delay = next_t - time.monotonic()
+            if delay < MIN_SLEEP * interval:  # behind: do not burst to catch up; never spin at realtime
+                delay = MIN_SLEEP * interval
+                next_t = time.monotonic() + delay
+            stop.wait(delay)
+    finally:
+        in_syscall.close()
+        py.close()
+    return snaps, time.monotonic() - t0, py.error
+
+
+def _facts(pid: int, stacks: dict, last_run: dict, in_syscall: SyscallCheck) -> dict:
+    """Each thread's facts, read right after eu-stack detaches: measured against the leaf frame of a
+    busy/sleeping C thread with 10 ms phases, reading them just before the call matched 60% of
+    samples (eu-stack attaches ~5 ms after it is spawned), just after 87%."""
+    facts = {}
+    for tid in stacks:
+        f = thread_facts(pid, tid)
+        if f:
+            f["cpu_ns"] = f["run_ns"] - last_run.get(tid, 0)
+            last_run[tid] = f["run_ns"]
+            insys = in_syscall(stacks[tid][0]) if stacks[tid] else None
+            if insys is not None:
+                f["insys"] = int(insys)
+            facts[tid] = f
+    return facts
+
+
+def _py_line(which: str, groups: list) -> str:
+    """``# py-before|py-after <groups>``: groups innermost first, split by ``|``, frames by ``;``,
+    each frame quote(qualname):quote(file):firstlineno."""
+    return f"# py-{which} " + "|".join(";".join(f"{quote(q, safe='')}:{quote(f, safe='/')}:{ln}" for q, f, ln in g)
+                                      for g in groups)
+
+
+def write_capture(path: str, pid: int, snaps: list[Snapshot], header: str) -> None:
+    """Resolve every unique (address, is-caller) once (callers' return addresses as pc-1) while the
+    target is alive, then write the sampled capture that formats/eu_stack.py reads."""
     want = set()
-    for _, _, stacks in snaps:
-        for addrs in stacks.values():
+    for snap in snaps:
+        for addrs in snap.stacks.values():
             for i, ad in enumerate(addrs):
                 want.add(ad - 1 if i else ad)
     names = resolve(pid, sorted(want))
     maps = _maps(pid)
     mod_cache: dict[int, str | None] = {}
-    lines = [f"# profmagic eu-stack sampler pid={pid} interval={interval:.6f} duration={duration:.6f} "
-             f"snapshots={len(snaps)} rate={len(snaps) / duration if duration else 0:.3f} "
-             f"target_rate={a.rate:g} t0_unix={t0_wall:.6f} sched={sched}"]
-    for t, facts, stacks in snaps:
-        lines.append(f"# t={t:.6f}")
+    lines = [header]
+    for snap in snaps:
+        lines.append(f"# t={snap.t:.6f}")
         lines.append(f"PID {pid} - process")
-        for tid, addrs in stacks.items():
-            f = facts.get(tid) or {"state": "?", "cpu_ns": 0, "comm": "?", "wchan": "0", "syscall": "?"}
+        for tid, addrs in snap.stacks.items():
+            f = snap.facts.get(tid) or {"state": "?", "cpu_ns": 0, "comm": "?", "wchan": "0", "syscall": "?"}
             comm = re.sub(r"\s", "_", f["comm"]) or "?"
             lines.append(f"TID {tid}: state={f['state']} cpu_ns={f['cpu_ns']} comm={comm} "
                          f"wchan={f['wchan']} syscall={f['syscall']}"
@@ -276,8 +299,35 @@ def main(argv: list[str]) -> int:
                     if file:
                         lines.append(f"    {file}:{ln or 0}")
                     n += 1
-    with open(a.out, "w", encoding="utf-8", errors="surrogateescape") as fh:
+            for which, py in (("before", snap.py_before), ("after", snap.py_after)):
+                if int(tid) in py:
+                    lines.append(_py_line(which, py[int(tid)]))
+    with open(path, "w", encoding="utf-8", errors="surrogateescape") as fh:
         fh.write("\n".join(lines) + "\n")
+
+
+def main(argv: list[str]) -> int:
+    import argparse
+    ap = argparse.ArgumentParser(prog="profmagic.backends.eustack_helper")
+    ap.add_argument("--pid", type=int, required=True)
+    ap.add_argument("--rate", type=float, default=100.0)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args(argv)
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    sched = raise_priority()
+    t0_wall = time.time()
+    snaps, duration, error = sample(a.pid, 1.0 / a.rate, stop)
+    if not snaps:
+        sys.stderr.write(error or "eu-stack returned no stack")
+        return 2
+    drop_priority()  # resolving addresses is bulk work: not at realtime priority
+    header = (f"# profmagic eu-stack sampler pid={a.pid} interval={1.0 / a.rate:.6f} duration={duration:.6f} "
+              f"snapshots={len(snaps)} rate={len(snaps) / duration if duration else 0:.3f} "
+              f"target_rate={a.rate:g} t0_unix={t0_wall:.6f} sched={sched}"
+              + (f" python_stacks={quote(error, safe='')}" if error else " python_stacks=read"))
+    write_capture(a.out, a.pid, snaps, header)
     return 0
 
 

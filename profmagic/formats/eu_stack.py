@@ -72,6 +72,7 @@ INTERP = re.compile(
     r"|_PyObject_Call_Prepend|object_vacall|call_unbound\w*|partial_\w*call\w*|method_call"
     r"|builtin_exec\w*|run_eval_code_obj|run_mod|pyrun_\w+|_PyRun_\w+|PyRun_\w+|_PyEval_EvalFrame\w*)$")
 PY_EVAL = re.compile(r"^_?PyEval_EvalFrame")
+EVAL_LOOP = "_PyEval_EvalFrameDefault"  # one native frame per call of the eval loop
 
 
 def sniff(head: bytes) -> bool:
@@ -224,6 +225,7 @@ class Block(NamedTuple):
     time: float | None  # the snapshot's ``# t=`` (sampled captures)
     frames: list        # [name, file, line, address], leaf first
     line: int
+    py: dict            # "before"/"after" -> Python frame groups read around the unwind (innermost first)
 
 
 class Parsed(NamedTuple):
@@ -262,6 +264,9 @@ def parse(text: str, source: str = "<input>", raw_names: bool = False) -> Parsed
             tm = _T.match(line)
             if tm:
                 t = float(tm.group(1))
+            elif line.startswith("# py-") and cur is not None:
+                which, _, groups = line[5:].partition(" ")
+                cur.py[which] = _py_groups(groups, source, lineno)
             elif line.startswith("# python-threads"):
                 for part in line.split()[2:]:
                     k, _, v = part.partition("=")
@@ -276,7 +281,7 @@ def parse(text: str, source: str = "<input>", raw_names: bool = False) -> Parsed
             continue
         tm = _TID.match(line)
         if tm:
-            cur = Block(cur_pid, tm.group(1), _facts(tm.group(2)), t, [], lineno)
+            cur = Block(cur_pid, tm.group(1), _facts(tm.group(2)), t, [], lineno, {})
             blocks.append(cur)
             continue
         mm = _MAP.match(line) if cur is None else None
@@ -314,6 +319,51 @@ def parse(text: str, source: str = "<input>", raw_names: bool = False) -> Parsed
     return Parsed(sampled, header, py_names, blocks, snapshots, target)
 
 
+def _py_groups(text: str, source: str, lineno: int) -> list:
+    """The recorder's ``# py-after`` groups: ``|`` between eval-loop calls, ``;`` between frames
+    (innermost first), each quote(qualname):quote(file):firstlineno."""
+    out = []
+    for group in text.split("|"):
+        frames = []
+        for fr in filter(None, group.split(";")):
+            parts = fr.split(":")
+            if len(parts) != 3 or not parts[2].lstrip("-").isdigit():
+                raise ProfileFormatError(f"Python frame {fr[:80]!r}: expected qualname:file:line",
+                                         source=source, line=lineno)
+            frames.append((unquote(parts[0]), unquote(parts[1]), int(parts[2])))
+        out.append(frames)
+    return out
+
+
+def with_python(frames: list, py: dict) -> tuple[list | None, str | None]:
+    """``frames`` (root first) with each run of interpreter frames replaced by the Python frames its
+    eval-loop calls ran: the k-th ``_PyEval_EvalFrameDefault`` from the root ran the k-th group. A
+    reading (``after`` the unwind, else ``before``) is used only when it has as many groups as the
+    native stack has eval-loop calls. Returns (frames, which reading) or (None, None)."""
+    n_eval = sum(f[0] == EVAL_LOOP for f in frames)
+    groups = next(((which, py[which]) for which in ("after", "before") if len(py.get(which) or ()) == n_eval
+                   and n_eval), None)
+    if groups is None:
+        return None, None
+    which, groups = groups
+    root_first = iter([[(q, f, ln, "python") for q, f, ln in reversed(g)] for g in reversed(groups)])
+    out, run = [], []
+    for f in frames + [None]:
+        if f is not None and INTERP.match(f[0]):
+            run.append(f)
+            continue
+        k = sum(r[0] == EVAL_LOOP for r in run)
+        if k:
+            for _ in range(k):
+                out.extend(next(root_first))
+        else:
+            out.extend(run)
+        run = []
+        if f is not None:
+            out.append(f)
+    return out, which
+
+
 def _frame(fm, raw_names: bool) -> list:
     """[name, file, line, address] of a ``#N 0xADDR ...`` line."""
     name, file = fm.group(3), None
@@ -339,11 +389,15 @@ def _thread_names(blocks: list[Block], py_names: dict) -> dict[str, str]:
                                  py_names.get(bl.tid) or comms.get(bl.tid)) for bl in blocks}
 
 
-def _stack_ids(b: StackBuilder, bl: Block, fold: bool, pid: bool, tid: bool) -> tuple:
-    """A block's frame ids, root first; ``pid``/``tid`` prepend stackcollapse-elfutils' roots."""
+def _stack_ids(b: StackBuilder, bl: Block, fold: bool, pid: bool, tid: bool, used: dict) -> tuple:
+    """A block's frame ids, root first: interpreter runs become the Python frames they ran, or
+    ``[python]`` (``fold``); ``pid``/``tid`` prepend stackcollapse-elfutils' roots. ``used`` counts
+    which Python reading each block took."""
     frames = [(name, file, line, "native") for name, file, line, _addr in reversed(bl.frames)]
     if fold:
-        frames = fold_python(frames)
+        named, which = with_python(frames, bl.py) if bl.py else (None, None)
+        used[which or ("unmatched" if bl.py else "none")] = used.get(which or ("unmatched" if bl.py else "none"), 0) + 1
+        frames = named if named is not None else fold_python(frames)
     fids = [b.frame(n, fl, ln, k) for n, fl, ln, k in frames]
     if tid:
         fids.insert(0, b.frame(f"TID={bl.tid}", None, None, "other"))
@@ -362,10 +416,12 @@ def read(data: bytes, source: str = "<input>", raw_names: bool = False, fold: bo
     blocks = parsed.blocks
     b = StackBuilder()
     labels = _thread_names(blocks, parsed.py_names)
-    fids = [_stack_ids(b, bl, not raw_names if fold is None else fold, pid, tid) for bl in blocks]
+    used: dict[str, int] = {}
+    fids = [_stack_ids(b, bl, not raw_names if fold is None else fold, pid, tid, used) for bl in blocks]
     # Python threads: named by the recorder, or seen running the eval loop.
     py_tids = set(parsed.py_names) | {bl.tid for bl in blocks if any(PY_EVAL.match(f[0]) for f in bl.frames)}
     out = {"format": NAME, "backend": "eu-stack", "source": source, "target": parsed.target,
+           "python_stacks": {k: v for k, v in used.items() if k != "none"} or None,
            "python_threads": [labels[t] for t in labels if t in py_tids],
            "native_threads": [labels[t] for t in labels if t not in py_tids]}
     if not parsed.sampled:

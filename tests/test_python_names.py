@@ -1,0 +1,138 @@
+"""Python function names in native stacks: CPython's frame chain read from memory (eu-stack's
+helper, backends/pyframes.py) and perf's trampoline names, on real interpreters of each version."""
+from __future__ import annotations
+
+import glob
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from native.cbuild import build_cthread
+from profmagic.backends import eustack, perf
+from profmagic.backends.base import Options
+from profmagic.backends.pyframes import OFFSETS, PyFrames
+
+pytestmark = pytest.mark.timeout(240)
+PYTHONS = {v: sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{v}.*/bin/python{v}")))
+           for v in ("3.11", "3.12", "3.13")}
+
+# Three threads in known places: a plain call chain, a method that calls back through C (map), and a
+# C busy loop called from Python (ctypes).
+CHILD = textwrap.dedent("""\
+    import ctypes, sys, threading, time
+    lib = ctypes.CDLL(sys.argv[1])
+    lib.cthread_busy.argtypes = [ctypes.c_double]
+    def leaf_sleep():
+        time.sleep(60)
+    def chain():
+        leaf_sleep()
+    class K:
+        def meth(self):
+            list(map(lambda x: time.sleep(60), [1]))
+    def outer():
+        while True:
+            lib.cthread_busy(20.0)
+    threading.Thread(target=lambda: K().meth(), name="mapper").start()
+    threading.Thread(target=outer, name="busy").start()
+    print("ready", flush=True)
+    chain()
+    """)
+
+
+def _child(python: str, so: str, *flags: str) -> subprocess.Popen:
+    c = subprocess.Popen([python, *flags, "-c", CHILD, so], stdout=subprocess.PIPE, text=True)
+    assert c.stdout.readline().strip() == "ready"
+    time.sleep(0.3)
+    return c
+
+
+def _stop(c: subprocess.Popen) -> None:
+    c.kill()
+    c.wait()
+    c.stdout.close()
+
+
+@pytest.fixture(scope="module")
+def so(tmp_path_factory):
+    return build_cthread(tmp_path_factory.mktemp("pynames"))
+
+
+@pytest.mark.parametrize("version", sorted(OFFSETS and PYTHONS))
+def test_frame_chain_read_from_memory(version, so):
+    if not PYTHONS[version]:
+        pytest.skip(f"no Python {version} under ~/.pyenv/versions")
+    c = _child(PYTHONS[version][-1], so)
+    try:
+        pf = PyFrames(c.pid)
+        assert pf.error is None and pf.version == tuple(int(x) for x in version.split("."))
+        stacks = pf.read()
+    finally:
+        _stop(c)
+    names = {tid: [[q for q, _, _ in g] for g in groups] for tid, groups in stacks.items()}
+    assert len(names) == 3
+    main = names[c.pid]
+    assert main == [["leaf_sleep", "chain", "<module>"]]
+    # The lambda runs in an eval-loop call of its own (map calls it from C): its own group.
+    mapper = next(g for g in names.values() if g and g[0][0].endswith("<lambda>"))
+    assert mapper[0] == ["K.meth.<locals>.<lambda>"] and mapper[1][0] == "K.meth"
+    busy = next(g for g in names.values() if g and g[0][0] == "outer")
+    assert busy[0][0] == "outer"
+    files = {f for groups in stacks.values() for g in groups for _, f, _ in g}
+    assert "<string>" in files  # the -c code's file name
+    lines = {q: ln for groups in stacks.values() for g in groups for q, _, ln in g}
+    assert lines["chain"] == 6 and lines["outer"] == 11
+
+
+def _share_above(p, leaf="cthread_busy", caller="outer"):
+    """Of the samples whose stack holds ``leaf``, the share that also holds Python ``caller`` above it."""
+    n = hit = 0
+    for st, w in zip(p.stacks["stack"], p.stacks["samples"]):
+        names = [(p.frames.at[f, "name"], p.frames.at[f, "kind"]) for f in st]
+        if (leaf, "native") in names:
+            n += w
+            i = names.index((leaf, "native"))
+            hit += w * ((caller, "python") in names[:i])
+    return hit / n if n else float("nan"), n
+
+
+@pytest.mark.skipif(not PYTHONS["3.12"], reason="no Python 3.12 under ~/.pyenv/versions")
+def test_eu_stack_names_the_python_caller_of_a_c_busy_loop(so):
+    c = _child(PYTHONS["3.12"][-1], so)
+    rec = eustack.Recorder(Options(pid=c.pid, rate=50))
+    try:
+        rec.start()
+        time.sleep(3)
+        cap = rec.stop()
+    finally:
+        rec.close()
+        _stop(c)
+    p = eustack.read(cap, Options())
+    share, n = _share_above(p)
+    assert n >= 20 and share >= 0.9, (share, n, p.meta["python_stacks"])
+    # Every [python] run of the main thread is replaced: its stack names chain and leaf_sleep.
+    main = p.stacks[p.stacks["thread"].str.startswith(f"Thread {c.pid} ")]
+    names = {p.frames.at[f, "name"] for st in main["stack"] for f in st}
+    assert {"<module>", "chain", "leaf_sleep"} <= names and "[python]" not in names
+
+
+@pytest.mark.skipif(not PYTHONS["3.12"] or not perf.available()[0], reason="needs Python 3.12 and perf")
+def test_perf_trampoline_names_the_python_caller_of_a_c_busy_loop(so):
+    # A child can only get the trampoline from its own start (-X perf); the kernel's own process has it
+    # activated by the recorder (backends/perf.py).
+    c = _child(PYTHONS["3.12"][-1], so, "-X", "perf")
+    rec = perf.Recorder(Options(pid=c.pid, rate=100, mode="cpu"))
+    try:
+        rec.start()
+        assert rec.mode == "trampoline"
+        time.sleep(3)
+        cap = rec.stop()
+    finally:
+        rec.close()
+        _stop(c)
+    p = perf.read(cap, Options(rate=100))
+    share, n = _share_above(p)
+    assert n >= 50 and share >= 0.9, (share, n)
