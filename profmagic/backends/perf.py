@@ -1,12 +1,20 @@
-"""perf (Linux perf_events): on-CPU samples of every thread of a process, native frames included.
+"""perf (Linux perf_events): every thread of a process, native frames included. On-CPU samples
+(``--mode cpu``, the default); with ``--mode wall``/``both``, off-CPU time too, from the same session.
 
 Measured with perf 6.1 on this machine kind:
 
 * ``-e cpu-clock`` (no hardware events here), ``--call-graph dwarf`` (CPython has no frame
-  pointers), ``--no-bpf-event`` (stops in 0-10 ms instead of ~0.6 s), ``-D -1
+  pointers; 32 KB of stack per sample, see ``STACK_BYTES``), ``--no-bpf-event`` (stops in 0-10 ms instead of ~0.6 s), ``-D -1
   --control=fifo:CTL,ACK``: perf starts disabled; ``enable`` is written right before the cell and
   its ``ack`` awaited (~120 ms after start), ``disable`` right after. perf runs in its own process
   group and is stopped with SIGINT; ``perf script`` turns the data into text for ``formats/perf_script``.
+* ``--mode wall``/``both``: ``cpu-clock/period=P/`` (a -F would put the tracepoints on a frequency
+  too, and record 1 switch in 3), ``sched:sched_switch`` (the stack as a thread leaves its core),
+  ``sched:sched_wakeup`` (who woke it), ``--switch-events`` (exact switch in/out times) on
+  CLOCK_MONOTONIC; the capture starts with the recording's window and threads (``formats/perf_sched.py``).
+  Tracepoints need root/CAP_PERFMON or perf_event_paranoid -1, and tracefs: refused, one message
+  says which and names eu-stack. Each switch costs a stack copy: a thread switching thousands of
+  times a second slows more than under eu-stack (bench/RESULTS.md).
 * Python frames, by what the target interpreter allows (``meta["python_mode"]``):
   ``perf_jit`` (3.13 started with ``-X perf_jit``): ``perf record -k 1`` + ``perf inject --jit``
   give mixed Python and C stacks. CPython buffers its ``/tmp/jit-PID.dump``, so code jitted
