@@ -20,9 +20,10 @@ Measured with perf 6.1 on this machine kind:
   give mixed Python and C stacks. CPython buffers its ``/tmp/jit-PID.dump``, so code jitted
   recently by a still-running process is missing until the buffer fills or the process exits
   (measured: names appear for a child that has exited). ``trampoline`` (3.12+, perf trampoline
-  active, or activated by us in this process): ``py::`` frames from ``/tmp/perf-PID.map``, only
-  for code first run after activation, and the unwind stops at the innermost Python frame.
-  ``native``: interpreter frames only.
+  active, or activated by us in this process): ``py::`` frames from ``/tmp/perf-PID.map`` (written
+  as each function first runs after activation). In this process a jitdump of the trampolines
+  (``perf_jitdump.py``) lets the unwind go on through them to the thread's root; in another
+  process it stops at the innermost Python frame. ``native`` (3.11): interpreter frames only.
 * perf inject writes ``/tmp/jitted-PID-N.so`` files: removed on close, with ``/tmp/jit-PID.dump``
   once the target has exited.
 """
@@ -40,6 +41,7 @@ import time
 
 from ..errors import ProfilerError
 from .base import OWN_GROUP, Capture, Options, TempDir, reap, thread_label
+from .perf_jitdump import JitDump
 
 NAME = "perf"
 FORMAT = "perf_script"
@@ -162,6 +164,8 @@ class Recorder:
         self.alive: dict[int, str] = {}
         self.status = ""
         self.offcpu = options.mode in ("wall", "both")
+        self.jitdump: JitDump | None = None
+        self.jit_entries = 0
 
     def _ctl(self, cmd: str, exited_ok: bool = False) -> float:
         """Write a control command and wait for perf's ack; returns when it was acknowledged.
@@ -216,6 +220,11 @@ class Recorder:
                 self.mode = "trampoline"
             except (ValueError, RuntimeError):
                 pass
+        if self.mode == "trampoline" and o.pid == os.getpid():
+            # Our own trampolines get unwind info (perf_jitdump.py): whole stacks, not cut at the
+            # innermost Python frame. Mapped now, so that perf sees it when it starts.
+            jd = JitDump()
+            self.jitdump = jd if jd.open() else None
         ctl, ack = self.tmp.file("ctl"), self.tmp.file("ack")
         os.mkfifo(ctl)
         os.mkfifo(ack)
@@ -229,7 +238,8 @@ class Recorder:
                 events += ["-e", ev]
             events += ["--switch-events", "-k", "CLOCK_MONOTONIC"]
         else:
-            events = ["-e", "cpu-clock", "-F", str(rate)] + (["-k", "1"] if self.mode == "perf_jit" else [])
+            events = ["-e", "cpu-clock", "-F", str(rate)] + (
+                ["-k", "CLOCK_MONOTONIC"] if self.mode == "perf_jit" or self.jitdump else [])
         cmd = (["perf", "record"] + events + ["--call-graph", f"dwarf,{STACK_BYTES}", "--no-bpf-event", "-D", "-1",
                f"--control=fifo:{ctl},{ack}", "-p", str(o.pid), "-o", self.tmp.file("perf.data")])
         with open(self.tmp.file("perf.err"), "wb") as err:
@@ -258,7 +268,9 @@ class Recorder:
         data_file = self.tmp.file("perf.data")
         if not os.path.exists(data_file):
             raise ProfilerError(f"perf wrote no data (exit {rc}): {self.status}")
-        if self.mode == "perf_jit":
+        if self.jitdump is not None:
+            self.jit_entries = self.jitdump.write()
+        if self.mode == "perf_jit" or self.jitdump is not None:
             jit_file = self.tmp.file("perf.jit.data")
             res = subprocess.run(["perf", "inject", "--jit", "-i", data_file, "-o", jit_file],
                                  capture_output=True)
@@ -273,8 +285,10 @@ class Recorder:
         meta = {"backend": NAME, "python_mode": self.mode, "pid": self.options.pid, "event": "cpu-clock",
                 "call_graph": "dwarf", "perf_samples": int(m.group(1)) if m else None,
                 "duration": (self.disabled_at - self.enabled_at) if self.enabled_at else None,
-                "trampoline_activated_by_profmagic": self.activated}
-        data = res.stdout
+                "trampoline_activated_by_profmagic": self.activated,
+                "trampoline_unwind": (f"jitdump of {self.jit_entries} trampolines (perf_jitdump.py)"
+                                      if self.jitdump is not None else None)}
+        data = self.jitdump.rename(res.stdout) if self.jitdump is not None else res.stdout
         if self.offcpu:
             from ..formats.perf_sched import header_line
             data = header_line(self.window[0], self.window[1], self.options.pid, self.alive).encode() + data
@@ -293,6 +307,9 @@ class Recorder:
                 except OSError:
                     pass
         self.ctl = self.ack = None
+        if self.jitdump is not None:
+            self.jitdump.close()
+            self.jitdump = None
         if self.activated and hasattr(sys, "deactivate_stack_trampoline"):
             sys.deactivate_stack_trampoline()
             self.activated = False
