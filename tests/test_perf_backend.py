@@ -149,7 +149,12 @@ def test_mode_both_pure_c_thread_60_busy_40_asleep(tmp_path):
     sleep = st[[("cthread_sleep" in _names(p, r)) for r in rows]]
     truth = (busy1 - busy0) / ((busy1 - busy0) + (sleep1 - sleep0))  # 0.6 by construction
     share = busy["wall"].sum() / st["wall"].sum()
-    assert abs(share - 0.6) <= 0.05 and abs(share - truth) <= 0.05, (share, truth)
+    # Noise, 6 runs at load average 15-17: share - truth within 0.003 in 5, -0.047 in one where the
+    # workload itself ran 0.71 busy (its spin counts preemption; the totals move once a cycle, and a
+    # starved cycle is long). So: within 0.05 of the measured share, and of 0.6 when the workload
+    # kept its 0.6 (within 0.03).
+    assert abs(share - truth) <= 0.05, (share, truth)
+    assert abs(share - 0.6) <= 0.05 or abs(truth - 0.6) > 0.03, (share, truth)
     # No CPU in the sleep: at most one cpu-clock period, when a sample fires in nanosleep's own
     # kernel entry (seen in about 1 run of 4); the off-CPU stretch itself carries none.
     assert sleep["cpu"].sum() <= 1.01 / 100, sleep["cpu"].sum()
@@ -168,9 +173,15 @@ def test_mode_both_pure_c_thread_60_busy_40_asleep(tmp_path):
 def test_attach_mode_both_to_a_running_process(tmp_path):
     from profmagic.attach import attach
     so = build_cthread(tmp_path)
-    code = (f"import ctypes, sys, time\nsys.path.insert(0, {os.path.dirname(__file__)!r})\n"
+    # The child's main thread logs the C thread's measured totals every 20 ms on CLOCK_MONOTONIC,
+    # perf's clock here, so the truth is taken over the recording's own window; a second thread
+    # sleeps through it all.
+    code = (f"import sys, threading, time\nsys.path.insert(0, {os.path.dirname(__file__)!r})\n"
             f"from native.cbuild import load_cthread\nlib = load_cthread({so!r})\n"
-            "lib.cthread_start(30.0, 20.0, 0)\nprint('ready', flush=True)\ntime.sleep(60)\n")
+            "threading.Thread(target=time.sleep, args=(600,), name='sleeper', daemon=True).start()\n"
+            "lib.cthread_start(30.0, 20.0, 0)\nprint('ready', flush=True)\n"
+            "while True:\n    print(time.monotonic(), lib.cthread_busy_total_ms(), lib.cthread_sleep_total_ms(), "
+            "flush=True)\n    time.sleep(0.02)\n")
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout.readline().strip() == "ready"
@@ -178,18 +189,26 @@ def test_attach_mode_both_to_a_running_process(tmp_path):
     finally:
         child.kill()
         child.wait()
+        log = [tuple(map(float, ln.split())) for ln in child.stdout.read().splitlines() if ln.strip()]
         child.stdout.close()
     assert {"wall", "cpu", "off_cpu"} <= set(p.metrics)
     rows = _c_rows(p)
+    # The sleeper slept through the whole recording: perf saw no event of it, so its time is one
+    # labelled row, counted, not dropped: the recording's window.
+    c_thread = set(p.stacks.loc[rows, "thread"])
+    sleeper = [t for t in p.threads if t not in c_thread and thread_native_id(t) != child.pid]
+    s_rows = p.stacks[p.stacks["thread"].isin(sleeper)]
+    assert [_names(p, r) for r in s_rows.index] == [[perf_sched.NOT_SEEN]] and s_rows["cpu"].sum() == 0
+    (start, wall), = p.samples.loc[p.samples["stack"].isin(s_rows.index), ["time", "wall"]].to_numpy()
+    end = start + wall
+    # Every thread's wall is that window; the C thread's busy share is its measured one over it.
+    assert p.stacks.loc[p.stacks["thread"].isin(c_thread), "wall"].sum() == pytest.approx(wall, rel=1e-6)
+    first = next(x for x in log if x[0] >= start)
+    last = [x for x in log if x[0] <= end][-1]
+    truth = (last[1] - first[1]) / (last[1] - first[1] + last[2] - first[2])
     st = p.stacks.loc[rows]
     busy = st[[("cthread_busy" in _names(p, r)) for r in rows]]["wall"].sum()
-    assert abs(busy / st["wall"].sum() - 0.6) <= 0.05
-    # The child's main thread slept through the whole recording: perf saw no event of it, so its
-    # time is one labelled row, counted, not dropped.
-    main = p.stacks[p.stacks["thread"].map(thread_native_id) == child.pid]
-    assert [_names(p, r) for r in main.index] == [[perf_sched.NOT_SEEN]]
-    assert main["wall"].sum() == pytest.approx(p.stacks.loc[rows, "wall"].sum(), rel=0.01)
-    assert main["cpu"].sum() == 0
+    assert abs(busy / st["wall"].sum() - truth) <= 0.05, (busy / st["wall"].sum(), truth)
 
 
 def test_mode_wall_names_the_waker_and_labels_time_before_the_first_event():

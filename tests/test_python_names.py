@@ -2,6 +2,7 @@
 helper, backends/pyframes.py) and perf's trampoline names, on real interpreters of each version."""
 from __future__ import annotations
 
+import os
 import subprocess
 import textwrap
 import time
@@ -121,3 +122,49 @@ def test_perf_trampoline_names_the_python_caller_of_a_c_busy_loop(so):
     share, n = share_above(p)
     # (n counts cpu-clock samples: on a machine loaded to 20, the loop got 0.33 s of CPU in 3 s.)
     assert n >= 10 and share >= 0.9, (share, n)
+
+
+PY312_KERNEL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".venv312", "bin", "python")
+
+
+@pytest.fixture(scope="module")
+def kernel312(so):
+    if not os.path.exists(PY312_KERNEL):
+        pytest.skip(f"no Python 3.12 kernel environment at {PY312_KERNEL} (`make setup` makes it when "
+                    "python3.12 is installed)")
+    from kernel import Kernel
+    k = Kernel(python=PY312_KERNEL)
+    try:
+        r = k.run("%load_ext profmagic\nimport ctypes, sys\n"
+                  f"lib = ctypes.CDLL({so!r})\nlib.cthread_busy.argtypes = [ctypes.c_double]\n"
+                  "def middle():\n    lib.cthread_busy(20.0)\n"
+                  "def outer():\n    for _ in range(60):\n        middle()\n")
+        assert r.error is None, r.error
+        yield k
+    finally:
+        k.close()
+
+
+@pytest.mark.kernel
+@pytest.mark.skipif(not perf.available()[0], reason="perf cannot record here")
+def test_perf_on_a_python_312_kernel_names_the_cells_functions(kernel312):
+    """The live kernel: the recorder activates the trampoline for the recording and writes a jitdump
+    of it, so perf's stacks name the cell's functions, whole, and trim to the cell by name."""
+    r = kernel312.run("%%profile --backend perf --mode both -q\nouter()\n", timeout=180)
+    assert r.error is None, r.error
+    f = kernel312.value("""(lambda p: {
+        'version': sys.version_info[:2], 'mode': p.meta['python_mode'], 'unwind': p.meta['trampoline_unwind'],
+        'cell_wall': p.meta['cell_wall'],
+        'cell': [[(p.frames.at[f, 'name'], str(p.frames.at[f, 'kind']), p.frames.at[f, 'file']) for f in s]
+                 for s in p.stacks.loc[p.stacks.thread == p.meta['cell_thread'], 'stack']],
+        'wall': float(p.stacks.loc[p.stacks.thread == p.meta['cell_thread'], 'wall'].sum())})(_profile)""")
+    assert tuple(f["version"]) == (3, 12) and f["mode"] == "trampoline" and "jitdump" in f["unwind"]
+    busy = [s for s in f["cell"] if any(n == "cthread_busy" and k == "native" for n, k, _ in s)]
+    assert busy
+    # Every stack of the cell's thread starts at the cell (its <module>, renamed In[N]) and names
+    # outer and middle above the C loop.
+    for s in f["cell"]:
+        assert s[0][0] == "<module>" and s[0][2].startswith("In[")
+    names = [[n for n, k, _ in s if k == "python"] for s in busy]
+    assert sum(n[:3] == ["<module>", "outer", "middle"] for n in names) >= 0.9 * len(busy), names
+    assert f["wall"] == pytest.approx(f["cell_wall"], rel=0.05)
