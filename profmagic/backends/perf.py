@@ -234,8 +234,9 @@ class Recorder:
         rate = max(1, int(round(o.rate)))
         if self.offcpu:
             events = ["-e", f"cpu-clock/period={10 ** 9 // rate},name=cpu-clock/"]
-            for ev in SCHED_EVENTS:
-                events += ["-e", ev]
+            # sched_wakeup's stack serves only to tell a wakeup in an interrupt (a timer's) from one by
+            # the running thread: its kernel part is enough, so no user stack copy for it.
+            events += ["-e", "sched:sched_switch", "-e", "sched:sched_wakeup/call-graph=fp/"]
             events += ["--switch-events", "-k", "CLOCK_MONOTONIC"]
         else:
             events = ["-e", "cpu-clock", "-F", str(rate)] + (
