@@ -78,7 +78,8 @@ def accuracy(scenarios) -> list[dict]:
                 for metric in ("wall", "cpu"):
                     for r in gt.score(p, res["truth"], metric):
                         rows.append({**r, "scenario": scenario, "backend": label, "metric": metric,
-                                     "rate": p.meta.get("rate"), "samples": p.sample_count})
+                                     "rate": p.meta.get("rate"), "samples": p.sample_count,
+                                     "lost": p.meta.get("lost_events")})
             print(f"accuracy: {scenario} {cfg['name']} done", flush=True)
     return rows
 
@@ -89,7 +90,8 @@ def accuracy_table(rows) -> list[str]:
     fn = df[df["function"] != "(thread)"].assign(err=lambda d: (d["est"] - d["truth"]).abs())
     th = df[df["function"] == "(thread)"].assign(pct=lambda d: 100 * (d["est"] / d["truth"] - 1).abs())
     out = ["| backend | scenario | worst wall error (pp) | worst CPU error (pp) | thread wall off by (max %) "
-           "| thread CPU off by (max %, thread: truth s) |", "|---|---|---|---|---|---|"]
+           "| thread CPU off by (max %, thread: truth s) | rate (Hz) | perf's lost-event records |",
+           "|---|---|---|---|---|---|---|---|"]
     for (b, s), g in fn.groupby(["backend", "scenario"], sort=False):
         t = th[(th["backend"] == b) & (th["scenario"] == s)]
         tw, tc = t[t["metric"] == "wall"], t[t["metric"] == "cpu"]
@@ -97,7 +99,8 @@ def accuracy_table(rows) -> list[str]:
         out.append(f"| {b} | {s} | {g[g['metric'] == 'wall']['err'].max():.2f} | "
                    f"{g[g['metric'] == 'cpu']['err'].max():.2f} | {tw['pct'].max():.2f} | "
                    + (f"{worst_c['pct']:.1f} ({worst_c['thread']}: {worst_c['truth']:.3f} s)" if worst_c is not None
-                      else "-") + " |")
+                      else "-") + f" | {g['rate'].iloc[0] or float('nan'):.1f} | "
+                   + ("-" if g["lost"].iloc[0] is None else f"{g['lost'].iloc[0]}") + " |")
     return out
 
 
@@ -155,7 +158,7 @@ def names(so: str, seconds: float = 4.0) -> list[str]:
             share, n = share_above(p)
             how = {"perf": ("no names: 3.11 has no perf trampoline" if version == "3.11" else
                             "trampoline (-X perf): py:: frames from /tmp/perf-PID.map"),
-                   "eu-stack": f"frame chain read from memory ({p.meta.get('python_stacks')})"}[backend]
+                   "eu-stack": f"frame chain read from memory (readings used: {p.meta.get('python_stacks')})"}[backend]
             out.append(f"| {version} | {backend} | {n} | {share:.1%} | {how} |")
             print(f"names: {version} {backend}: {share:.1%} of {n}", flush=True)
     return out

@@ -326,7 +326,7 @@ def main(argv: list[str]) -> int:
     header = (f"# profmagic eu-stack sampler pid={a.pid} interval={1.0 / a.rate:.6f} duration={duration:.6f} "
               f"snapshots={len(snaps)} rate={len(snaps) / duration if duration else 0:.3f} "
               f"target_rate={a.rate:g} t0_unix={t0_wall:.6f} sched={sched}"
-              + (f" python_stacks={quote(error, safe='')}" if error else " python_stacks=read"))
+              + (f" pyframes={quote(error, safe='')}" if error else " pyframes=read"))
     write_capture(a.out, a.pid, snaps, header)
     return 0
 

@@ -56,6 +56,9 @@ SCHED_SCRIPT = ["-F", SCRIPT_FIELDS + ",trace", "--show-switch-events", "--show-
 # and two exec()s: with perf's default 8 KB the unwind stopped at task_step_impl, before the cell's
 # PyEval_EvalCode (which trim_native_to_cell cuts at); 32 KB reached _start.
 STACK_BYTES = 32768
+# Ring buffer per CPU (4 KB pages): with 32 KB per sample perf's default 512 KB holds 16 samples, and
+# perf, starved of a core on a loaded machine, drops what it cannot drain in time (PERF_RECORD_LOST).
+MMAP_PAGES = 1024
 DEFAULT_MODE = "cpu"  # without --mode: cpu-clock alone, perf's own view; wall/both add sched_switch
 
 
@@ -241,6 +244,8 @@ class Recorder:
         else:
             events = ["-e", "cpu-clock", "-F", str(rate)] + (
                 ["-k", "CLOCK_MONOTONIC"] if self.mode == "perf_jit" or self.jitdump else [])
+        if os.geteuid() == 0:  # (an unprivileged user may lock only perf_event_mlock_kb, 516 KB)
+            events += ["--mmap-pages", str(MMAP_PAGES)]
         cmd = (["perf", "record"] + events + ["--call-graph", f"dwarf,{STACK_BYTES}", "--no-bpf-event", "-D", "-1",
                f"--control=fifo:{ctl},{ack}", "-p", str(o.pid), "-o", self.tmp.file("perf.data")])
         with open(self.tmp.file("perf.err"), "wb") as err:
