@@ -3,8 +3,9 @@
 Read by ``perf_script.read`` when the text holds context-switch records: what profmagic's perf
 recorder writes for ``--mode wall``/``both``::
 
-    perf record -e cpu-clock/period=P,name=cpu-clock/ -e sched:sched_switch -e sched:sched_wakeup \\
-                --switch-events --call-graph dwarf -k CLOCK_MONOTONIC -p PID
+    perf record -e cpu-clock/period=P,name=cpu-clock/ -e sched:sched_switch \\
+                -e sched:sched_wakeup/call-graph=fp/ --switch-events --call-graph dwarf,32768 \\
+                -k CLOCK_MONOTONIC -p PID
     perf script -F comm,pid,tid,time,period,event,ip,sym,dso,trace \\
                 --show-switch-events --show-task-events --show-lost-events
 
@@ -190,7 +191,11 @@ class Timeline:
         th.seen = True
         if not self.start <= t <= self.end:
             return
-        th.on = True if th.on is None else th.on
+        if th.on is False:          # running, though its switch-in was lost
+            self.inconsistent += 1
+            self._uncovered(th, LOST, th.since, t - th.since)
+            th.since = t
+        th.on = True
         self._on_cpu_until(th, t, None)
         cpu = sum(c for c, _ in th.chunks)
         th.chunks, th.since, th.last_sample = [], t, len(self.sid)
