@@ -263,7 +263,7 @@ def parse(text: str, source: str = "<input>", raw_names: bool = False) -> Parsed
                                          source=source, line=lineno)
             tm = _T.match(line)
             if tm:
-                t = float(tm.group(1))
+                t = _seconds(tm.group(1), "# t=", source, lineno)
             elif line.startswith("# py-") and cur is not None:
                 which, _, groups = line[5:].partition(" ")
                 cur.py[which] = _py_groups(groups, source, lineno)
@@ -317,6 +317,16 @@ def parse(text: str, source: str = "<input>", raw_names: bool = False) -> Parsed
         raise ProfileFormatError("sampled capture: 'TID' block without a preceding '# t=SECONDS' line",
                                  source=source, line=b0.line)
     return Parsed(sampled, header, py_names, blocks, snapshots, target)
+
+
+def _seconds(text: str, what: str, source: str, lineno: int) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = float("nan")
+    if not (v >= 0 and v != float("inf")):
+        raise ProfileFormatError(f"{what}{text[:40]!r}: expected seconds", source=source, line=lineno)
+    return v
 
 
 def _py_groups(text: str, source: str, lineno: int) -> list:
@@ -431,9 +441,9 @@ def read(data: bytes, source: str = "<input>", raw_names: bool = False, fold: bo
         out.update(meta or {})
         return b.build(metric="samples", meta=out, raw=Raw(data, NAME))
     header = parsed.header
-    interval = float(header.get("interval") or 0) or None
+    interval = _seconds(header.get("interval") or "0", "interval=", source, 1) or None
     snap_times = sorted({bl.time for bl in blocks})
-    duration = float(header.get("duration") or 0) or None
+    duration = _seconds(header.get("duration") or "0", "duration=", source, 1) or None
     w = _weigh(blocks, fids, snap_times, interval, source)
     sids = [b.stack(labels[bl.tid], f, on_cpu=on) for bl, f, on in zip(blocks, fids, w["on_cpu"])]
     b.add_samples(sids, time=[bl.time for bl in blocks], wall=w["wall"], cpu=w["cpu"],

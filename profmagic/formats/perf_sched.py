@@ -33,6 +33,7 @@ header's thread list); intervals broken by lost events (``LOST``).
 """
 from __future__ import annotations
 
+import math
 import re
 from urllib.parse import quote, unquote
 
@@ -68,19 +69,28 @@ def header_line(start: float, end: float, pid: int, threads: dict[int, str]) -> 
     return f"{HEADER} start={start:.6f} end={end:.6f} pid={pid} threads={alive}\n"
 
 
-def header_facts(text: str) -> dict:
+def header_facts(text: str, source: str = "<input>") -> dict:
     """The recorder's header: start, end (CLOCK_MONOTONIC s), pid, threads (tid -> comm)."""
     if not text.startswith(HEADER):
         return {}
     out: dict = {}
-    for part in text[len(HEADER):text.find("\n")].split():
-        k, _, v = part.partition("=")
-        if k in ("start", "end"):
-            out[k] = float(v)
-        elif k == "pid":
-            out[k] = int(v)
-        elif k == "threads":
-            out[k] = {int(t): unquote(c) for t, _, c in (x.partition(":") for x in v.split(",") if x)}
+    line = text[len(HEADER):text.find("\n")]
+    try:
+        for part in line.split():
+            k, _, v = part.partition("=")
+            if k in ("start", "end"):
+                out[k] = float(v)
+                if not math.isfinite(out[k]):
+                    raise ValueError(v)
+            elif k == "pid":
+                out[k] = int(v)
+            elif k == "threads":
+                out[k] = {int(t): unquote(c) for t, _, c in (x.partition(":") for x in v.split(",") if x)}
+    except ValueError as e:
+        raise ProfileFormatError(f"bad {k}= in the recorder's header ({e}); expected start=SECONDS end=SECONDS "
+                                 "pid=N threads=TID:COMM,...", source=source, line=1) from None
+    if out.get("end", 0) < out.get("start", 0):
+        raise ProfileFormatError("the recorder's header ends before it starts", source=source, line=1)
     return out
 
 
@@ -264,7 +274,7 @@ def read(text: str, records: list, b: StackBuilder, data: bytes, source: str, ro
     """Wall and CPU from ``records`` (the Parser's Samples and SideBands, in input order); ``row_of``
     gives a Sample's stack row in ``b``, ``thread_name(comm, pid, tid)`` a thread's label,
     ``frame_names`` a frame id's name."""
-    facts = header_facts(text)
+    facts = header_facts(text, source)
     times = [r.time for r in records if r.time > 0]  # (PERF_RECORD_COMM lines print time 0; NaN fails)
     if not times:
         raise ProfileFormatError("perf script with switch records but no timestamps: wall time needs "
