@@ -38,6 +38,7 @@ OFFSETS = {
 }
 OWNED_BY_CSTACK = 3  # 3.12+: the shim frame an eval loop pushes below its first frame
 MAX_FRAMES = 1024
+USER_SPACE_END = 1 << 47  # x86_64
 MAX_THREADS = 4096
 _LIB = re.compile(r"/(lib)?python3\.\d+[^/]*$")
 
@@ -122,6 +123,8 @@ class PyFrames:
 
     # -- memory ---------------------------------------------------------------------------
     def _read(self, addr: int, n: int) -> bytes:
+        if not 0x1000 <= addr < USER_SPACE_END:  # a pointer read while it changed
+            raise OSError(f"not a user-space address: 0x{addr:x}")
         self.mem.seek(addr)
         b = self.mem.read(n)
         if len(b) != n:
@@ -206,7 +209,7 @@ class PyFrames:
             for tid, ts in self.threads().items():
                 try:
                     out[tid] = self.stack(ts)
-                except (OSError, ValueError, struct.error, UnicodeDecodeError):
+                except (OSError, ValueError, struct.error, UnicodeDecodeError, KeyError):
                     continue  # a thread that moved while we read it: no Python stack this time
         except (OSError, ValueError, struct.error) as e:
             self.error = f"reading Python threads failed: {e}"
