@@ -100,7 +100,7 @@ def accuracy_table(rows) -> list[str]:
                    f"{g[g['metric'] == 'cpu']['err'].max():.2f} | {tw['pct'].max():.2f} | "
                    + (f"{worst_c['pct']:.1f} ({worst_c['thread']}: {worst_c['truth']:.3f} s)" if worst_c is not None
                       else "-") + f" | {g['rate'].iloc[0] or float('nan'):.1f} | "
-                   + ("-" if g["lost"].iloc[0] is None else f"{g['lost'].iloc[0]}") + " |")
+                   + ("-" if pd.isna(g["lost"].iloc[0]) else f"{int(g['lost'].iloc[0])}") + " |")
     return out
 
 
@@ -192,7 +192,14 @@ def main() -> None:
     if "names" not in skip:
         lines += ["", "### Python names: samples in a C busy loop called from Python (ctypes, `outer()` -> "
                   "`cthread_busy`) whose stack also names `outer` above the C frame", ""] + names(so)
-    lines += ["", f"({time.perf_counter() - t0:.0f} s)"]
+    lines += ["", f"({time.perf_counter() - t0:.0f} s)", "",
+              "Reading. perf's wall time is exact by construction (switch in/out times), and its CPU per "
+              "thread is the on-CPU time between those switches; CLOCK_THREAD_CPUTIME_ID, the truth here, "
+              "leaves out time the VM's vCPU was stolen while the thread was on it (this host showed ~1 % "
+              "steal in /proc/stat), one likely source of the few-percent CPU excess on the C thread. perf's "
+              "cost grows with the target's context switches (one sched_switch record with a 32 KB stack "
+              "copy each); eu-stack's with its snapshot rate (it stops every thread per snapshot). On 2 "
+              "cores shared with other jobs the bare runs themselves vary by 2x: the medians are rough."]
     text = "\n".join(lines) + "\n"
     print(text)
     if a.write:
