@@ -72,14 +72,14 @@ class Recorder:
         o = self.options
         self.py_threads = python_threads(o.pid)
         self.py_threads.update({int(k): v for k, v in o.extra.get("python_threads", {}).items()})
-        env = dict(os.environ)
-        pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        # Run as a script, not as part of the package: importing profmagic (pandas) took the helper
+        # 2-4 s on a loaded machine before its first snapshot.
+        helper = os.path.join(os.path.dirname(os.path.abspath(__file__)), "eustack_helper.py")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "profmagic.backends.eustack_helper", "--pid", str(o.pid),
+            [sys.executable, helper, "--pid", str(o.pid),
              "--rate", str(o.rate), "--out", self.out],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-            **OWN_GROUP, env=env)
+            **OWN_GROUP)
         if o.pid == os.getpid() and ptrace_scope() == 1:
             _allow_ptrace(self.proc.pid)
         # Wait for the helper's first snapshot: only then is it really sampling.

@@ -1,4 +1,4 @@
-"""The eu-stack sampler's helper process: ``python -m profmagic.backends.eustack_helper --pid PID``.
+"""The eu-stack sampler's helper process: ``python .../backends/eustack_helper.py --pid PID``.
 
 It loops: ``eu-stack -q -p PID`` (full unwind, raw addresses, 1-2 ms), then each thread's
 ``/proc/PID/task/TID/{stat,schedstat,wchan,syscall}`` (state, CPU delta, what it waits in); just
@@ -19,7 +19,10 @@ import time
 from typing import NamedTuple
 from urllib.parse import quote
 
-from .pyframes import PyFrames
+if __package__:
+    from .pyframes import PyFrames
+else:  # run as a script by the recorder (backends/eustack.py): its own folder is on sys.path
+    from pyframes import PyFrames
 
 MIN_SLEEP = 0.2  # the helper sleeps at least this share of the interval after every snapshot
 
