@@ -38,21 +38,19 @@ print(time.perf_counter() - t, flush=True)
 """
 
 
-def run_once(rate: float | None) -> tuple[float, float | None, int]:
-    child = subprocess.Popen([sys.executable, "-c", TARGET], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+def run_once(rate: float | None, code: str = TARGET, backend=eustack, **options) -> tuple[float, object]:
+    """Run ``code`` in a child (it waits for a line on stdin, then prints its seconds), under
+    ``backend``'s recorder at ``rate`` (None: bare). Returns (seconds, the profile or None)."""
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     rec = None
     try:
         if rate:
-            rec = eustack.Recorder(Options(pid=child.pid, rate=rate))
+            rec = backend.Recorder(Options(pid=child.pid, rate=rate, **options))
             rec.start()
         child.stdin.write(b"go\n")
         child.stdin.flush()
         secs = float(child.stdout.readline())
-        achieved, n = None, 0
-        if rec:
-            p = eustack.read(rec.stop(), Options())
-            achieved, n = p.meta["rate"], p.meta["snapshots"]
-        return secs, achieved, n
+        return secs, backend.read(rec.stop(), Options(rate=rate)) if rec else None
     finally:
         if rec:
             rec.close()
@@ -83,10 +81,10 @@ def main() -> None:
     for rate in [float(r) for r in a.rates.split(",")]:
         ratios, rates, base = [], [], []
         for _ in range(a.pairs):
-            b, _, _ = run_once(None)
-            s, achieved, _ = run_once(rate)
+            b, _ = run_once(None)
+            s, p = run_once(rate)
             ratios.append(s / b)
-            rates.append(achieved)
+            rates.append(p.meta["rate"])
             base.append(b)
         lines.append(f"| {rate:g} | {statistics.median(rates):.1f} | {statistics.median(ratios):.3f} | "
                      f"{', '.join(f'{r:.2f}' for r in ratios)} | {statistics.median(base):.3f} |")

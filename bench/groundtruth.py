@@ -47,6 +47,7 @@ SCENARIOS = {
     "wait-heavy": ((0.0131, 0.0413, 0.0371), (0.0049, 0.0151)),
 }
 THREAD_ROOTS = {"main": "main_loop", "holder": "holder_loop", "c": "c_worker"}
+PY313 = os.path.expanduser("~/.pyenv/versions/3.13.0/bin/python3.13")
 FUNCTIONS = {"main": ["spin", "nap", "wait_lock"], "holder": ["hold", "wait_turn"], "c": ["c_busy", "c_sleep"]}
 
 
@@ -222,7 +223,10 @@ def run_config(spec: dict, scenario: str, duration: float, tmp: str) -> dict:
     """One fresh child per configuration. Returns {"truth", "profiles": {label: Profile}} or {"error"}."""
     out = os.path.join(tmp, "result.pkl")
     inproc = spec.get("inprocess", False)
-    argv = [sys.executable, str(Path(__file__).resolve()), "--child", scenario, str(duration), out]
+    # A configuration may run the workload under another interpreter (argv prefix, e.g. perf's names
+    # need Python 3.13 -X perf_jit), and stop its recorders only once the child has exited.
+    argv = list(spec.get("child_python") or [sys.executable])
+    argv += [str(Path(__file__).resolve()), "--child", scenario, str(duration), out]
     if inproc:
         argv.append(json.dumps(spec))
     child = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=str(ROOT))
@@ -242,10 +246,15 @@ def run_config(spec: dict, scenario: str, duration: float, tmp: str) -> dict:
         child.stdin.write("go\n")
         child.stdin.flush()
         child.stdout.readline()  # "done"
+        if spec.get("stop_after_exit"):
+            child.stdin.write("exit\n")
+            child.stdin.flush()
+            child.wait(timeout=60)
         caps = [(sub, mod, opts, r.stop()) for sub, mod, opts, r in recs]
-        child.stdin.write("exit\n")
-        child.stdin.flush()
-        child.wait(timeout=60)
+        if not spec.get("stop_after_exit"):
+            child.stdin.write("exit\n")
+            child.stdin.flush()
+            child.wait(timeout=60)
         with open(out, "rb") as f:
             res = pickle.load(f)
         from profmagic.threads import thread_label
@@ -277,6 +286,11 @@ CONFIGS = [
     {"name": "py-spy native", "record": [
         {"backend": "py-spy", "idle": True, "native": True, "label": "py-spy --idle --native"}]},
     {"name": "eu-stack", "record": [{"backend": "eu-stack", "mode": "both", "label": "eu-stack"}]},
+    # perf names Python functions only through CPython's perf support: 3.13's -X perf_jit gives whole
+    # mixed stacks (3.12's trampoline stops the unwind at the innermost Python frame), and its jitdump
+    # is complete once the child exits, so perf is stopped after that.
+    {"name": "perf both", "child_python": [PY313, "-X", "perf_jit"], "stop_after_exit": True,
+     "record": [{"backend": "perf", "mode": "both", "label": "perf --mode both (3.13 -X perf_jit)"}]},
     {"name": "pyinstrument wall", "inprocess": True, "backend": "pyinstrument", "mode": "wall",
      "label": "pyinstrument wall"},
     {"name": "pyinstrument cpu", "inprocess": True, "backend": "pyinstrument", "mode": "cpu",
@@ -339,15 +353,8 @@ def _name_is(name: str, fn: str) -> bool:
 
 
 def _thread_rows(p, th: str, tid: int):
-    from profmagic.backends.base import thread_native_id
-    import re
-
-    def tid_of(label):  # py-spy/sampler: 'Thread N "name"'; eu-stack: 'comm (N, kind)'
-        n = thread_native_id(label)
-        m = None if n is not None else re.search(r"\((\d+)[,)]", str(label))
-        return n if n is not None else (int(m.group(1)) if m else None)
-
-    labels = [t for t in p.threads if tid_of(t) == tid]
+    t = p.thread_table
+    labels = t.loc[t["tid"] == tid, "label"].tolist()
     if not labels and th == "main":
         labels = [t for t in p.threads if "MainThread" in str(t)] or (p.threads if len(p.threads) == 1 else [])
     if not labels and th == "holder":
@@ -418,6 +425,8 @@ def main(argv=None):
                     ok, reason = False, f"not built yet ({e.name})"
                 if not ok:
                     why = f"{sub['backend']}: {reason}"
+            if cfg.get("child_python") and not os.path.exists(cfg["child_python"][0]):
+                why = f"no {cfg['child_python'][0]}"
             if why:
                 missing[cfg["name"]] = why
                 continue

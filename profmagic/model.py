@@ -346,6 +346,7 @@ class StackBuilder:
         self._s_stack: list[int] = []
         self._s_weights: dict[str, list[float]] = {}
         self._s_extra: dict[str, list] = {}
+        self._s_columns: dict[str, list[tuple[int, object]]] = {}  # name -> (first sample, values) chunks
 
     # -- frames, threads and stacks ------------------------------------------------------------
     def frame(self, name: str, file: str | None = None, line: int | None = None,
@@ -431,6 +432,55 @@ class StackBuilder:
                 if len(col) < n + 1:
                     col.append(None)
 
+    def add_samples(self, sids, time=None, samples=None, columns: Mapping | None = None, **weights) -> None:
+        """Many samples at once, as arrays aligned with ``sids`` (stack row ids). Counts (``samples``,
+        default 1 each) and ``weights`` are summed per row as ``add`` does. With ``time``, each is also
+        a time-ordered sample carrying its weights and ``columns``: per-sample values of any type (a
+        state, a flag, a pid...), kept with their dtype."""
+        sids = np.asarray(sids, dtype=np.int64)
+        for name, values in (columns or {}).items():
+            if len(values) != len(sids):
+                raise ValueError(f"column {name!r} has {len(values)} values for {len(sids)} samples")
+        n_rows = len(self._stack_frames)
+        counts = np.ones(len(sids), dtype=np.int64) if samples is None else np.asarray(samples)
+        per_row = np.bincount(sids, weights=counts, minlength=n_rows)
+        integral = counts.dtype.kind in "iu"
+        col = self._agg["samples"]
+        for r in np.flatnonzero(per_row):
+            col[r] += int(per_row[r]) if integral else float(per_row[r])
+        for m, w in weights.items():
+            col = self._agg.get(m)
+            if col is None:
+                col = self._agg[m] = [0.0] * n_rows
+            sums = np.bincount(sids, weights=np.nan_to_num(np.asarray(w, dtype=np.float64)), minlength=n_rows)
+            for r in np.flatnonzero(sums):
+                col[r] += float(sums[r])
+        if time is None:
+            return
+        n, k = len(self._s_time), len(sids)
+        self._s_time.extend(np.asarray(time, dtype=np.float64).tolist())
+        self._s_stack.extend(sids.tolist())
+        for m in set(self._s_weights) | set(weights):
+            col = self._s_weights.setdefault(m, [np.nan] * n)
+            col.extend(np.asarray(weights[m], dtype=np.float64).tolist() if m in weights else [np.nan] * k)
+        for k_, col in self._s_extra.items():   # per-sample columns of add(): None for these
+            col.extend([None] * k)
+        for name, values in (columns or {}).items():
+            self._s_columns.setdefault(name, []).append((n, values))
+
+    @staticmethod
+    def _sample_column(chunks: list, n: int):
+        """One per-sample column from its chunks; samples added without it hold None."""
+        if chunks and chunks[0][0] == 0 and sum(len(v) for _, v in chunks) == n and all(
+                a + len(v) == b for (a, v), (b, _) in zip(chunks, chunks[1:])):
+            if len(chunks) == 1:
+                return chunks[0][1]
+            return pd.concat([pd.Series(v) for _, v in chunks], ignore_index=True)
+        out = [None] * n
+        for start, v in chunks:
+            out[start:start + len(v)] = list(v)
+        return pd.Series(out, dtype=object)
+
     # -- result ------------------------------------------------------------------------------------
     def rows(self) -> tuple[list, list, list]:
         """What has been added so far, as plain lists (no pandas: cheap to call once a second while
@@ -472,8 +522,10 @@ class StackBuilder:
             for m, vals in self._s_weights.items():
                 cols[m] = np.asarray(vals, dtype=np.float64)
             for k, vals in self._s_extra.items():
-                cols[k] = pd.Series(vals, dtype=object)
+                cols[k] = pd.Series(vals + [None] * (len(self._s_time) - len(vals)), dtype=object)
             samples = pd.DataFrame(cols)
+            for name, chunks in self._s_columns.items():
+                samples[name] = self._sample_column(chunks, len(samples))
         unknown = dict((meta or {}).get("unknown") or {})
         return Profile(self.frames_frame(), pd.DataFrame(stacks), samples, meta, raw, metric,
                        threads=thread_table(self._threads) if self._threads else thread_table([]),

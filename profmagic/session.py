@@ -52,6 +52,17 @@ def make_options(**kw) -> Options:
     return opts
 
 
+def exec_entries_above(frame) -> int:
+    """How many ``PyEval_EvalCode`` native frames run beneath ``frame`` (a live Python frame): one per
+    ``<module>`` frame on its chain (exec, eval, import and the main script each start module code
+    there). Counted on the cell's thread before the cell runs, for ``transforms.native_to_cell``."""
+    n = 0
+    while frame is not None:
+        n += frame.f_code.co_name == "<module>"
+        frame = frame.f_back
+    return n
+
+
 def versions() -> dict:
     from .formats._common import version
     v = {"profmagic": version(), "python": platform.python_version()}
@@ -116,6 +127,7 @@ class Session:
         o.thread_native_id = threading.get_native_id()
         o.thread_ident = threading.get_ident()
         self.thread_name = threading.current_thread().name
+        self.entries_above = exec_entries_above(sys._getframe())
         if not self.module.CAPS.inside or self.children_method is not None:
             tempdirs.sweep(validate.tmpdir())
         self.before = kernel.not_users_threads()
@@ -181,8 +193,8 @@ class Session:
                     live_names={t.native_id: t.name for t in threading.enumerate() if t.native_id is not None},
                     file_names=self.file_names, mode=o.mode, unmeasured=dict(self.module.CAPS.unmeasured),
                     awaits=tuple(self.tracker.waits) if self.tracker is not None else (),
-                    sees_awaits=self.module.CAPS.awaits, own=frozenset(threads.OWN), wall=wall, cpu=cpu,
-                    run_delay=run_delay)
+                    sees_awaits=self.module.CAPS.awaits, own=frozenset(threads.OWN),
+                    entries_above=self.entries_above, wall=wall, cpu=cpu, run_delay=run_delay)
 
     def processors(self) -> tuple:
         """The declared post-processing: the common processors, the backend's own, children, names."""

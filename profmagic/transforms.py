@@ -6,6 +6,7 @@ None of them mutates its input; each returns a new Profile whose meta records wh
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping
 
@@ -170,6 +171,57 @@ def group_processes(profile: Profile, label: Callable[[int], str]) -> Profile:
 
 
 # -- the cell ------------------------------------------------------------------------------------
+# Where the interpreter starts a module-level code object (exec, eval, import, the main script): one
+# such native frame per ``<module>`` Python frame.
+EXEC_ENTRY = "PyEval_EvalCode"
+# A native stack that reaches one of these is whole (unwound to the thread's start).
+_THREAD_ROOTS = re.compile(r"^(_start|__libc_start_main\S*|__libc_start_call_main|main|Py_BytesMain|Py_RunMain"
+                           r"|start_thread|__clone3?|clone3?|thread_run|pythread_wrapper)$")
+
+
+def trim_native_to_cell(profile: Profile, thread: str, entries_above: int) -> Profile:
+    """Cut the native stacks of ``thread`` (the cell's) at the cell: the cell runs as module code
+    through the interpreter's ``PyEval_EvalCode``, and ``entries_above`` of those frames lie above
+    it (the kernel's, IPython's: one per ``<module>`` Python frame where the cell was started). So
+    the cell begins at the frame after the (``entries_above`` + 1)-th ``PyEval_EvalCode`` from the
+    root; what is above it folds away. For stacks that name no Python file (perf without CPython's
+    perf support, eu-stack's ``[python]``), where ``trim_to_cell`` has nothing to cut at.
+
+    A whole stack (unwound to the thread's start) with fewer such frames was sampled outside the
+    cell (the magic around it) and is dropped; a truncated one is kept as it is. Other threads are
+    kept whole. Nothing changes when no stack of ``thread`` reaches the cell (unwinding that never
+    gets to ``PyEval_EvalCode``), and ``meta["trim_note"]`` says so."""
+    fr = profile.frames
+    entry = set(fr.index[(fr["name"] == EXEC_ENTRY).to_numpy()].tolist())
+    roots = set(fr.index[fr["name"].astype(str).str.match(_THREAD_ROOTS).to_numpy()].tolist())
+    mine = _thread_rows(profile, [thread])
+    old = profile.stacks
+    new_stacks, keep, cut_any = [], np.ones(len(old), dtype=bool), False
+    for i, s in enumerate(old["stack"]):
+        if not mine[i]:
+            new_stacks.append(s)
+            continue
+        seen, cut = 0, None
+        for j, f in enumerate(s):
+            if f in entry:
+                seen += 1
+                if seen == entries_above + 1:
+                    cut = j + 1
+                    break
+        if cut is not None and cut < len(s):
+            new_stacks.append(tuple(s[cut:]))
+            cut_any = True
+        else:
+            new_stacks.append(s)
+            keep[i] = not any(f in roots for f in s)
+    if not cut_any:
+        return profile.with_meta(trim_note=f"native stacks not trimmed: no stack of {thread} reaches the cell's "
+                                           f"{EXEC_ENTRY}")
+    dropped = int(old["samples"].to_numpy()[~keep].sum())
+    return regroup(profile, profile.thread_ids(), new_stacks, keep,
+                   {"trimmed_native_to_cell": thread, "samples_outside_cell": dropped})
+
+
 def trim_to_cell(profile: Profile, cell_filename: str, threads: Iterable[str] | None = None) -> Profile:
     """Cut every stack above its first frame from ``cell_filename`` (IPython's and the kernel's own
     frames). In ``threads`` (default: all), stacks with no cell frame are dropped: they were
@@ -424,6 +476,7 @@ class Cell:
     unmeasured: Mapping[str, str] = field(default_factory=dict)   # clock -> why the backend cannot
     awaits: tuple = ()                        # awaits.Wait of a top-level-await cell
     own: frozenset = frozenset()              # native ids of profmagic's own threads (threads.OWN)
+    entries_above: int = 0                    # PyEval_EvalCode frames above the cell (exec_entries_above)
     sees_awaits: bool = False                 # the backend samples awaiting coroutines itself
     wall: float = 0.0                         # measured around the code: seconds of wall time,
     cpu: float = 0.0                          # of the thread's CPU time,
@@ -537,6 +590,14 @@ def hide_profmagic(p: Profile, cell: Cell) -> Profile:
     return regroup(p, p.thread_ids(), new, np.ones(len(new), dtype=bool), {"profmagic_frames": "folded into their caller"})
 
 
+def native_to_cell(p: Profile, cell: Cell) -> Profile:
+    """Stacks that name no frame of the cell's file (native stacks of perf or eu-stack): cut the cell's
+    thread at its ``PyEval_EvalCode`` (``trim_native_to_cell``)."""
+    if not cell.filename or (p.frames["file"] == cell.filename).any():
+        return p
+    return trim_native_to_cell(p, cell_thread(p, cell), cell.entries_above)
+
+
 def to_cell(p: Profile, cell: Cell) -> Profile:
     if not cell.filename:
         return p
@@ -570,5 +631,6 @@ def named_files(p: Profile, cell: Cell) -> Profile:
 
 # The processors every recording runs, in order (session.py adds the backend's own after `clocks`).
 PROCESSORS: tuple[Callable[[Profile, Cell], Profile], ...] = (only_users_threads, live_thread_names,
-                                                                  attribute_awaits, to_cell, hide_profmagic, clocks)
+                                                                  attribute_awaits, native_to_cell, to_cell,
+                                                                  hide_profmagic, clocks)
 FINAL: tuple[Callable[[Profile, Cell], Profile], ...] = (named_files,)

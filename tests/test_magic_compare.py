@@ -120,14 +120,18 @@ def test_eustack_mode_both(k):
 
 
 @pytest.mark.requires("perf", "perf_event")
-def test_perf_mode_both_wall_unknown_never_zero(k):
+def test_perf_mode_both_measures_wall_from_sched_switch(k):
+    """perf --mode both: cpu-clock for on-CPU time, sched_switch for off-CPU time, one session."""
     r = k.run("%%profile --backend perf --mode both -q\nwork()\n", timeout=180)
     assert r.status == "ok", r.text() + str(r.error)
-    s = k.value("dict(metrics=_profile.metrics, wall_nan=bool(_profile.stacks['wall'].isna().all()), "
-                "unknown=_profile.meta.get('unknown'), cpu=float(_profile.stacks['cpu'].sum()), truth=TRUTH)")
-    assert s["wall_nan"] and "wall" not in s["metrics"] and "cpu" in s["metrics"], s
-    assert "on-CPU time only" in s["unknown"]["wall"], s
-    assert s["cpu"] > 0.5 * s["truth"]["spin_cpu"], s
+    s = k.value("dict(metrics=_profile.metrics, unknown=_profile.meta.get('unknown'), truth=TRUTH, "
+                "cpu=float(_profile.stacks.loc[_profile.stacks.thread == _profile.meta['cell_thread'], 'cpu'].sum()), "
+                "sleep_cpu=totals(_profile, 'cpu', 'nanosleep'), sleep_wall=totals(_profile, 'wall', 'nanosleep'))")
+    t = s["truth"]
+    assert {"wall", "cpu", "off_cpu"} <= set(s["metrics"]) and s["unknown"] is None, s
+    assert s["cpu"] == pytest.approx(t["spin_cpu"], rel=0.10), s
+    assert s["sleep_cpu"] < 0.1 * t["spin_cpu"], s
+    assert s["sleep_wall"] == pytest.approx(t["nap_wall"], rel=0.10), s
 
 
 def test_compare_shows_two_icicles_table_and_verdict(k):

@@ -290,8 +290,8 @@ def test_out_of_process_time_beside_memray_memory(backend, opts):
     finally:
         rec.close()
     assert leftovers() == []
-    from profmagic.threads import thread_native_id
-    me = [t for t in p.threads if thread_native_id(t) == o.thread_native_id]
+    t = p.thread_table
+    me = t.loc[t["tid"] == o.thread_native_id, "label"].tolist()
     assert len(me) == 1 and me[0].endswith('"MainThread"')  # one label for the cell's thread
     clock = "cpu" if opts.get("mode") == "cpu" else "wall"
     rows = p.stacks[p.stacks["thread"] == me[0]]

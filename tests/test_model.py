@@ -142,3 +142,24 @@ def test_time_and_memory_profile_round_trips_through_speedscope():
     q = speedscope.read(speedscope.write(both))
     for metric in ("wall", "cpu", "bytes", "allocated", "allocations", "samples"):
         assert q.total(metric) == pytest.approx(both.total(metric)), metric
+
+
+def test_add_samples_in_bulk_with_per_sample_columns():
+    b = StackBuilder()
+    f, g = b.frame("f"), b.frame("g")
+    a, c = b.stack("A", (f,)), b.stack("A", (f, g))
+    b.add(a, time=0.0, wall=0.1)  # a single sample first: the bulk columns start after it
+    b.add_samples([c, a, c], time=[0.1, 0.2, 0.3], wall=[0.1, 0.2, 0.3], cpu=[0.1, 0.0, 0.3],
+                  columns={"state": ["R", "S", "R"], "on_cpu": np.array([True, False, True])})
+    p = b.build()
+    assert p.stacks["samples"].tolist() == [2, 2]
+    assert p.stacks["wall"].tolist() == pytest.approx([0.3, 0.4])
+    assert p.stacks["cpu"].tolist() == pytest.approx([0.0, 0.4])
+    assert p.samples["state"].tolist() == [None, "R", "S", "R"]
+    assert p.samples["cpu"].isna().tolist() == [True, False, False, False]
+    only_bulk = StackBuilder()
+    s = only_bulk.stack("A", (only_bulk.frame("f"),))
+    only_bulk.add_samples([s, s], time=[0.0, 0.1], columns={"on_cpu": np.array([True, False])})
+    assert only_bulk.build().samples["on_cpu"].dtype == bool
+    with pytest.raises(ValueError, match="column 'x' has 1 values for 2 samples"):
+        only_bulk.add_samples([s, s], time=[0.2, 0.3], columns={"x": [1]})

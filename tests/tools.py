@@ -73,6 +73,12 @@ def _perf_event():
     return None if ok else why
 
 
+def _file(path: str):
+    def check():
+        return None if os.path.exists(path) else f"{path} does not exist"
+    return check
+
+
 def _python_module(module: str):
     def check():
         import importlib.util
@@ -89,11 +95,15 @@ REQUIREMENTS = {
     "gcc": (_tools("gcc"), "apt-get install gcc"),
     "g++": (_tools("g++"), "apt-get install g++"),
     "nm": (_tools("nm"), "apt-get install binutils"),
+    "gcore": (_tools("gcore"), "apt-get install gdb"),
+    "kernel312": (_file(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".venv312", "bin",
+                                     "python")), "make setup (it builds .venv312 when python3.12 is installed)"),
     "chromium": (_tools("chromium"), "apt-get install chromium"),
     "setpriv": (_tools("setpriv"), "apt-get install util-linux"),
     "prlimit": (_tools("prlimit"), "apt-get install util-linux"),
     "unshare": (_tools("unshare"), "apt-get install util-linux"),
     "mount": (_tools("mount", "umount"), "apt-get install mount"),
+    "python3.11": (_tools("python3.11"), "put a CPython 3.11 on PATH as python3.11"),
     "python3.12": (_tools("python3.12"), "put a CPython 3.12 on PATH as python3.12 (pyenv install 3.12)"),
     "python3.13": (_tools("python3.13"), "put a CPython 3.13 on PATH as python3.13 (pyenv install 3.13)"),
     "playwright": (_python_module("playwright"), "pip install -e '.[dev]'"),

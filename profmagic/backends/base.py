@@ -47,6 +47,7 @@ class Capabilities:
     threads: str = "python"
     one_clock_per_run: bool = False
     native: bool = False          # names native (C/C++) frames
+    default: str | None = None    # the mode without --mode, when not both clocks (see default_mode)
     awaits: bool = False          # samples a suspended coroutine chain itself (see awaits.py)
     both_excludes: Mapping = field(default_factory=dict)
 
@@ -55,6 +56,8 @@ def default_mode(caps: Capabilities, options: "Options") -> str:
     """The clock when none was asked for: both where one run measures both, else the one it has."""
     if options.gil:
         return "cpu"
+    if caps.default:
+        return caps.default
     excluded = any(getattr(options, k, False) for k in caps.both_excludes)
     if len(caps.clocks) >= 2 and not caps.one_clock_per_run and not excluded:
         return "both"

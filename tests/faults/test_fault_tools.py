@@ -56,6 +56,39 @@ def test_perf_event_paranoid_too_high(clean, bindir):
     assert f"perf_event_paranoid setting is {paranoid}" in r.stderr
 
 
+@pytest.mark.requires("perf", "unshare")
+def test_perf_offcpu_tracepoints_refused(clean, bindir):
+    with open("/proc/sys/kernel/perf_event_paranoid") as f:
+        paranoid = int(f.read())
+    if paranoid < 0:
+        pytest.skip(f"perf_event_paranoid is {paranoid} here: tracepoints are allowed to everyone")
+    # Real refusal, as above: perf in a user namespace has no CAP_PERFMON for the kernel's process.
+    script(bindir, "perf", ['exec unshare --user --map-root-user /usr/bin/perf "$@"'])
+    r = clean.run(f"_path = os.environ['PATH']\nos.environ['PATH'] = {str(bindir)!r} + ':' + _path\n"
+                  "try:\n    get_ipython().run_line_magic('profile', '-b perf --mode both -q busy(0.1)')\n"
+                  "finally:\n    os.environ['PATH'] = _path")
+    assert r.error is None, r.error
+    documented("perf-offcpu-paranoid", r.stderr)
+    assert f"perf_event_paranoid setting is {paranoid}" in r.stderr and "eu-stack" in r.stderr
+
+
+@pytest.mark.requires("root", "perf", "unshare", "mount")
+def test_perf_offcpu_without_tracefs(clean, bindir):
+    # Real absence: perf runs in its own mount namespace where /sys/kernel/tracing is an empty tmpfs.
+    script(bindir, "perf", ["exec unshare --mount sh -c 'mount -t tmpfs none /sys/kernel/tracing && "
+                            'exec /usr/bin/perf "$@"\' perf "$@"'])
+    r = clean.run(f"_path = os.environ['PATH']\nos.environ['PATH'] = {str(bindir)!r} + ':' + _path\n"
+                  "try:\n    get_ipython().run_line_magic('profile', '-b perf --mode wall -q busy(0.1)')\n"
+                  "finally:\n    os.environ['PATH'] = _path")
+    assert r.error is None, r.error
+    documented("perf-offcpu-tracefs", r.stderr)
+    # cpu-clock alone needs no tracepoint: --mode cpu still records there.
+    r = clean.run(f"_path = os.environ['PATH']\nos.environ['PATH'] = {str(bindir)!r} + ':' + _path\n"
+                  "try:\n    get_ipython().run_line_magic('profile', '-b perf --mode cpu -q busy(0.3)')\n"
+                  "finally:\n    os.environ['PATH'] = _path\nprint(_profile.metric, _profile.sample_count > 0)")
+    assert r.error is None and "cpu True" in r.stdout, r.text()
+
+
 @pytest.mark.requires("stap")
 def test_stap_cannot_load_modules(clean):
     if os.path.exists("/proc/modules") and os.path.exists(f"/lib/modules/{os.uname().release}/build"):
