@@ -16,6 +16,7 @@ import threading
 import time
 from urllib.parse import quote
 
+from .. import procfs
 from ..errors import ProfilerError
 from ..tempdirs import TempDir
 from .base import OWN_GROUP, Capabilities, Capture, Options, allow_tracer, ptrace_scope, reap, tool_version
@@ -51,6 +52,8 @@ def python_threads(pid: int) -> dict[int, str]:
     if pid != os.getpid():
         return {}
     return {t.native_id: t.name for t in threading.enumerate() if t.native_id is not None}
+
+STOP_TIMEOUT = 120.0   # seconds the helper may take to resolve addresses once stopped
 
 
 class Recorder:
@@ -105,11 +108,7 @@ class Recorder:
             raise ProfilerError("eu-stack recorder was not started")
         self.py_threads.update(python_threads(self.options.pid))
         self.proc.send_signal(signal.SIGINT)
-        try:
-            rc = self.proc.wait(120)  # it resolves addresses before it exits
-        except subprocess.TimeoutExpired:
-            rc = None
-        err = self.proc.stderr.read().decode(errors="replace") if rc is not None else "timed out"
+        rc, err = self._wait_helper()
         reap(self.proc, signal.SIGKILL)
         if rc != 0 or not os.path.exists(self.out):
             raise ProfilerError(f"the eu-stack sampler failed (exit {rc}): {err.strip()[-2000:]}")
@@ -121,6 +120,24 @@ class Recorder:
         meta = {"backend": NAME, "pid": self.options.pid, "target_rate": self.options.rate,
                 "python_threads": dict(self.py_threads), "version": _version()}
         return Capture(data, FORMAT, meta)
+
+    def _wait_helper(self) -> tuple[int | None, str]:
+        """The helper's exit status and stderr. It resolves addresses before it exits (up to
+        STOP_TIMEOUT s); a helper that was stopped (SIGSTOP) is not waited for."""
+        deadline, stopped_since = time.monotonic() + STOP_TIMEOUT, None
+        while time.monotonic() < deadline:
+            try:
+                rc = self.proc.wait(0.25)
+                return rc, self.proc.stderr.read().decode(errors="replace")
+            except subprocess.TimeoutExpired:
+                pass
+            if procfs.process_state(self.proc.pid) == "T":
+                stopped_since = stopped_since or time.monotonic()
+                if time.monotonic() - stopped_since > 2.0:
+                    return None, "the eu-stack helper was stopped (SIGSTOP) and did not finish"
+            else:
+                stopped_since = None
+        return None, f"the eu-stack helper did not finish in {STOP_TIMEOUT:g} s"
 
     def close(self) -> None:
         if self.proc is not None:

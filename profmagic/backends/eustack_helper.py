@@ -196,6 +196,27 @@ class Snapshot(NamedTuple):
     py_after: dict          # ... and just after it detached
 
 
+EUSTACK_TIMEOUT = 5.0   # seconds one eu-stack snapshot may take (tens of ms normally)
+
+
+def _gone(pid: int) -> bool:
+    """The process exited or is a zombie (state Z/X): nothing left to sample."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X")
+    except (OSError, IndexError):
+        return True
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGTERM this helper when its parent (the recorder's process) dies."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)   # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def sample(pid: int, interval: float, stop: threading.Event) -> tuple[list[Snapshot], float, str | None]:
     """Snapshot ``pid`` every ``interval`` s until ``stop`` (or the target is gone): eu-stack, the
     Python stacks around it and each thread's facts. Returns (snapshots, duration, error)."""
@@ -216,7 +237,10 @@ def sample(pid: int, interval: float, stop: threading.Event) -> tuple[list[Snaps
             # Python stacks just before and just after the unwind: the reader keeps the one that
             # matches the native stack's eval-loop calls (eu-stack stops the threads in between).
             py_before = py.read()
-            res = subprocess.run(["eu-stack", "-q", "-p", str(pid)], capture_output=True)
+            try:   # a deadline: an eu-stack that hangs (or was stopped) is killed, not waited for
+                res = subprocess.run(["eu-stack", "-q", "-p", str(pid)], capture_output=True, timeout=EUSTACK_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                res = subprocess.CompletedProcess([], -9, b"", b"eu-stack did not answer in %g s" % EUSTACK_TIMEOUT)
             py_after = py.read()
             # The snapshot's time is when the stacks and the CPU counters below were read: the reader
             # weighs each sample by the time since its thread's previous snapshot, and the CPU delta
@@ -224,8 +248,8 @@ def sample(pid: int, interval: float, stop: threading.Event) -> tuple[list[Snaps
             t = time.monotonic() - t0
             stacks = _parse_q(res.stdout)
             if not stacks:
-                if not os.path.isdir(task_dir):
-                    break  # the target is gone
+                if _gone(pid):
+                    break  # the target exited, or is a zombie that nobody reaped
                 if not snaps:
                     return [], 0.0, res.stderr.decode(errors="replace")
             else:
@@ -319,6 +343,7 @@ def main(argv: list[str]) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    _die_with_parent()
     sched = raise_priority()
     t0_wall = time.time()
     snaps, duration, error = sample(a.pid, 1.0 / a.rate, stop)
