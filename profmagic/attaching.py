@@ -39,8 +39,8 @@ def attach(pids, duration: float | None = 10.0, backend: str = "py-spy", *, rate
         if mod.CAPS.threads == "python" and procfs.is_python(pid) is False:
             raise ProfilerError(f"process {pid} ({procfs.cmdline(pid)}) is not a Python process: {backend} reads "
                                 "Python stacks. Fix: --backend perf or eu-stack record any process's native stacks")
-    if mode is None:
-        mode = "wall" if idle is None or idle else "cpu"
+    if mode is None:   # wall time (py-spy's --idle) unless the backend says otherwise (perf: cpu-clock)
+        mode = "cpu" if idle is False else "wall" if idle else (mod.CAPS.default or "wall")
     recs = []
     try:
         for pid in pids:

@@ -276,6 +276,8 @@ def read(text: str, records: list, b: StackBuilder, data: bytes, source: str, ro
     ``frame_names`` a frame id's name."""
     facts = header_facts(text, source)
     times = [r.time for r in records if r.time > 0]  # (PERF_RECORD_COMM lines print time 0; NaN fails)
+    if not times and "start" in facts and "end" in facts:   # the recorder's window: a process that slept
+        times = [facts["start"], facts["end"]]              # through it has its threads "not seen" in it
     if not times:
         raise ProfileFormatError("perf script with switch records but no timestamps: wall time needs "
                                  "the time field (perf script -F ...,time)", source=source, offset=0)
