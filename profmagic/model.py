@@ -626,11 +626,15 @@ class Profile:
         if memory and m.get("memray"):   # memray's version beside the backend that used it
             backend += f" {m['memray']}" if backend == "memray" else f" (memray {m['memray']})"
         parts = [self.label(), f"backend {backend}"]
+        if m.get("memray") and not memory:   # memory recorded beside time
+            parts.append(f"memory: memray {m['memray']}" + (f" ({m['memray_mode']})" if m.get("memray_mode") else ""))
         rate = m.get("rate")
         if rate and not memory and math.isfinite(float(rate)):
             parts.append(f"{float(rate):.4g} Hz")
-        if memory and "allocations" in self.stacks:
-            parts.append(f"{int(self.stacks['allocations'].sum()):,} allocations (every one traced, not sampled)")
+        if memory and "allocations" in self.stacks and self.stacks["allocations"].notna().any():
+            parts.append(f"{int(self.stacks['allocations'].sum()):,} allocations (every one recorded, not sampled)")
+        elif memory and m.get("memray_mode") == "aggregated":
+            parts.append("aggregated while recording (no record of each allocation)")
         elif "calls" in self.stacks and not self.sample_count:
             parts.append(f"{int(self.stacks['calls'].sum()):,} calls (every call traced, not sampled)")
         else:

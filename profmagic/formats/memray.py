@@ -28,6 +28,7 @@ import tempfile
 
 from ..errors import ProfileFormatError
 from ..model import Profile, Raw, StackBuilder
+from ..threads import thread_label as shared_label
 
 NAME = "memray"
 MAGIC = b"memray\x00"
@@ -126,21 +127,23 @@ def _extract_isolated(path: str, source: str, leaks: bool) -> tuple[dict, str | 
     return json.loads(r.stdout), complaint
 
 
-def read(data: bytes, source: str = "<input>", leaks: bool = False, isolate: bool = True) -> Profile:
+def read(data: bytes, source: str = "<input>", leaks: bool = False, isolate: bool = True,
+         threads: dict | None = None, own: dict | None = None) -> Profile:
     """A Profile from a capture's bytes. ``isolate``: read in a child process, so that a corrupt file
-    that crashes memray's reader gives a ProfileFormatError instead (default; costs a Python start)."""
+    that crashes memray's reader gives a ProfileFormatError instead (default; costs a Python start).
+    ``threads`` and ``own``: see ``build``."""
     d = tempfile.mkdtemp(prefix="profmagic-memray-")
     try:
         path = os.path.join(d, "capture.bin")
         with open(path, "wb") as f:
             f.write(data)
-        return read_file(path, source, leaks=leaks, isolate=isolate, data=data)
+        return read_file(path, source, leaks=leaks, isolate=isolate, data=data, threads=threads, own=own)
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
 
 def read_file(path: str, source: str | None = None, leaks: bool = False, isolate: bool = True,
-              data: bytes | None = None) -> Profile:
+              data: bytes | None = None, threads: dict | None = None, own: dict | None = None) -> Profile:
     source = source or path
     if data is None:
         with open(path, "rb") as f:
@@ -169,8 +172,9 @@ def read_file(path: str, source: str | None = None, leaks: bool = False, isolate
     if complaint:
         raise ProfileFormatError(f"corrupt memray capture: {complaint}; expected a capture written by memray's "
                                  "Tracker", source=source)
-    return build(rec, source, Raw(data, NAME, filename=os.path.basename(path) if path else None),
-                 complete=None if expected == 0 else True)
+    options = {k: v for k, v in (("leaks", leaks), ("threads", threads), ("own", own)) if v}
+    raw = Raw(data, NAME, filename=os.path.basename(path) if path else None, options=options)
+    return build(rec, source, raw, complete=None if expected == 0 else True, threads=threads, own=own)
 
 
 def thread_label(tid: int, name: str | None) -> str:
@@ -178,8 +182,26 @@ def thread_label(tid: int, name: str | None) -> str:
     return f'memray thread {tid} "{name}"' if name else f"memray thread {tid}"
 
 
-def build(rec: dict, source: str, raw: Raw | None = None, complete: bool | None = True) -> Profile:
-    """The Profile from ``memray_records.extract``'s output."""
+def native_id(memray_tid: int, name: str | None, main: int, threads: dict | None) -> int | None:
+    """The OS thread id of memray's thread ``memray_tid``, from what the recorder knew (``threads``):
+    the thread that started tracking is ``threads["main"]``; another is the one live thread that had
+    its name (``threads["names"]``: name -> native ids), when exactly one had it."""
+    if not threads:
+        return None
+    if memray_tid == main:
+        return threads.get("main")
+    ids = (threads.get("names") or {}).get(name) or []
+    return int(ids[0]) if len(ids) == 1 else None
+
+
+def build(rec: dict, source: str, raw: Raw | None = None, complete: bool | None = True,
+          threads: dict | None = None, own: dict | None = None) -> Profile:
+    """The Profile from ``memray_records.extract``'s output.
+
+    ``threads`` (from the recorder: ``{"main": native id, "names": {name: [native ids]}}``) gives
+    memray's threads their OS ids and the labels every backend shares. ``own`` (``{"prefix": folder,
+    "names": [function names]}``): the recorder's own functions; stacks through them are its own
+    allocations (starting and stopping memray), dropped and counted in ``meta["dropped_own_bytes"]``."""
     md = rec["metadata"]
     b = StackBuilder()
     frames = rec["frames"]
@@ -187,9 +209,20 @@ def build(rec: dict, source: str, raw: Raw | None = None, complete: bool | None 
     labels = {}
     main = md["main_thread_id"]
     for tid in sorted({t for t, _ in rec["stacks"]}, key=lambda t: (t != main, t)):
-        labels[tid] = b.thread(thread_label(tid, names.get(tid)))
+        name = names.get(tid)
+        native = native_id(tid, name, main, threads)
+        label = shared_label(native, name) if native is not None else thread_label(tid, name)
+        labels[tid] = b.thread(label, tid=native, pid=md["pid"], name=name, python=True)
+    own_frames = set()
+    if own:
+        prefix, own_names = str(own.get("prefix") or ""), set(own.get("names") or ())
+        own_frames = {i for i, (name, file, _, _) in enumerate(frames)
+                      if name in own_names and prefix and str(file).startswith(prefix)}
     rows = []
     for tid, stack in rec["stacks"]:
+        if own_frames.intersection(stack):
+            rows.append(None)
+            continue
         fids, caller = [], None
         for f in stack:
             name, file, line, kind = frames[f]
@@ -203,18 +236,27 @@ def build(rec: dict, source: str, raw: Raw | None = None, complete: bool | None 
         weights.setdefault(sid, {})["bytes"] = nbytes
     for sid, nbytes, n in rec["all"] or ():
         weights.setdefault(sid, {}).update(allocated=nbytes, allocations=n)
+    dropped = 0
     for sid, w in weights.items():
-        b.add(rows[sid], samples=0, **{"bytes": 0, **w})
+        if rows[sid] is None:
+            dropped += w.get("bytes", 0)
+        else:
+            b.add(rows[sid], samples=0, **{"bytes": 0, **w})
     start, end = md["start_ms"], md["end_ms"]
     timeline = memory_timeline(rec["snapshots"], rec.get("interval_peaks"), start, end, md["peak_memory"])
     meta = {
-        "format": NAME, "source": source, "memray": rec.get("memray"), "metrics": ["bytes", "allocated", "allocations"],
+        "format": NAME, "source": source, "memray": rec.get("memray"),
+        "metrics": ["bytes"] + (["allocated", "allocations"] if rec["all"] is not None else []),
         "duration": max(end - start, 0) / 1e3, "pid": md["pid"], "command_line": md["command_line"],
-        "main_thread": labels.get(main), "peak_memory": md["peak_memory"], "records": md["records"],
+        "main_thread": b.threads[labels[main]] if main in labels else None,
+        "peak_memory": md["peak_memory"], "records": md["records"],
         "native": md["native_traces"], "trace_python_allocators": md["trace_python_allocators"],
         "python_allocator": md["python_allocator"], "file_format": md["file_format"], "leaks": rec["leaks"],
+        "memray_mode": "aggregated" if rec["all"] is None else "every allocation",
         "memory_timeline": timeline,
     }
+    if own:
+        meta["dropped_own_bytes"] = dropped
     if rec["leaks"]:
         meta["metric_labels"] = {"bytes": LEAKS_LABEL}
     if not md["trace_python_allocators"] and md["python_allocator"] == "pymalloc":
@@ -239,7 +281,7 @@ def memory_timeline(snaps: list, interval_peaks: list | None, start_ms: int, end
     interval whose high-water mark, or whose closing snapshot's heap, is the capture's peak."""
     times = [(t - start_ms) / 1e3 for t, _, _ in snaps]
     heap = [h for _, _, h in snaps]
-    out = {"t0_unix": start_ms / 1e3, "time": times, "heap": heap, "rss": [r for _, r, _ in snaps],
+    out = {"t0_unix": start_ms / 1e3, "end": max(end_ms - start_ms, 0) / 1e3, "time": times, "heap": heap, "rss": [r for _, r, _ in snaps],
            "peak_bytes": peak, "interval_peaks": interval_peaks,
            "note": "heap: bytes memray saw allocated and not yet freed; rss: the process's resident set size; "
                    "one snapshot every 10 ms"}
