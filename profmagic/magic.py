@@ -12,7 +12,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 
 from . import awaits, cellrun, live, session, transforms, validate
 from .errors import ProfileFormatError, ProfilerError
-from .model import Profile
+from .model import MEMORY_METRICS, Profile
 # Options that take a value: the line magic's statement starts after the last option.
 _VALUED = {"-b", "--backend", "--backends", "--rate", "--mode", "-o", "--output", "--pid", "--duration"}
 
@@ -243,7 +243,7 @@ class ProfileMagics(Magics):
             ns["_profile"] = profile  # the latest profile, also when the cell raised
             if profile.meta.get("message"):
                 print(profile.meta["message"], file=sys.stderr)
-            if profile.is_empty:
+            if profile.is_empty and profile.metric not in MEMORY_METRICS:   # no bytes left (--leaks) is a finding
                 profile = None
         if profile is None:
             out.clear()

@@ -16,8 +16,8 @@ followed), and in ``extra``:
   tracemalloc, and an arena that short-lived strings made stays at the peak under ``strs``.
 
 memray numbers threads itself and knows them by name. The recorder notes the name and native id of
-every thread it can (live at start or stop, and profmagic's own threads that came and went), so the
-reader gives memray's threads their OS ids (formats/memray.py, ``threads``). Threads that already
+every thread it can (live at start or stop, and profmagic's own threads that came and went) and the
+function each runs, so the reader gives memray's threads their OS ids (formats/memray.py, ``threads``). Threads that already
 exist are named by setting each name to itself once tracking runs (memray intercepts the assignment).
 
 Memory beside time: ``TimeAndMemory`` runs another backend's recorder and memray in one run, and
@@ -68,6 +68,19 @@ def _names() -> dict[str, list[int]]:
     return out
 
 
+def _entries() -> dict[tuple, list[int]]:
+    """(function, file) each live Python thread runs (its target, or its class's run) -> native ids."""
+    out: dict[tuple, list[int]] = {}
+    for t in threading.enumerate():
+        target = getattr(t, "_target", None)
+        code = getattr(target, "__code__", None) or getattr(getattr(target, "__func__", None), "__code__", None)
+        if code is None and target is None:
+            code = getattr(type(t).run, "__code__", None)
+        if code is not None and t.native_id is not None:
+            out.setdefault((code.co_name, code.co_filename), []).append(t.native_id)
+    return out
+
+
 def _tasks() -> set[int]:
     try:
         return {int(t) for t in os.listdir("/proc/self/task")}
@@ -90,6 +103,7 @@ class Recorder:
         self.tracker = None
         self.path = None
         self.names: dict[str, list[int]] = {}
+        self.entries: dict[tuple, list[int]] = {}
         self.main: int | None = None
         self.own_before: set[int] = set()
 
@@ -101,6 +115,7 @@ class Recorder:
         self.path = self.tmp.file("capture.bin")
         o = self.options
         self.names = _names()
+        self.entries = _entries()
         self.main = threading.get_native_id()   # memray's first thread: the one that starts tracking
         self.own_before = set(own_threads.OWN)
         file_format = memray.FileFormat.ALL_ALLOCATIONS if self.allocated else memray.FileFormat.AGGREGATED_ALLOCATIONS
@@ -132,7 +147,11 @@ class Recorder:
         for name, ids in list(_names().items()) + [(n, [t]) for t, n in gone.items() if n]:
             names.setdefault(name, [])
             names[name] += [i for i in ids if i not in names[name]]
-        return {"main": self.main, "names": names}
+        entries = {k: list(v) for k, v in self.entries.items()}
+        for key, ids in _entries().items():
+            entries.setdefault(key, [])
+            entries[key] += [i for i in ids if i not in entries[key]]
+        return {"main": self.main, "names": names, "entries": [[f, file, ids] for (f, file), ids in entries.items()]}
 
     def stop(self) -> Capture:
         if self.tmp is None:

@@ -182,24 +182,43 @@ def thread_label(tid: int, name: str | None) -> str:
     return f'memray thread {tid} "{name}"' if name else f"memray thread {tid}"
 
 
-def native_id(memray_tid: int, name: str | None, main: int, threads: dict | None) -> int | None:
+def native_id(memray_tid: int, name: str | None, entry: tuple | None, main: int, threads: dict | None) -> int | None:
     """The OS thread id of memray's thread ``memray_tid``, from what the recorder knew (``threads``):
-    the thread that started tracking is ``threads["main"]``; another is the one live thread that had
-    its name (``threads["names"]``: name -> native ids), when exactly one had it."""
+    the thread that started tracking is ``threads["main"]``; another is the one thread that had its
+    name (``threads["names"]``: name -> native ids), or else, for a thread memray left unnamed (it
+    names threads that existed before tracking only sometimes), the one thread whose Python entry point
+    (``entry``: the function its stacks run under threading's bootstrap) is that (``threads["entries"]``:
+    [function, file, [native ids]] each)."""
     if not threads:
         return None
     if memray_tid == main:
         return threads.get("main")
-    ids = (threads.get("names") or {}).get(name) or []
+    ids = (threads.get("names") or {}).get(name) or [] if name else []
+    if not ids and entry is not None:
+        ids = next((e[2] for e in threads.get("entries") or () if (e[0], e[1]) == entry), [])
     return int(ids[0]) if len(ids) == 1 else None
+
+
+def entry_point(frames: list, stack: list) -> tuple | None:
+    """(function, file) a Python thread runs: the frame under threading's ``_bootstrap_inner``, or under
+    ``Thread.run`` when that only calls the thread's target."""
+    names = [(frames[f][0], str(frames[f][1])) for f in stack if frames[f][3] == "python"]
+    for i, (name, file) in enumerate(names[:-1]):
+        if name == "_bootstrap_inner" and file.endswith("threading.py"):
+            run = names[i + 1]
+            if run[0] == "run" and run[1] == file and i + 2 < len(names):
+                return names[i + 2]
+            return run
+    return None
 
 
 def build(rec: dict, source: str, raw: Raw | None = None, complete: bool | None = True,
           threads: dict | None = None, own: dict | None = None) -> Profile:
     """The Profile from ``memray_records.extract``'s output.
 
-    ``threads`` (from the recorder: ``{"main": native id, "names": {name: [native ids]}}``) gives
-    memray's threads their OS ids and the labels every backend shares. ``own`` (``{"prefix": folder,
+    ``threads`` (from the recorder: ``{"main": native id, "names": {name: [native ids]}, "entries":
+    [[function, file, [native ids]], ...]}``; see ``native_id``) gives memray's threads their OS ids
+    and the labels every backend shares. ``own`` (``{"prefix": folder,
     "names": [function names]}``): the recorder's own functions; stacks through them are its own
     allocations (starting and stopping memray), dropped and counted in ``meta["dropped_own_bytes"]``."""
     md = rec["metadata"]
@@ -208,9 +227,15 @@ def build(rec: dict, source: str, raw: Raw | None = None, complete: bool | None 
     names = {int(k): v for k, v in rec["threads"].items()}
     labels = {}
     main = md["main_thread_id"]
+    entries: dict[int, tuple] = {}
+    for tid, stack in rec["stacks"]:
+        if tid not in entries:
+            e = entry_point(frames, stack)
+            if e is not None:
+                entries[tid] = e
     for tid in sorted({t for t, _ in rec["stacks"]}, key=lambda t: (t != main, t)):
         name = names.get(tid)
-        native = native_id(tid, name, main, threads)
+        native = native_id(tid, name, entries.get(tid), main, threads)
         label = shared_label(native, name) if native is not None else thread_label(tid, name)
         labels[tid] = b.thread(label, tid=native, pid=md["pid"], name=name, python=True)
     own_frames = set()
@@ -269,7 +294,8 @@ def build(rec: dict, source: str, raw: Raw | None = None, complete: bool | None 
         meta["completeness"] = ("unknown: the tracker never finished this file (a process that ended while "
                                 "tracking, such as a forked child leaving with os._exit)")
     unknown = ("allocated", "allocations") if rec["all"] is None else ()
-    return b.build(metric="bytes", meta=meta, raw=raw, unknown_metrics=unknown)
+    measured = ("bytes",) if rec["all"] is None else ("bytes", "allocated", "allocations")
+    return b.build(metric="bytes", meta=meta, raw=raw, unknown_metrics=unknown, metrics=measured)
 
 
 def memory_timeline(snaps: list, interval_peaks: list | None, start_ms: int, end_ms: int, peak: int) -> dict:
