@@ -402,3 +402,88 @@ def test_memray_missing_is_one_line_with_the_install_command():
     assert r.stdout.strip() == ("backend memray cannot record here: memray is not installed: "
                                 "pip install 'profmagic[memory]'"), r.stdout + r.stderr
     faults().documented("memray-missing", "profmagic: " + r.stdout.strip())
+
+
+# -- views -------------------------------------------------------------------------------------------
+def test_memory_strip_marks_the_high_water_mark(capture):
+    """The strip of a real capture (every allocation): heap from memray's snapshots, the peak's level and
+    when it was reached; the SVG twin has no script and carries the same facts."""
+    from profmagic.views import memory
+    p = mf.read(capture, "cell.bin", isolate=False)
+    tl = p.meta["memory_timeline"]
+    fig = memory.figure(p)
+    names = [t.name for t in fig.data]
+    assert "heap (snapshots)" in names and "highest between snapshots" in names
+    heap = next(t for t in fig.data if t.name == "heap (snapshots)")
+    assert list(heap.y)[1:] == tl["heap"] and heap.y[0] == 0   # memray's heap counts from 0 at its start
+    peak = [s for s in fig.layout.shapes if s.type == "line"]
+    assert len(peak) == 1 and peak[0].y0 == tl["peak_bytes"]
+    band = [s for s in fig.layout.shapes if s.type == "rect"]
+    assert len(band) == 1 and (band[0].x0, band[0].x1) == tuple(tl["peak_between"])
+    svg = memory.svg(p)
+    assert "<script" not in svg and svg.count('class="profmagic-peak"') == 1 and "profmagic-peak-when" in svg
+    assert f"high-water mark {memory.fmt_bytes(tl['peak_bytes'])}" in svg
+    assert f"reached between {tl['peak_between'][0]:.3f}" in memory.caption(p)
+
+
+def test_memory_strip_of_an_aggregated_capture_says_when_is_unknown():
+    from profmagic.views import memory
+    p, keep = record(ns["cell"])
+    tl = p.meta["memory_timeline"]
+    assert tl["interval_peaks"] is None
+    assert ("peak_between" in tl) == any(h >= tl["peak_bytes"] for h in tl["heap"])
+    if "peak_between" not in tl:
+        assert "when it was reached is not known" in memory.caption(p) and "--allocated" in memory.caption(p)
+    assert memory.svg(p).count('class="profmagic-peak"') == 1
+    del keep
+
+
+def test_compare_before_after_in_bytes():
+    """compare() on memory: the change per function in bytes, worded as more/less, not slower/faster."""
+    import profmagic as pm
+    before, keep1 = record(ns["alloc"])
+    del keep1
+    after, keep2 = record(lambda: [bytearray(1000) for _ in range(10000)])
+    c = pm.compare(before, after)
+    assert c.metric == "bytes" and c.unit == "bytes"
+    assert "red more, blue less" in c.title() and "MiB" in c.summary() and " s" not in c.summary()
+    row = c.table.set_index("name").loc["alloc.<locals>.<listcomp>"]
+    assert row["total_before"] > 20_000_000 and row["total_after"] == 0   # gone in after
+    hover = c.figure.data[0].hovertemplate
+    assert " B<br>" in hover and " s<br>" not in hover
+    del keep2
+
+
+def test_unnamed_threads_are_matched_by_the_function_they_run():
+    """memray names threads that existed before tracking only sometimes (seen in a kernel: IOPub, the
+    history thread). A thread memray left unnamed gets its native id from the function it runs."""
+    from profmagic.formats.memray_records import extract
+    go, done = threading.Event(), threading.Event()
+
+    def waiter():
+        go.wait()
+        out = [bytearray(1000) for _ in range(500)]
+        done.set()
+        return out
+
+    t = threading.Thread(target=waiter, name="waiter")
+    t.start()
+    o = make_options()
+    rec = mb.Recorder(o)
+    rec.start()
+    try:
+        go.set()
+        done.wait(10)
+        cap = rec.stop()
+        threads = cap.meta["reader"]["threads"]
+        assert ["waiter", __file__, [t.native_id]] in threads["entries"]
+        raw = extract(cap.path)
+    finally:
+        rec.close()
+        t.join()
+    raw["threads"] = {}   # as memray leaves a thread it could not name
+    p = mf.build(raw, "x", threads=threads)
+    row = p.thread_table.set_index("tid").loc[t.native_id]
+    assert row["label"] == f"Thread {t.native_id}"
+    bytes_of = p.stacks.groupby("thread", observed=True)["bytes"].sum()
+    assert bytes_of[row["label"]] > 500_000
