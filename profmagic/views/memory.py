@@ -105,11 +105,15 @@ def figure(profile: Profile, height: int = 260):
         lo, hi = s["between"]
         fig.add_vrect(x0=lo, x1=max(hi, lo + 1e-3), fillcolor=PEAK_COLOUR, opacity=0.15, line_width=0,
                       annotation_text="peak reached", annotation_position="bottom right")
+    head, _, rest = caption(profile).partition(" · high-water mark")
+    ticks = byte_ticks(max(s["peak"], max(s["heap"])))
     fig.update_layout(
-        title=dict(text=f"<span style='font-size:12px'>{esc(caption(profile), 600)}</span>", x=0.01),
+        title=dict(text=f"<span style='font-size:12px'>{esc(head, 400)}<br>high-water mark{esc(rest, 400)}"
+                        "</span>", x=0.01),
         height=height, margin=dict(l=8, r=8, t=60, b=8), legend=dict(orientation="h", y=-0.25),
         xaxis=dict(title=f"seconds since {s['origin']}", rangemode="tozero"),
-        yaxis=dict(title="bytes", rangemode="tozero", tickformat="~s", ticksuffix="B"))
+        yaxis=dict(title="bytes", rangemode="tozero", tickvals=[v for v, _ in ticks],
+                   ticktext=[t for _, t in ticks]))
     return fig
 
 
@@ -123,6 +127,15 @@ def _ticks(hi: float, n: int = 5) -> list[float]:
             step *= m
             break
     return [i * step for i in range(int(hi / step) + 1)]
+
+
+def byte_ticks(hi: float, n: int = 4) -> list[tuple[float, str]]:
+    """Round ticks from 0 to ``hi`` bytes in one binary unit (0, 5 MiB, 10 MiB, ...), as fmt_bytes writes them."""
+    k = 0
+    while k < 3 and hi >= 1024 ** (k + 1):
+        k += 1
+    unit, name = 1024 ** k, ("B", "KiB", "MiB", "GiB")[k]
+    return [(v * unit, f"{v:g} {name}") for v in _ticks(hi / unit, n)]
 
 
 def svg(profile: Profile, width: int = 960, height: int = 150) -> str:
@@ -147,10 +160,9 @@ def svg(profile: Profile, width: int = 960, height: int = 150) -> str:
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="profmagic-memory-strip" width="{width}" '
            f'height="{height}" viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="10">',
            f"<title>{esc(caption(profile), 600)}</title>"]
-    for v in _ticks(y_hi / 1.08, 3):
+    for v, text in byte_ticks(y_hi / 1.08, 3):
         out.append(f'<line x1="{left}" x2="{width - right}" y1="{Y(v):.1f}" y2="{Y(v):.1f}" stroke="#eee"/>'
-                   f'<text x="{left - 4}" y="{Y(v) + 3:.1f}" text-anchor="end" fill="#555">'
-                   f'{html.escape(fmt_bytes(v))}</text>')
+                   f'<text x="{left - 4}" y="{Y(v) + 3:.1f}" text-anchor="end" fill="#555">{html.escape(text)}</text>')
     for v in _ticks(x_hi, 8):
         out.append(f'<text x="{X(v):.1f}" y="{height - 8}" text-anchor="middle" fill="#555">{v:g} s</text>')
     if s["between"]:
