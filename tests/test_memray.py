@@ -148,6 +148,16 @@ def test_reader_crash_on_a_corrupt_file_is_a_format_error():
     faults().documented("memray-corrupt", str(e.value))
 
 
+def test_bad_reader_options_in_a_container_are_a_format_error():
+    """A container's manifest carries each part's reader options: they are input too."""
+    p, keep = record(ns["alloc"])
+    box = container.write([("capture.bin", p.raw.read(), mf.NAME, "parent", {"threads": {"names": 5}})],
+                          combine="memory-children")
+    with pytest.raises(ProfileFormatError, match="reader options: expected threads"):
+        profmagic.load(box)
+    del keep
+
+
 def test_not_a_capture():
     with pytest.raises(ProfileFormatError, match="not a memray capture"):
         mf.read(b"memrax\0" + bytes(100), "x.bin")

@@ -193,10 +193,28 @@ def native_id(memray_tid: int, name: str | None, entry: tuple | None, main: int,
         return None
     if memray_tid == main:
         return threads.get("main")
-    ids = (threads.get("names") or {}).get(name) or [] if name else []
+    ids = (threads["names"].get(name) or []) if name else []
     if not ids and entry is not None:
-        ids = next((e[2] for e in threads.get("entries") or () if (e[0], e[1]) == entry), [])
-    return int(ids[0]) if len(ids) == 1 else None
+        ids = next((e[2] for e in threads["entries"] if (e[0], e[1]) == entry), [])
+    return ids[0] if len(ids) == 1 else None
+
+
+def _options(threads, own, source: str) -> tuple[dict | None, dict | None]:
+    """The ``threads`` and ``own`` reader options, checked: they come with a capture (a container's
+    manifest), so they are input like the capture itself."""
+    try:
+        if threads is not None:
+            main = threads.get("main")
+            threads = {"main": None if main is None else int(main),
+                       "names": {str(k): [int(i) for i in v] for k, v in (threads.get("names") or {}).items()},
+                       "entries": [(str(e[0]), str(e[1]), [int(i) for i in e[2]]) for e in threads.get("entries") or ()]}
+        if own is not None:
+            own = {"prefix": str(own["prefix"]), "names": [str(n) for n in own["names"]]}
+    except (AttributeError, TypeError, ValueError, IndexError, KeyError):
+        raise ProfileFormatError('reader options: expected threads = {"main": id, "names": {name: [ids]}, '
+                                 '"entries": [[function, file, [ids]]]} and own = {"prefix": folder, "names": '
+                                 '[functions]}', source=source) from None
+    return threads, own
 
 
 def entry_point(frames: list, stack: list) -> tuple | None:
@@ -221,6 +239,7 @@ def build(rec: dict, source: str, raw: Raw | None = None, complete: bool | None 
     and the labels every backend shares. ``own`` (``{"prefix": folder,
     "names": [function names]}``): the recorder's own functions; stacks through them are its own
     allocations (starting and stopping memray), dropped and counted in ``meta["dropped_own_bytes"]``."""
+    threads, own = _options(threads, own, source)
     md = rec["metadata"]
     b = StackBuilder()
     frames = rec["frames"]
@@ -239,10 +258,9 @@ def build(rec: dict, source: str, raw: Raw | None = None, complete: bool | None 
         label = shared_label(native, name) if native is not None else thread_label(tid, name)
         labels[tid] = b.thread(label, tid=native, pid=md["pid"], name=name, python=True)
     own_frames = set()
-    if own:
-        prefix, own_names = str(own.get("prefix") or ""), set(own.get("names") or ())
+    if own and own["prefix"]:
         own_frames = {i for i, (name, file, _, _) in enumerate(frames)
-                      if name in own_names and prefix and str(file).startswith(prefix)}
+                      if name in own["names"] and str(file).startswith(own["prefix"])}
     rows = []
     for tid, stack in rec["stacks"]:
         if own_frames.intersection(stack):
