@@ -151,10 +151,10 @@ def main() -> None:
         records, size, read_in, read_child = value(f"reading({a.rounds})")
         # Cell end -> a view, through the magics: ours, and memray's own (default, Python allocators traced).
         ours = {}
-        for name, opts in value("OURS").items():
+        for name, opts in OURS.items():
             times = []
             for _ in range(a.rounds):
-                r = k.run(value("OURS_CELL").format(opts=opts), timeout=900)
+                r = k.run(OURS_CELL.format(opts=opts), timeout=900)
                 assert r.error is None, r.text()
                 times.append(value("time.perf_counter() - T_END"))
             html = [d["text/html"] for d in r.data + r.updates if "profmagic-static" in d.get("text/html", "")]

@@ -465,7 +465,7 @@ def time_and_memory(time_p: Profile, mem_p: Profile, drop_tids: Iterable = (),
     if tl and time_started and tl.get("t0_unix"):  # memray's clock against the time recorder's start (to a few ms)
         tl = {**tl, "starts_after_time_recorder": tl["t0_unix"] - float(time_started)}
     meta = time_p.meta.replace(
-        memray=m.get("memray"), memray_mode=m.get("memray_mode"), memory_timeline=tl,
+        memray=m.get("memray"), memray_mode=m.get("memray_mode"), memory_timeline=tl, cost=m.get("cost"),
         memory={k: v for k, v in m.items() if k not in ("memory_timeline", "processes", "unknown")},
         unknown={**dict(time_p.meta.unknown), **dict(m.unknown)},
         metric_labels={**dict(time_p.meta.get("metric_labels") or {}), **dict(m.get("metric_labels") or {})},

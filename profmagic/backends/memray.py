@@ -81,6 +81,17 @@ def _entries() -> dict[tuple, list[int]]:
     return out
 
 
+def _union(a: dict, b: dict) -> dict:
+    """Two maps of key -> native ids, merged (each id once)."""
+    out = {k: list(v) for k, v in a.items()}
+    for k, ids in b.items():
+        have = out.setdefault(k, [])
+        for i in ids:
+            if i not in have:
+                have.append(i)
+    return out
+
+
 def _tasks() -> set[int]:
     try:
         return {int(t) for t in os.listdir("/proc/self/task")}
@@ -141,16 +152,14 @@ class Recorder:
             tracker.__exit__(None, None, None)
 
     def threads(self) -> dict:
-        """What the reader needs to give memray's threads their native ids (formats/memray.py)."""
-        names = {k: list(v) for k, v in self.names.items()}
-        gone = {tid: own_threads.OWN_NAMES.get(tid) for tid in set(own_threads.OWN) - self.own_before}
-        for name, ids in list(_names().items()) + [(n, [t]) for t, n in gone.items() if n]:
-            names.setdefault(name, [])
-            names[name] += [i for i in ids if i not in names[name]]
-        entries = {k: list(v) for k, v in self.entries.items()}
-        for key, ids in _entries().items():
-            entries.setdefault(key, [])
-            entries[key] += [i for i in ids if i not in entries[key]]
+        """What the reader needs to give memray's threads their native ids (formats/memray.py): threads
+        live at start or now, and profmagic's own that came and went (the live view's)."""
+        gone: dict[str, list[int]] = {}
+        for tid in set(own_threads.OWN) - self.own_before:
+            if own_threads.OWN_NAMES.get(tid):
+                gone.setdefault(own_threads.OWN_NAMES[tid], []).append(tid)
+        names = _union(_union(self.names, _names()), gone)
+        entries = _union(self.entries, _entries())
         return {"main": self.main, "names": names, "entries": [[f, file, ids] for (f, file), ids in entries.items()]}
 
     def stop(self) -> Capture:
