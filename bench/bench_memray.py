@@ -1,9 +1,10 @@
 """memray (issue 20), in a real kernel: accuracy against tracemalloc, cost against the bare cell and
-against time alone (paired), reading cost, and memray's own %%memray_flamegraph beside ours.
+against time alone (paired), reading cost, and cell end -> view through %%profile (aggregated, the
+default; --allocated; --memory beside the sampler) beside memray's own %%memray_flamegraph.
 
 The cell is the issue's: alloc() keeps 20,000 x 1 kB bytearrays alive, strs() makes 100,000 short
-strings and drops them before the peak. Recorders are driven directly (start, the cell, stop,
-read, close), as the magic will drive them.
+strings and drops them before the peak. Accuracy and cost drive the recorders directly (start, the
+cell, stop, read, close), as the Session does; cell end -> view goes through the magic.
 Usage: .venv/bin/python bench/bench_memray.py [--rounds N] [--write]
 """
 from __future__ import annotations
@@ -22,7 +23,7 @@ import workloads  # noqa: E402
 SETUP = workloads.MEMORY_SOURCE + r'''
 import time, tracemalloc, os, glob, re
 import profmagic
-from profmagic import report
+from profmagic import backends
 from profmagic.backends import memray as mb, sampler, pyspy
 from profmagic.session import make_options
 
@@ -52,16 +53,17 @@ def time_only(module, **kw):
 
 def time_and_memory(module, **kw):
     o = make_options(**kw)
-    return lambda: mb.TimeAndMemory(module, o), lambda cap: mb.read_both(module, cap, o)
+    return (lambda: mb.TimeAndMemory(module.NAME, backends.recorder(module, o), o),
+            lambda cap: mb.read_both(module, cap, o))
 
 CONFIGS = {
-    "memray": memray_only(),
-    "memray, Python allocators untraced": memray_only(python_allocators=False),
-    "memray, aggregated": memray_only(aggregate=True),
+    "memray (aggregated, the default)": memray_only(),
+    "memray --allocated": memray_only(allocated=True),
+    "memray --allocated, Python allocators untraced": memray_only(allocated=True, python_allocators=False),
     "sampler --mode both (time only)": time_only(sampler, mode="both"),
-    "sampler --mode both + memray": time_and_memory(sampler, mode="both"),
+    "sampler --mode both --memory": time_and_memory(sampler, mode="both"),
     "py-spy --idle (time only)": time_only(pyspy, idle=True),
-    "py-spy --idle + memray": time_and_memory(pyspy, idle=True),
+    "py-spy --idle --memory": time_and_memory(pyspy, idle=True),
 }
 
 def cost(name, rounds):
@@ -94,7 +96,7 @@ def accuracy(**extra):
 def reading(rounds):
     """Seconds to read the capture of the cell: in this process, and in a child (untrusted files)."""
     from profmagic.formats import memray as mf
-    c, whole, after, p = recorded(*memray_only())
+    c, whole, after, p = recorded(*memray_only(allocated=True))
     data = p.raw.read()
     inproc, child = [], []
     for _ in range(rounds):
@@ -102,13 +104,11 @@ def reading(rounds):
         t = time.perf_counter(); mf.read(data, "b", isolate=True); child.append(time.perf_counter() - t)
     return p.meta["records"], len(data), sorted(inproc)[len(inproc) // 2], sorted(child)[len(child) // 2]
 
-def to_view_ours():
-    """Cell end -> the report sent (stop, read, the report's static twin and widget)."""
-    with profmagic.profile("memray", announce=None) as rec:
-        keep = cell(); t_end = time.perf_counter()
-    display(rec.profile)
-    return time.perf_counter() - t_end
 '''
+OURS = {"%%profile --backend memray (aggregated)": "--backend memray",
+        "%%profile --backend memray --allocated": "--backend memray --allocated",
+        "%%profile --backend sampler --memory": "--backend sampler --memory"}
+OURS_CELL = "%%profile {opts}\nkeep = cell()\nT_END = time.perf_counter()\n"
 
 MEMRAY_MAGIC = r'''%%memray_flamegraph {opts}
 keep = cell()
@@ -131,7 +131,7 @@ def main() -> None:
     load0 = os.getloadavg()[0]
     k = Kernel()
     try:
-        r = k.run(SETUP + f"\nos.chdir({work!r})\n%load_ext memray\n")
+        r = k.run(SETUP + f"\nos.chdir({work!r})\n%load_ext memray\n%load_ext profmagic\n")
         assert r.status == "ok" and r.error is None, r.text() + str(r.error)
         k.run("bare(); bare()")
 
@@ -142,16 +142,23 @@ def main() -> None:
             return ast.literal_eval(r.stdout.strip().splitlines()[-1])
 
         acc = {name: value(f"accuracy({kw})") for name, kw in (
-            ("memray (Python allocators traced, default)", ""), ("memray, Python allocators untraced",
-                                                                 "python_allocators=False"),
-            ("memray, aggregated", "aggregate=True"))}
+            ("memray (aggregated, the default)", ""), ("memray --allocated", "allocated=True"),
+            ("memray --allocated, Python allocators untraced", "allocated=True, python_allocators=False"))}
         costs = {name: value(f"cost({name!r}, {a.rounds})") for name in value("list(CONFIGS)")}
         pairs = {name: value(f"paired({t!r}, {b!r}, {a.rounds})") for name, (t, b) in {
-            "sampler": ("sampler --mode both (time only)", "sampler --mode both + memray"),
-            "py-spy --idle": ("py-spy --idle (time only)", "py-spy --idle + memray")}.items()}
+            "sampler": ("sampler --mode both (time only)", "sampler --mode both --memory"),
+            "py-spy --idle": ("py-spy --idle (time only)", "py-spy --idle --memory")}.items()}
         records, size, read_in, read_child = value(f"reading({a.rounds})")
-        # Cell end -> a view, ours and memray's own magic (default, and with Python allocators traced).
-        ours = [value("to_view_ours()") for _ in range(a.rounds)]
+        # Cell end -> a view, through the magics: ours, and memray's own (default, Python allocators traced).
+        ours = {}
+        for name, opts in OURS.items():
+            times = []
+            for _ in range(a.rounds):
+                r = k.run(OURS_CELL.format(opts=opts), timeout=900)
+                assert r.error is None, r.text()
+                times.append(value("time.perf_counter() - T_END"))
+            html = [d["text/html"] for d in r.data + r.updates if "profmagic-static" in d.get("text/html", "")]
+            ours[name] = (times, html[-1] if html else "")
         theirs = {}
         for opts in ("", "--trace-python-allocators"):
             times = []
@@ -165,7 +172,6 @@ def main() -> None:
         files = value("sorted(glob.glob('memray-results/*/*.html'))")
         external = value(f"sorted(set(re.findall(r'<script[^>]*src=\"(https?://[^\"/]+)', open({files[-1]!r}).read())))")
         html_size = value(f"os.path.getsize({files[-1]!r})")
-        ours_html = value("report.static_html(recorded(*memray_only())[3])")
     finally:
         k.close()
 
@@ -193,22 +199,24 @@ def main() -> None:
               "| time backend | both / time alone (median, min–max) |", "|---|---|"]
     for name, res in pairs.items():
         lines.append(f"| {name} | {med(res):.2f} ({min(res):.2f}–{max(res):.2f}) |")
-    lines += ["", f"Reading the default capture ({records:,} records, {size:,} bytes compressed): "
+    lines += ["", f"Reading an --allocated capture ({records:,} records, {size:,} bytes compressed): "
               f"{read_in:.2f} s in the kernel's process, {read_child:.2f} s in a child process (how files that "
               f"profmagic did not just record are read); {read_in / records * 1e6:.1f} µs per record.", "",
-              "### Beside memray's own %%memray_flamegraph (cell end → view)", "",
-              "| | cell end → view s (median, min–max) | what the saved notebook holds | offline |", "|---|---|---|---|",
-              f"| profmagic (memray, defaults) | {med(ours):.2f} ({min(ours):.2f}–{max(ours):.2f}) | the static twin "
-              f"(SVG icicle and table, {len(ours_html):,} bytes of HTML, {ours_html.count('<script')} scripts) "
-              "inline, and the widget | yes: the static twin needs no kernel and no network |"]
+              "### Cell end → view, through %%profile and beside memray's own %%memray_flamegraph", "",
+              "| | cell end → view s (median, min–max) | what the saved notebook holds | offline |", "|---|---|---|---|"]
+    for name, (times, html) in ours.items():
+        lines.append(f"| {name} | {med(times):.2f} ({min(times):.2f}–{max(times):.2f}) | the static twin (SVG "
+                     f"icicle, memory strip and table, {len(html):,} bytes of HTML, {html.count('<script')} scripts) "
+                     "inline, and the widget | yes: the static twin needs no kernel and no network |")
     for opts, (times, html) in theirs.items():
         lines.append(f"| %%memray_flamegraph {opts} | {med(times):.2f} ({min(times):.2f}–{max(times):.2f}) | "
                      f"an IFrame pointing at {'a file beside the notebook' if 'iframe' in html.lower() else '?'} "
                      f"({html_size:,} bytes of HTML) | no: the notebook holds no flame graph, and the HTML loads "
                      f"scripts from {len(external)} host(s) ({', '.join(external)}) |")
-    lines += ["", "memray's magic writes the aggregated format (memray aggregates while tracking) and does not "
-              "trace Python's allocators unless asked: it reads in milliseconds; profmagic's default keeps every "
-              "allocation for `allocated`, and pays for it after the cell (`aggregate=True` is the fast path)."]
+    lines += ["", "Both magics record the aggregated format by default (memray aggregates while tracking) and read it "
+              "in milliseconds; profmagic traces Python's allocators (each object, not pymalloc's arenas: see "
+              "Accuracy), which slows the cell itself. `--allocated` keeps every allocation for `allocated` and "
+              "`allocations`, and pays for it after the cell (the reading above)."]
     table = "\n".join(lines)
     print(table)
     if a.write:

@@ -16,7 +16,7 @@ import threading
 import time
 import zlib
 
-from . import transforms
+from . import procfs, transforms
 from .backends.base import Options
 from .threads import OWN, mark_own
 
@@ -78,7 +78,8 @@ class Live:
 
     def start(self) -> None:
         rec = self.session.recorder
-        if not callable(getattr(rec, "live", None)):
+        # memray alone (no clocks): no companion, whose allocations would be recorded with the code's.
+        if not callable(getattr(rec, "live", None)) and self.session.module.CAPS.clocks:
             from .backends import sampler
             self.companion = sampler.Recorder(Options(rate=COMPANION_RATE, mode="both"))
             self.companion.start()
@@ -124,6 +125,8 @@ class Live:
 
     def bundle(self) -> dict:
         elapsed = time.perf_counter() - self._t0
+        if self.companion is None and not callable(getattr(self.session.recorder, "live", None)):
+            return self._memory_bundle(elapsed)
         got = self.snapshot()
         agg, rate = got if got is not None else ({"samples": 0}, 0.0)
         o = self.session.options
@@ -140,6 +143,15 @@ class Live:
         parts.append("<div class='profmagic-stale'>waiting for the interpreter: no update for "
                      f"{STALE} s (the cell holds the GIL in C code); the view resumes when it lets go</div></div>")
         return {"text/plain": "\n".join(text), "text/html": "".join(parts)}
+
+
+    def _memory_bundle(self, elapsed: float) -> dict:
+        """memray alone has nothing to show while it records: the status and the process's RSS."""
+        o = self.session.options
+        rss = procfs.rss()
+        status = (f"● recording · {self.session.name} · pid {o.pid} · {elapsed:.1f} s"
+                  + (f" · RSS now {rss / 2**20:,.1f} MiB" if rss is not None else ""))
+        return {"text/plain": status, "text/html": f"<div class='profmagic-live'><b>{html.escape(status)}</b></div>"}
 
 
 def aggregate(frames: list, rows: list, threads: set, cell_file: str | None) -> dict:

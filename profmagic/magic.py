@@ -12,7 +12,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 
 from . import awaits, cellrun, live, session, transforms, validate
 from .errors import ProfileFormatError, ProfilerError
-from .model import Profile
+from .model import MEMORY_METRICS, Profile
 # Options that take a value: the line magic's statement starts after the last option.
 _VALUED = {"-b", "--backend", "--backends", "--rate", "--mode", "-o", "--output", "--pid", "--duration"}
 
@@ -72,6 +72,15 @@ class ProfileMagics(Magics):
     @argument("--rate", default=100.0, metavar="HZ", help="samples per second (default 100)")
     @argument("--all-threads", action="store_true", help="keep the kernel's own threads too")
     @argument("--subprocesses", action="store_true", help="profile child processes too")
+    @argument("--memory", action="store_true",
+              help="record memory with memray beside the time backend, in the same run (wall, CPU and peak "
+                   "bytes per function side by side)")
+    @argument("--leaks", action="store_true",
+              help="memray (--backend memray or --memory): bytes still alive when the cell ends, instead of at "
+                   "the high-water mark")
+    @argument("--allocated", action="store_true",
+              help="memray: record every allocation, for the bytes allocated and the allocation count (slower "
+                   "to read back; by default memray aggregates while recording)")
     @argument("--pid", default=None, metavar="PIDS",
               help="attach to running processes instead of running code: 1234,5678 (line magic)")
     @argument("--duration", default=None, metavar="S",
@@ -109,6 +118,8 @@ class ProfileMagics(Magics):
             args.rate = validate.rate(args.rate)
             args.duration = validate.duration(args.duration)
             args.output = validate.output(args.output)
+            validate.memory(args.backend, args.memory, args.leaks, args.allocated, args.mode, args.pid,
+                            args.backends)
         except ProfilerError as e:
             print(f"profmagic: {e}", file=sys.stderr)
             return None
@@ -202,7 +213,8 @@ class ProfileMagics(Magics):
             return None
         options = session.make_options(
             rate=args.rate, native=args.native, gil=args.gil, mode=mode_of(args), subprocesses=args.subprocesses,
-            all_threads=args.all_threads, cell_filename=cell.filename, rerun=args.rerun)
+            all_threads=args.all_threads, cell_filename=cell.filename, rerun=args.rerun,
+            **{k: True for k in ("memory", "leaks", "allocated") if getattr(args, k)})
         names = transforms.cell_names(getattr(ip.compile, "_filename_map", {}))
         out = live.Output(enabled=not args.quiet)
         session_kw = dict(cell=code, file_names=names, announce=out.text)
@@ -231,7 +243,7 @@ class ProfileMagics(Magics):
             ns["_profile"] = profile  # the latest profile, also when the cell raised
             if profile.meta.get("message"):
                 print(profile.meta["message"], file=sys.stderr)
-            if profile.is_empty:
+            if profile.is_empty and profile.metric not in MEMORY_METRICS:   # no bytes left (--leaks) is a finding
                 profile = None
         if profile is None:
             out.clear()

@@ -501,8 +501,9 @@ class StackBuilder:
                            [f[2] for f in self._frames], [f[3] for f in self._frames])
 
     def build(self, metric: str | None = None, meta: Meta | Mapping | None = None, raw: Raw | None = None,
-              unknown_metrics: Iterable[str] = ()) -> "Profile":
-        """``unknown_metrics`` are metrics this source cannot know: they become NaN columns."""
+              unknown_metrics: Iterable[str] = (), metrics: Iterable[str] = ()) -> "Profile":
+        """``unknown_metrics`` are metrics this source cannot know: they become NaN columns. ``metrics``
+        are metrics it measured: a column of zeros when nothing was added to them."""
         n = len(self._stack_frames)
         stacks = {"thread": np.asarray(self._stack_thread, dtype=np.int64),
                   "stack": pd.Series(self._stack_frames, dtype=object)}
@@ -513,6 +514,8 @@ class StackBuilder:
                 stacks[m] = np.asarray(vals, dtype=np.float64)
         for m in unknown_metrics:
             stacks.setdefault(m, np.full(n, np.nan))
+        for m in metrics:
+            stacks.setdefault(m, np.zeros(n, dtype=np.int64 if m in INTEGER_METRICS else np.float64))
         for k, vals in self._extra.items():
             stacks[k] = pd.Series(vals + [None] * (n - len(vals)), dtype=object)
         samples = None
@@ -604,10 +607,12 @@ class Profile:
     # -- basic facts -----------------------------------------------------------------------------
     @property
     def metrics(self) -> list[str]:
-        """Metrics this profile really knows (NaN-only columns do not count)."""
+        """Metrics this profile really knows (NaN-only columns do not count; without rows, a column
+        counts unless the metric is unknown: nothing leaked is still a measurement in bytes)."""
         out = ["samples"]
+        empty = not len(self.stacks)
         for m in TIME_METRICS + MEMORY_METRICS:
-            if m in self.stacks and self.stacks[m].notna().any():
+            if m in self.stacks and (self.stacks[m].notna().any() or (empty and m not in self.meta.unknown)):
                 out.append(m)
         if "wall" in out and "cpu" in out:
             out.insert(out.index("cpu") + 1, "off_cpu")
@@ -678,11 +683,15 @@ class Profile:
         if memory and m.get("memray"):   # memray's version beside the backend that used it
             backend += f" {m['memray']}" if backend == "memray" else f" (memray {m['memray']})"
         parts = [self.label(), f"backend {backend}"]
+        if m.get("memray") and not memory:   # memory recorded beside time
+            parts.append(f"memory: memray {m['memray']}" + (f" ({m['memray_mode']})" if m.get("memray_mode") else ""))
         rate = m.get("rate")
         if rate and not memory and math.isfinite(float(rate)):
             parts.append(f"{float(rate):.4g} Hz")
-        if memory and "allocations" in self.stacks:
-            parts.append(f"{int(self.stacks['allocations'].sum()):,} allocations (every one traced, not sampled)")
+        if memory and "allocations" in self.stacks and self.stacks["allocations"].notna().any():
+            parts.append(f"{int(self.stacks['allocations'].sum()):,} allocations (every one recorded, not sampled)")
+        elif memory and m.get("memray_mode") == "aggregated":
+            parts.append("aggregated while recording (no record of each allocation)")
         elif "calls" in self.stacks and not self.sample_count:
             parts.append(f"{int(self.stacks['calls'].sum()):,} calls (every call traced, not sampled)")
         else:

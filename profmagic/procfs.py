@@ -89,3 +89,12 @@ def is_python(pid: int) -> bool | None:
             return b"libpython" in f.read()
     except OSError:
         return None
+
+
+def rss(pid: int | str = "self") -> int | None:
+    """The process's resident set size in bytes, or None."""
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None

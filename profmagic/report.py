@@ -47,10 +47,12 @@ def notes(profile: Profile) -> list[str]:
         out.append("Ended during the recording (nothing after that is in the profile): " + "; ".join(
             f"{k} at +{at:.2f} s" if isinstance(at, (int, float)) and at == at else str(k) for k, at in ended))
     backend = profile.meta.get("backend") or profile.meta.get("format") or "this source"
-    for metric in ("wall", "cpu"):
+    for metric in ("wall", "cpu") + MEMORY_METRICS:
         if metric in profile.stacks and not profile.stacks[metric].notna().any():
             why = m.unknown.get(metric) or f"{backend} cannot know it"
             out.append(f"{METRIC_LABELS[metric]}: not measured ({why})")
+    if m.get("cost"):
+        out.append(f"Cost: {m['cost']}")
     return out
 
 
@@ -98,9 +100,25 @@ def static_html(profile: Profile, uid: str = "") -> str:
             + header_html(profile)
             + f"<div style='font:12px sans-serif;margin:4px 0'>Icicle · {_e(profile.describe())} · "
               "all threads; hover a box for its numbers</div>" + pic
+            + _memory_static(profile)
             + procs
             + f"<div style='font:12px sans-serif;margin:6px 0 2px'>Top {TOP_FUNCTIONS} functions by total</div>"
             + functions_html(profile, metric) + "</div>")
+
+
+# -- memory (views/memory.py): the strip under the icicle, time beside memory per function ---------------
+def _memory_static(profile: Profile) -> str:
+    from .views import memory
+    if not memory.available(profile)[0]:
+        return ""
+    try:
+        out = memory.strip_html(profile)
+        if memory.has_time_and_memory(profile):
+            out += ("<div style='font:12px sans-serif;margin:6px 0 2px'>Time beside memory (totals per function)"
+                    "</div>" + memory.side_by_side_html(profile))
+        return out
+    except Exception as e:  # the rest of the report still helps; say what failed
+        return f"<p>(memory over time unavailable: {_e(type(e).__name__)}: {_e(e)})</p>"
 
 
 def _data_uri(data: bytes, mime: str) -> str:
@@ -146,8 +164,12 @@ def downloads_html(profile: Profile) -> str:
 def table_html(profile: Profile, metric: str, thread: str | None) -> str:
     """The pandas frames behind the views: functions, per-thread totals, heaviest stacks."""
     from .views import tree as T
+    from .views import memory
     parts = ["<div style='font:12px sans-serif'>", "<b>Functions</b> (<code>p.functions()</code>)",
              functions_html(profile, metric, top=100, thread=thread)]
+    if memory.has_time_and_memory(profile):
+        parts += ["<b>Time beside memory</b> (wall, CPU and bytes at the high-water mark per function, all threads)",
+                  memory.side_by_side_html(profile, top=100)]
     st = profile.stacks
     per = st.groupby("thread", sort=False)[[c for c in ("samples", "wall", "cpu") + MEMORY_METRICS
                                             if c in st]].sum(min_count=1)
@@ -342,11 +364,13 @@ class Report:
         return [self.W.HTML(f"<span style='font:12px sans-serif'>{_e(note)}</span>"), box] if note else [box]
 
     def _tab_time(self):
-        from .views import timeline
+        from .views import memory, timeline
         ok, why = timeline.available(self.p)
-        if not ok:
-            return [self.W.HTML(f"<p style='font:13px sans-serif'>{_e(why)}.</p>")]
-        return [self._out(_plotly_output(self.p.timeline(thread=self.thread_name, metric=self.metric.value)))]
+        out = [self._out(_plotly_output(self.p.timeline(thread=self.thread_name, metric=self.metric.value)))] if ok \
+            else [self.W.HTML(f"<p style='font:13px sans-serif'>{_e(why)}.</p>")]
+        if memory.available(self.p)[0]:   # memray's heap over time under the samples (or alone)
+            out.append(self._out(_plotly_output(memory.figure(self.p))))
+        return out
 
     def _tab_table(self):
         return [self._out(_html_output(header_html(self.p) + table_html(self.p, self.metric.value,

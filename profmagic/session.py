@@ -35,6 +35,15 @@ def _clock_replaced() -> str | None:
     return None
 
 
+def memray_mode(options: Options) -> str:
+    """How memray records, in words for the announce line."""
+    if options.extra.get("allocated"):
+        return "every allocation: --allocated, slower to read back"
+    if options.subprocesses:
+        return "every allocation, as forked children need: slower to read back"
+    return "aggregated: bytes at the high-water mark; --allocated records every allocation"
+
+
 def rerun_refused(backend: str) -> str:
     return (f"{backend} measures one clock per run, so --mode both would run the code twice (once for "
             "wall time, once for CPU time). The code may not be safe to run twice, so profmagic never "
@@ -100,11 +109,16 @@ class Session:
     @property
     def children_method(self) -> str | None:
         """How children are recorded: "hook" (each child samples itself from its start) or
-        "py-spy" (py-spy -s, which finds them by polling)."""
+        "py-spy" (py-spy -s, which finds them by polling); None when the backend follows them itself."""
         o = self.options
-        if not o.subprocesses:
+        if not o.subprocesses or (self.module is not None and self.module.CAPS.forks):
             return None
         return o.extra.get("children", "hook")
+
+    @property
+    def memory(self) -> bool:
+        """``memory=True``: memray records the code's memory beside the time backend, in the same run."""
+        return bool(self.options.extra.get("memory"))
 
     @property
     def name(self) -> str:
@@ -113,8 +127,12 @@ class Session:
     def start(self) -> None:
         self.module, self.why = backends.choose(self.requested)
         o = self.options
-        if o.mode is None:
+        clocked = bool(self.module.CAPS.clocks)
+        if not clocked:   # memory, not time: there is no clock to choose
+            o.mode = None
+        elif o.mode is None:
             o.mode = default_mode(self.module.CAPS, o)
+        memray = self._memray() if self.memory else None
         for k, why in self.module.CAPS.both_excludes.items():
             if o.mode == "both" and getattr(o, k, False):
                 raise ProfilerError(f"{self.name} cannot give --mode both with --{k}: {why}. "
@@ -132,7 +150,10 @@ class Session:
             tempdirs.sweep(validate.tmpdir())
         self.before = kernel.not_users_threads()
         if self.announce:
-            self.announce(f"recording with {self.name} at {o.rate:g} Hz (pid {o.pid})…")
+            what = f"{self.name} at {o.rate:g} Hz" if clocked else f"{self.name} ({memray_mode(o)})"
+            if memray is not None:
+                what += f", and memory with memray ({memray_mode(o)})"
+            self.announce(f"recording with {what} (pid {o.pid})…")
         backend_options = o
         if self.children_method == "hook":
             from .childsampler import Children
@@ -141,6 +162,8 @@ class Session:
         elif self.children_method == "py-spy" and not self.module.CAPS.attach:
             raise ProfilerError("children='py-spy' needs --backend py-spy")
         self.recorder = backends.recorder(self.module, backend_options)
+        if memray is not None:
+            self.recorder = memray.TimeAndMemory(self.name, self.recorder, backend_options)
         try:
             if self.children is not None:
                 self.children.start()
@@ -152,6 +175,19 @@ class Session:
         self.t_wall = _wall()
         self.t_cpu = _cpu()
         self.t_delay = procfs.run_delay()
+
+    def _memray(self):
+        """backends.memray, once it is known that it can go with this backend (``memory``)."""
+        from .backends import memray
+        why = memray.refusal(self.name) or (
+            "--memory records the parent process only; --backend memray --subprocesses records forked "
+            "children's memory" if self.options.subprocesses else None)
+        if why:
+            raise ProfilerError(f"--memory with --backend {self.name}: {why}")
+        ok, reason = memray.available()
+        if not ok:
+            raise ProfilerError(f"backend memray cannot record here: {reason}")
+        return memray
 
     def warn(self, text: str) -> None:
         print(f"profmagic: {text}", file=sys.stderr)
@@ -179,7 +215,10 @@ class Session:
             if self.children is not None:
                 self.child_records = self.children.stop()
                 self.child_t0 = self.children.t0
-            profile = self.module.read(capture, self.options)
+            if self.memory:
+                profile = self._memray().read_both(self.module, capture, self.options)
+            else:
+                profile = self.module.read(capture, self.options)
         finally:
             self.close()
         run_delay = None if delay is None or self.t_delay is None else delay - self.t_delay
@@ -202,7 +241,8 @@ class Session:
         return transforms.PROCESSORS + tuple(own) + (self._with_children,) + transforms.FINAL
 
     def process(self, p: Profile, cell: Cell) -> Profile:
-        requested_rate = float(self.options.rate)
+        clocked = bool(self.module.CAPS.clocks)   # memray has no rate and no samples
+        requested_rate = float(self.options.rate) if clocked else None
         if self.children_method == "py-spy":
             p = transforms.group_processes(p, self._process_label)
         for step in self.processors():
@@ -210,8 +250,8 @@ class Session:
         thread = transforms.cell_thread(p, cell)
         rows = (p.stacks["thread"] == thread).to_numpy() if len(p.stacks) else []
         meta = dict(backend=self.name, backend_choice=self.why, requested_rate=requested_rate,
-                    rate=p.meta.get("rate") or requested_rate, cell_wall=cell.wall, cell_cpu=cell.cpu,
-                    cell_run_delay=cell.run_delay, duration=cell.wall, pid=self.options.pid, cell_thread=thread,
+                    rate=(p.meta.get("rate") or requested_rate) if clocked else None,
+                    cell_wall=cell.wall, cell_cpu=cell.cpu, cell_run_delay=cell.run_delay, duration=cell.wall, pid=self.options.pid, cell_thread=thread,
                     cell_thread_samples=int(p.stacks.loc[rows, "samples"].sum()) if len(p.stacks) else 0,
                     sample_count=p.sample_count, versions={**versions(), **dict(p.meta.versions)})
         if self.cell is not None:
@@ -222,7 +262,7 @@ class Session:
         if warnings:
             meta["warnings"] = warnings
         p = p.replace(meta=p.meta.replace(**meta))
-        self.message = sampling_message(p, self.name, cell, float(meta["rate"]))
+        self.message = sampling_message(p, self.name, cell, float(meta["rate"])) if clocked else None
         return p.with_meta(message=self.message) if self.message else p
 
     def _process_label(self, pid: int, name: str | None = None) -> str:

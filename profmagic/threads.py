@@ -12,8 +12,11 @@ def thread_label(native_id: int | None, name: str | None = None) -> str:
 
 
 OWN: set[int] = set()   # native ids of profmagic's own threads (samplers, the live view) in this process
+OWN_NAMES: dict[int, str] = {}   # their names (memray knows threads by name only: backends/memray.py)
 
 
 def mark_own() -> None:
     """Called first thing by each of profmagic's own threads: profiles leave it out."""
-    OWN.add(threading.get_native_id())
+    tid = threading.get_native_id()
+    OWN.add(tid)
+    OWN_NAMES[tid] = threading.current_thread().name

@@ -47,6 +47,25 @@ def duration(value) -> float | None:
     return x
 
 
+def memory(backend: str, memory: bool, leaks: bool, allocated: bool, mode: str | None = None,
+           pid=None, backends=None) -> None:
+    """The memray options: --memory goes with a time backend, --leaks and --allocated with memray."""
+    memray = backend == "memray"
+    if memory and memray:
+        raise ProfilerError("--memory records time beside memory: give it a time backend (--backend sampler "
+                            "--memory), or drop --memory: --backend memray records memory alone")
+    for flag, on in (("leaks", leaks), ("allocated", allocated)):
+        if on and not (memray or memory):
+            raise ProfilerError(f"--{flag} is a memray option: add --memory (time beside memory) or use "
+                                "--backend memray")
+    if memray and mode is not None:
+        raise ProfilerError(f"--mode {mode} chooses a clock, and memray records memory, not time: drop --mode, "
+                            "or record time beside memory with a time backend and --memory")
+    if (memory or memray) and (pid is not None or backends is not None):
+        raise ProfilerError(f"{'--memory' if memory else '--backend memray'} records the code of this cell "
+                            f"in this process: it does not go with {'--pid' if pid is not None else '--backends'}")
+
+
 def pids(text) -> list[int]:
     """``"1234,5678"`` / ``[1234, "5678"]`` -> [1234, 5678]: positive, distinct, running."""
     items = text.replace(",", " ").split() if isinstance(text, str) else list(text)

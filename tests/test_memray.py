@@ -1,5 +1,6 @@
 """memray (issue 20): the recorder, the .bin reader, memory beside time. Real memray throughout; the
-accuracy cell, a raising cell and 200 cells run in a real kernel through ``profmagic.profile()``."""
+accuracy cell, a raising cell and 200 cells run in a real kernel through ``profmagic.profile()``
+(the magic's options: tests/test_memray_magic.py)."""
 from __future__ import annotations
 
 import gc
@@ -8,16 +9,19 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 
 import pytest
 
 import profmagic
 import workloads
 from workloads import busy, spin
+from profmagic import backends, multi
 from profmagic.backends import memray as mb, sampler
 from profmagic.errors import ProfileFormatError, ProfilerError
-from profmagic.formats import memray as mf
+from profmagic.formats import container, memray as mf
 from profmagic.session import make_options
+from profmagic.views.memory import side_by_side
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SEGV = os.path.join(HERE, "data", "memray-segv.bin")
@@ -67,8 +71,8 @@ def leftovers() -> list[str]:
 # -- reader ------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def capture() -> bytes:
-    """A real compressed capture of the issue's cell."""
-    p, _ = record(ns["cell"])
+    """A real compressed capture of the issue's cell, every allocation recorded."""
+    p, _ = record(ns["cell"], allocated=True)
     return p.raw.read()
 
 
@@ -147,6 +151,16 @@ def test_reader_crash_on_a_corrupt_file_is_a_format_error():
     faults().documented("memray-corrupt", str(e.value))
 
 
+def test_bad_reader_options_in_a_container_are_a_format_error():
+    """A container's manifest carries each part's reader options: they are input too."""
+    p, keep = record(ns["alloc"])
+    box = container.write([("capture.bin", p.raw.read(), mf.NAME, "parent", {"threads": {"names": 5}})],
+                          combine="memory-children")
+    with pytest.raises(ProfileFormatError, match="reader options: expected threads"):
+        profmagic.load(box)
+    del keep
+
+
 def test_not_a_capture():
     with pytest.raises(ProfileFormatError, match="not a memray capture"):
         mf.read(b"memrax\0" + bytes(100), "x.bin")
@@ -209,31 +223,58 @@ def test_native_frames():
     del keep
 
 
+def fork_and_alloc():
+    pid = os.fork()
+    if pid == 0:
+        x = [bytearray(2000) for _ in range(1000)]  # 2 MB in the child only
+        os._exit(0 if x else 1)
+    os.waitpid(pid, 0)
+    return pid
+
+
 def test_forked_children_with_subprocesses():
-    def fork_and_alloc():
-        pid = os.fork()
-        if pid == 0:
-            x = [bytearray(2000) for _ in range(1000)]  # 2 MB in the child only
-            os._exit(0 if x else 1)
-        os.waitpid(pid, 0)
-        return pid
     p, child = record(fork_and_alloc, subprocesses=True)
-    from profmagic import multi
     labels = multi.processes(p)
-    assert len(labels) == 2 and str(child) in labels[1]
+    assert labels == [f"pid {os.getpid()} · parent", f"pid {child} · forked child"]
     kid = p.stacks[p.stacks["process"] == labels[1]]
     assert 2_000_000 <= kid["bytes"].sum() < 2_300_000
+    # The child's thread is the one that forked: its native id is the child's pid.
+    assert p.thread_table.set_index("process").at[labels[1], "tid"] == child
     assert p.meta["processes"][labels[1]]["completeness"].startswith("unknown")  # it left with os._exit
-    assert p.raw.format == "zip"
+    # The raw is a container of memray's files, and reads back into the same processes and bytes.
+    assert p.raw.format == container.NAME
+    manifest, parts = container.parts(p.raw.read())
+    assert manifest["combine"] == "memory-children" and set(parts) == {"parent", f"child {child}"}
+    # memray compressed the parent's file; the child's is as it wrote it, never closed.
+    assert parts["parent"][0].startswith(mf.LZ4_MAGIC) and parts[f"child {child}"][0].startswith(mf.MAGIC)
+    assert p.meta["memray_mode"] == "every allocation"  # aggregated files are written only at a clean exit
+    q = profmagic.load(p.raw)
+    assert multi.processes(q) == labels and q.total() == p.total()
+    assert q.stacks.groupby("process")["bytes"].sum().to_dict() == p.stacks.groupby("process")["bytes"].sum().to_dict()
 
 
-def test_aggregated_capture_keeps_bytes_only():
-    p, keep = record(ns["cell"], aggregate=True)
+def test_aggregated_by_default_keeps_bytes_only():
+    p, keep = record(ns["cell"])
     fn = p.functions().set_index("name")
     assert fn.loc["alloc", "total"] > 21_000_000 and fn["total"].get("strs", 0) < 1_000
     assert p.metrics == ["samples", "bytes"] and p.stacks["allocated"].isna().all()
-    assert "allocated" in p.meta["unknown"] and p.meta["file_format"] == "AGGREGATED_ALLOCATIONS"
+    assert "--allocated records every one" in p.meta["unknown"]["allocated"]
+    assert p.meta["file_format"] == "AGGREGATED_ALLOCATIONS" and p.meta["memray_mode"] == "aggregated"
+    assert "aggregated while recording" in p.describe() and "allocations" not in p.describe()
     assert len(p.meta["memory_timeline"]["time"]) > 0
+    del keep
+
+
+def test_raw_capture_loads_back_into_the_same_profile():
+    """The raw .bin carries the reader options (threads' native ids, leaks, the recorder's own frames):
+    ``load`` gives back what the backend read."""
+    p, keep = record(ns["cell"], leaks=True)
+    assert p.raw.format == "memray" and p.raw.options["leaks"] is True
+    q = profmagic.load(p.raw)
+    assert q.thread_table[["label", "tid", "pid"]].equals(p.thread_table[["label", "tid", "pid"]])
+    assert q.thread_table.at[0, "tid"] == threading.get_native_id()
+    assert q.functions().equals(p.functions()) and q.label() == mf.LEAKS_LABEL
+    assert q.meta["dropped_own_bytes"] == p.meta["dropped_own_bytes"]
     del keep
 
 
@@ -245,8 +286,8 @@ def test_python_allocators_off_is_labelled_approximate():
 
 # -- memory beside time ----------------------------------------------------------------------------
 def test_sampler_time_beside_memray_memory():
-    o = make_options(mode="both", rate=200)
-    rec = mb.TimeAndMemory(sampler, o)
+    o = make_options(mode="both", rate=200, allocated=True)
+    rec = mb.TimeAndMemory("sampler", backends.recorder(sampler, o), o)
     rec.start()
     try:
         keep = ns["cell"]()
@@ -257,18 +298,30 @@ def test_sampler_time_beside_memray_memory():
         rec.close()
     assert leftovers() == []
     assert {"wall", "cpu", "bytes", "allocated"} <= set(p.metrics)
-    t = mb.side_by_side(p).set_index("name")
+    t = side_by_side(p).set_index("name")
     assert t.loc["busy", "wall"] > 0.25 and t.loc["busy", "bytes"] < 1_000
+    assert t.loc["strs", "allocated"] > 20_000_000 and t.loc["strs", "bytes"] < 1_000
     assert t.loc["alloc", "bytes"] > 21_000_000 and t.loc["alloc", "wall"] > 0
     # One row per function across the two recordings: memray's <listcomp> is the sampler's qualified name.
     assert t.loc["alloc.<locals>.<listcomp>", "bytes"] > 21_000_000
     assert t.loc["alloc.<locals>.<listcomp>", "wall"] > 0
     assert not any(n == "<listcomp>" for n in t.index)
-    # The sampler's and memray's own threads are not the code's.
-    assert p.threads == [p.meta["cell_thread"]]
+    # The sampler's and memray's own threads are not the code's: one thread, by its native id.
+    assert list(p.thread_table["tid"]) == [threading.get_native_id()]
     assert "memray traced every allocation" in p.meta["approximate"]
     assert 0 <= p.meta["memory_timeline"]["starts_after_time_recorder"] < 2.0
-    assert p.total("wall") == pytest.approx(p.replace(metric="wall").total("wall"))
+    # Each metric's total is its own recording's (the code's thread): memory rows add no time, time rows
+    # no bytes.
+    mem = mb.read(cap.meta["memory"], o)
+    mem = mem.subset((mem.thread_table["tid"].to_numpy()[mem.thread_ids()] == threading.get_native_id()))
+    assert p.total("bytes") == mem.total("bytes") and p.total("allocated") == mem.total("allocated")
+    assert p.sample_count == sampler.read(cap.meta["time"], o).sample_count
+    # The raw is a container of both captures; load() combines them the same way.
+    assert p.raw.format == container.NAME
+    q = profmagic.load(p.raw)
+    for m in ("samples", "wall", "cpu", "bytes", "allocated", "allocations"):
+        assert q.total(m) == pytest.approx(p.total(m)), m
+    assert q.threads == p.threads and len(q.samples) == len(p.samples)
     del keep
 
 
@@ -280,7 +333,7 @@ def test_out_of_process_time_beside_memray_memory(backend, opts):
     ok, why = module.available()
     assert ok, why
     o = make_options(rate=100, **opts)
-    rec = mb.TimeAndMemory(module, o)
+    rec = mb.TimeAndMemory(module.NAME, backends.recorder(module, o), o)
     rec.start()
     try:
         keep = ns["alloc"]()
@@ -290,13 +343,13 @@ def test_out_of_process_time_beside_memray_memory(backend, opts):
     finally:
         rec.close()
     assert leftovers() == []
-    t = p.thread_table
-    me = t.loc[t["tid"] == o.thread_native_id, "label"].tolist()
-    assert len(me) == 1 and me[0].endswith('"MainThread"')  # one label for the cell's thread
+    me = [lab for lab, tid in zip(p.threads, p.thread_table["tid"]) if tid == o.thread_native_id]
+    assert len(me) == 1  # one thread for the cell's thread: time and memory rows on it
     clock = "cpu" if opts.get("mode") == "cpu" else "wall"
     rows = p.stacks[p.stacks["thread"] == me[0]]
     assert rows[clock].sum() > 0.25  # the spin's time (perf samples at 100 Hz: ±0.02 s)
-    fn = mb.side_by_side(p).set_index("name")
+    assert rows["bytes"].sum() > 21_000_000
+    fn = side_by_side(p).set_index("name")
     assert fn.loc["alloc", "bytes"] > 21_000_000
     if backend == "pyspy":  # Python names: time and memory on the same function rows
         assert fn.loc["spin", "wall"] > 0.25 and fn.loc["spin", "bytes"] < 1_000
@@ -337,7 +390,7 @@ def test_setprofile_backends_conflict_with_memray_and_are_refused(backend):
         assert at_alloc == 0, "memray kept its stacks: the refusal is no longer needed"
         module = __import__(f"profmagic.backends.{backend}", fromlist=["x"])
         with pytest.raises(ProfilerError, match="PyEval_SetProfile") as e:
-            mb.TimeAndMemory(module, make_options())
+            mb.TimeAndMemory(module.NAME, None, make_options())
         faults().documented("memory-with-setprofile", "profmagic: " + str(e.value))
     else:  # cProfile on 3.12+: sys.monitoring, memray keeps its stacks
         assert at_alloc > 2_000_000
@@ -364,77 +417,86 @@ def test_memray_missing_is_one_line_with_the_install_command():
     faults().documented("memray-missing", "profmagic: " + r.stdout.strip())
 
 
-# -- in a real kernel ----------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def k():
-    f = faults()
-    kern = f.start_kernel()  # the fault suite's kernel: profmagic loaded, a private TMPDIR
-    r = kern.run(CELL + "import tracemalloc\n")
-    assert r.error is None, r.text()
-    yield kern
-    f.stop_kernel(kern)
+# -- views -------------------------------------------------------------------------------------------
+def test_memory_strip_marks_the_high_water_mark(capture):
+    """The strip of a real capture (every allocation): heap from memray's snapshots, the peak's level and
+    when it was reached; the SVG twin has no script and carries the same facts."""
+    from profmagic.views import memory
+    p = mf.read(capture, "cell.bin", isolate=False)
+    tl = p.meta["memory_timeline"]
+    fig = memory.figure(p)
+    names = [t.name for t in fig.data]
+    assert "heap (snapshots)" in names and "highest between snapshots" in names
+    heap = next(t for t in fig.data if t.name == "heap (snapshots)")
+    assert list(heap.y)[1:] == tl["heap"] and heap.y[0] == 0   # memray's heap counts from 0 at its start
+    peak = [s for s in fig.layout.shapes if s.type == "line"]
+    assert len(peak) == 1 and peak[0].y0 == tl["peak_bytes"]
+    band = [s for s in fig.layout.shapes if s.type == "rect"]
+    assert len(band) == 1 and (band[0].x0, band[0].x1) == tuple(tl["peak_between"])
+    svg = memory.svg(p)
+    assert "<script" not in svg and svg.count('class="profmagic-peak"') == 1 and "profmagic-peak-when" in svg
+    assert f"high-water mark {memory.fmt_bytes(tl['peak_bytes'])}" in svg
+    assert f"reached between {tl['peak_between'][0]:.3f}" in memory.caption(p)
 
 
-def kernel_leftovers(k) -> list[str]:
-    return [n for n in os.listdir(k.tmp) if n.startswith("profmagic-")]
+def test_memory_strip_of_an_aggregated_capture_says_when_is_unknown():
+    from profmagic.views import memory
+    p, keep = record(ns["cell"])
+    tl = p.meta["memory_timeline"]
+    assert tl["interval_peaks"] is None
+    assert ("peak_between" in tl) == any(h >= tl["peak_bytes"] for h in tl["heap"])
+    if "peak_between" not in tl:
+        assert "when it was reached is not known" in memory.caption(p) and "--allocated" in memory.caption(p)
+    assert memory.svg(p).count('class="profmagic-peak"') == 1
+    del keep
 
 
-@pytest.mark.kernel
-def test_accuracy_against_tracemalloc_in_a_kernel(k):
-    """The issue's accuracy test: bytes at alloc() within 5% of tracemalloc's figure for the same code;
-    strs() in allocated, not in bytes."""
-    r = k.run("with profmagic.profile('memray', announce=None) as rec:\n"
-              "    keep = cell()\n"
-              "fn = rec.profile.functions().set_index('name')\n"
-              "al = rec.profile.functions('allocated').set_index('name')\n"
-              "del keep\n"
-              "tracemalloc.start()\n"
-              "keep = alloc()\n"
-              "tm = tracemalloc.get_traced_memory()[0]\n"
-              "tracemalloc.stop()\n"
-              "del keep\n")
-    assert r.error is None, r.text()
-    memray_alloc, tm = k.value("int(fn.loc['alloc', 'total'])"), k.value("tm")
-    assert abs(memray_alloc - tm) <= 0.05 * tm, (memray_alloc, tm)
-    assert k.value("int(fn.loc['strs', 'total'])") < 0.001 * tm
-    assert k.value("int(al.loc['strs', 'total'])") > 20_000_000
-    # Only the cell's thread: the kernel's own threads allocated too, and are dropped by native id.
-    assert k.value("rec.profile.threads") == [k.value("rec.profile.meta['cell_thread']")]
-    assert k.value("rec.profile.describe()").startswith("bytes alive at the memory high-water mark · backend memray")
-    assert kernel_leftovers(k) == []
+def test_compare_before_after_in_bytes():
+    """compare() on memory: the change per function in bytes, worded as more/less, not slower/faster."""
+    import profmagic as pm
+    before, keep1 = record(ns["alloc"])
+    del keep1
+    after, keep2 = record(lambda: [bytearray(1000) for _ in range(10000)])
+    c = pm.compare(before, after)
+    assert c.metric == "bytes" and c.unit == "bytes"
+    assert "red more, blue less" in c.title() and "MiB" in c.summary() and " s" not in c.summary()
+    row = c.table.set_index("name").loc["alloc.<locals>.<listcomp>"]
+    assert row["total_before"] > 20_000_000 and row["total_after"] == 0   # gone in after
+    hover = c.figure.data[0].hovertemplate
+    assert " B<br>" in hover and " s<br>" not in hover
+    del keep2
 
 
-@pytest.mark.kernel
-def test_raising_code_keeps_its_profile_in_a_kernel(k):
-    r = k.run("try:\n"
-              "    with profmagic.profile('memray', announce=None) as rec:\n"
-              "        keep = alloc()\n"
-              "        1 / 0\n"
-              "except ZeroDivisionError:\n"
-              "    print('raised')\n")
-    assert r.error is None and "raised" in r.stdout, r.text()
-    assert k.value("int(rec.profile.functions().set_index('name').loc['alloc', 'total'])") > 21_000_000
-    assert k.value("rec.profile.meta['partial']").startswith("the code raised ZeroDivisionError")
-    assert kernel_leftovers(k) == []
+def test_unnamed_threads_are_matched_by_the_function_they_run():
+    """memray names threads that existed before tracking only sometimes (seen in a kernel: IOPub, the
+    history thread). A thread memray left unnamed gets its native id from the function it runs."""
+    from profmagic.formats.memray_records import extract
+    go, done = threading.Event(), threading.Event()
 
+    def waiter():
+        go.wait()
+        out = [bytearray(1000) for _ in range(500)]
+        done.set()
+        return out
 
-@pytest.mark.kernel
-@pytest.mark.timeout(900)
-def test_200_memray_cells_keep_rss_flat(k):
-    """As tests/test_long_session.py for time: RSS after 200 memray recordings within 50 MB of after 20,
-    open fds and threads flat, no temp file left."""
-    from test_long_session import fds, os_threads, rss_mb
-    k.run("def tiny():\n    return [bytearray(100) for _ in range(2000)]\n")
-    fig = {}
-    for i in range(1, 201):
-        r = k.run("with profmagic.profile('memray', announce=None) as rec:\n    keep = tiny()\n")
-        assert r.error is None, (i, r.text())
-        if i in (20, 200):
-            fig[i] = (rss_mb(k.pid), fds(k.pid), os_threads(k.pid))
-    assert k.value("rec.profile.total()") >= 200_000
-    (rss20, fd20, th20), (rss200, fd200, th200) = fig[20], fig[200]
-    print(f"memray cells: RSS {rss20:.1f} MB after 20, {rss200:.1f} MB after 200; fds {fd20} -> {fd200}; "
-          f"threads {th20} -> {th200}")
-    assert rss200 - rss20 < 50, fig
-    assert fd200 <= fd20 and th200 <= th20, fig
-    assert kernel_leftovers(k) == []
+    t = threading.Thread(target=waiter, name="waiter")
+    t.start()
+    o = make_options()
+    rec = mb.Recorder(o)
+    rec.start()
+    try:
+        go.set()
+        done.wait(10)
+        cap = rec.stop()
+        threads = cap.meta["reader"]["threads"]
+        assert ["waiter", __file__, [t.native_id]] in threads["entries"]
+        raw = extract(cap.path)
+    finally:
+        rec.close()
+        t.join()
+    raw["threads"] = {}   # as memray leaves a thread it could not name
+    p = mf.build(raw, "x", threads=threads)
+    row = p.thread_table.set_index("tid").loc[t.native_id]
+    assert row["label"] == f"Thread {t.native_id}"
+    bytes_of = p.stacks.groupby("thread", observed=True)["bytes"].sum()
+    assert bytes_of[row["label"]] > 500_000

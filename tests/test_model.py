@@ -129,19 +129,32 @@ def test_memory_views_say_bytes():
 
 
 def test_time_and_memory_profile_round_trips_through_speedscope():
-    """Time rows with time-ordered samples beside memory rows: written per stack, nothing lost."""
+    """Time rows with time-ordered samples beside memory rows (transforms.time_and_memory): each metric's
+    total is its recording's own, one function across both; written per stack, nothing lost."""
+    from profmagic import transforms
     from profmagic.formats import speedscope
     b = StackBuilder()
-    cell, busy, alloc = (b.frame(n, "cell.py", i, "python") for i, n in enumerate(("cell", "busy", "alloc")))
+    cell, busy = (b.frame(n, "cell.py", i, "python") for i, n in enumerate(("cell", "busy")))
     for i in range(3):
         b.add(b.stack("t", (cell, busy)), samples=1, time=0.01 * i, wall=0.01, cpu=0.01)
     t = b.build(metric="wall")
     m = _memory_profile()
-    both = profmagic.Profile.concat([t, m], key="part", labels=["time", "memory"])
-    both = both.replace(stacks=both.stacks.fillna(0).drop(columns=["part", "process"]), samples=t.samples)
+    both = transforms.time_and_memory(t, m)
+    assert both.threads == ["t"] and both.metric == "wall" and len(both.samples) == 3
+    for metric in ("wall", "cpu", "samples"):
+        assert both.total(metric) == pytest.approx(t.total(metric)), metric
+    for metric in ("bytes", "allocated", "allocations"):
+        assert both.total(metric) == m.total(metric), metric
+    fn = both.functions("bytes").set_index("name")
+    assert fn.loc["cell", "total"] == 21_313_384 and fn.loc["busy", "total"] == 0
+    assert both.functions("wall").set_index("name").loc["cell", "total"] == pytest.approx(0.03)
     q = speedscope.read(speedscope.write(both))
     for metric in ("wall", "cpu", "bytes", "allocated", "allocations", "samples"):
         assert q.total(metric) == pytest.approx(both.total(metric)), metric
+    # A metric memray did not record (an aggregated capture) stays unknown, not 0 on the time rows.
+    agg = m.replace(stacks=m.stacks.assign(allocated=np.nan, allocations=np.nan))
+    agg = agg.with_meta(unknown={"allocated": "aggregated", "allocations": "aggregated"})
+    assert transforms.time_and_memory(t, agg).metrics == ["samples", "wall", "cpu", "off_cpu", "bytes"]
 
 
 def test_add_samples_in_bulk_with_per_sample_columns():

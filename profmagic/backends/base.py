@@ -37,7 +37,8 @@ class Capabilities:
     ``attach``: it can record another running process; ``streams``: samples exist during the run;
     ``threads``: which threads it sees ("python", "all", or "cell": the cell's thread only);
     ``one_clock_per_run``: both clocks need two runs of the code (``--rerun``); ``both_excludes``:
-    options that cannot be combined with both clocks in one run (option -> why)."""
+    options that cannot be combined with both clocks in one run (option -> why). A backend with no
+    ``clocks`` (memray) measures memory, not time: it has no rate and no mode."""
     clocks: tuple = ("wall", "cpu")
     unmeasured: Mapping = field(default_factory=dict)
     weights: str = "measured"
@@ -50,6 +51,7 @@ class Capabilities:
     default: str | None = None    # the mode without --mode, when not both clocks (see default_mode)
     awaits: bool = False          # samples a suspended coroutine chain itself (see awaits.py)
     both_excludes: Mapping = field(default_factory=dict)
+    forks: bool = False           # records forked children itself under --subprocesses (memray's follow_fork)
 
 
 def default_mode(caps: Capabilities, options: "Options") -> str:

@@ -28,6 +28,7 @@ import tempfile
 
 from ..errors import ProfileFormatError
 from ..model import Profile, Raw, StackBuilder
+from ..threads import thread_label as shared_label
 
 NAME = "memray"
 MAGIC = b"memray\x00"
@@ -126,21 +127,23 @@ def _extract_isolated(path: str, source: str, leaks: bool) -> tuple[dict, str | 
     return json.loads(r.stdout), complaint
 
 
-def read(data: bytes, source: str = "<input>", leaks: bool = False, isolate: bool = True) -> Profile:
+def read(data: bytes, source: str = "<input>", leaks: bool = False, isolate: bool = True,
+         threads: dict | None = None, own: dict | None = None) -> Profile:
     """A Profile from a capture's bytes. ``isolate``: read in a child process, so that a corrupt file
-    that crashes memray's reader gives a ProfileFormatError instead (default; costs a Python start)."""
+    that crashes memray's reader gives a ProfileFormatError instead (default; costs a Python start).
+    ``threads`` and ``own``: see ``build``."""
     d = tempfile.mkdtemp(prefix="profmagic-memray-")
     try:
         path = os.path.join(d, "capture.bin")
         with open(path, "wb") as f:
             f.write(data)
-        return read_file(path, source, leaks=leaks, isolate=isolate, data=data)
+        return read_file(path, source, leaks=leaks, isolate=isolate, data=data, threads=threads, own=own)
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
 
 def read_file(path: str, source: str | None = None, leaks: bool = False, isolate: bool = True,
-              data: bytes | None = None) -> Profile:
+              data: bytes | None = None, threads: dict | None = None, own: dict | None = None) -> Profile:
     source = source or path
     if data is None:
         with open(path, "rb") as f:
@@ -169,8 +172,9 @@ def read_file(path: str, source: str | None = None, leaks: bool = False, isolate
     if complaint:
         raise ProfileFormatError(f"corrupt memray capture: {complaint}; expected a capture written by memray's "
                                  "Tracker", source=source)
-    return build(rec, source, Raw(data, NAME, filename=os.path.basename(path) if path else None),
-                 complete=None if expected == 0 else True)
+    options = {k: v for k, v in (("leaks", leaks), ("threads", threads), ("own", own)) if v}
+    raw = Raw(data, NAME, filename=os.path.basename(path) if path else None, options=options)
+    return build(rec, source, raw, complete=None if expected == 0 else True, threads=threads, own=own)
 
 
 def thread_label(tid: int, name: str | None) -> str:
@@ -178,18 +182,90 @@ def thread_label(tid: int, name: str | None) -> str:
     return f'memray thread {tid} "{name}"' if name else f"memray thread {tid}"
 
 
-def build(rec: dict, source: str, raw: Raw | None = None, complete: bool | None = True) -> Profile:
-    """The Profile from ``memray_records.extract``'s output."""
+def native_id(memray_tid: int, name: str | None, entry: tuple | None, main: int, threads: dict | None) -> int | None:
+    """The OS thread id of memray's thread ``memray_tid``, from what the recorder knew (``threads``):
+    the thread that started tracking is ``threads["main"]``; another is the one thread that had its
+    name (``threads["names"]``: name -> native ids), or else, for a thread memray left unnamed (it
+    names threads that existed before tracking only sometimes), the one thread whose Python entry point
+    (``entry``: the function its stacks run under threading's bootstrap) is that (``threads["entries"]``:
+    [function, file, [native ids]] each)."""
+    if not threads:
+        return None
+    if memray_tid == main:
+        return threads.get("main")
+    ids = (threads["names"].get(name) or []) if name else []
+    if not ids and entry is not None:
+        ids = next((e[2] for e in threads["entries"] if (e[0], e[1]) == entry), [])
+    return ids[0] if len(ids) == 1 else None
+
+
+def _options(threads, own, source: str) -> tuple[dict | None, dict | None]:
+    """The ``threads`` and ``own`` reader options, checked: they come with a capture (a container's
+    manifest), so they are input like the capture itself."""
+    try:
+        if threads is not None:
+            main = threads.get("main")
+            threads = {"main": None if main is None else int(main),
+                       "names": {str(k): [int(i) for i in v] for k, v in (threads.get("names") or {}).items()},
+                       "entries": [(str(e[0]), str(e[1]), [int(i) for i in e[2]]) for e in threads.get("entries") or ()]}
+        if own is not None:
+            own = {"prefix": str(own["prefix"]), "names": [str(n) for n in own["names"]]}
+    except (AttributeError, TypeError, ValueError, IndexError, KeyError):
+        raise ProfileFormatError('reader options: expected threads = {"main": id, "names": {name: [ids]}, '
+                                 '"entries": [[function, file, [ids]]]} and own = {"prefix": folder, "names": '
+                                 '[functions]}', source=source) from None
+    return threads, own
+
+
+def entry_point(frames: list, stack: list) -> tuple | None:
+    """(function, file) a Python thread runs: the frame under threading's ``_bootstrap_inner``, or under
+    ``Thread.run`` when that only calls the thread's target."""
+    names = [(frames[f][0], str(frames[f][1])) for f in stack if frames[f][3] == "python"]
+    for i, (name, file) in enumerate(names[:-1]):
+        if name == "_bootstrap_inner" and file.endswith("threading.py"):
+            run = names[i + 1]
+            if run[0] == "run" and run[1] == file and i + 2 < len(names):
+                return names[i + 2]
+            return run
+    return None
+
+
+def build(rec: dict, source: str, raw: Raw | None = None, complete: bool | None = True,
+          threads: dict | None = None, own: dict | None = None) -> Profile:
+    """The Profile from ``memray_records.extract``'s output.
+
+    ``threads`` (from the recorder: ``{"main": native id, "names": {name: [native ids]}, "entries":
+    [[function, file, [native ids]], ...]}``; see ``native_id``) gives memray's threads their OS ids
+    and the labels every backend shares. ``own`` (``{"prefix": folder,
+    "names": [function names]}``): the recorder's own functions; stacks through them are its own
+    allocations (starting and stopping memray), dropped and counted in ``meta["dropped_own_bytes"]``."""
+    threads, own = _options(threads, own, source)
     md = rec["metadata"]
     b = StackBuilder()
     frames = rec["frames"]
     names = {int(k): v for k, v in rec["threads"].items()}
     labels = {}
     main = md["main_thread_id"]
+    entries: dict[int, tuple] = {}
+    for tid, stack in rec["stacks"]:
+        if tid not in entries:
+            e = entry_point(frames, stack)
+            if e is not None:
+                entries[tid] = e
     for tid in sorted({t for t, _ in rec["stacks"]}, key=lambda t: (t != main, t)):
-        labels[tid] = b.thread(thread_label(tid, names.get(tid)))
+        name = names.get(tid)
+        native = native_id(tid, name, entries.get(tid), main, threads)
+        label = shared_label(native, name) if native is not None else thread_label(tid, name)
+        labels[tid] = b.thread(label, tid=native, pid=md["pid"], name=name, python=True)
+    own_frames = set()
+    if own and own["prefix"]:
+        own_frames = {i for i, (name, file, _, _) in enumerate(frames)
+                      if name in own["names"] and str(file).startswith(own["prefix"])}
     rows = []
     for tid, stack in rec["stacks"]:
+        if own_frames.intersection(stack):
+            rows.append(None)
+            continue
         fids, caller = [], None
         for f in stack:
             name, file, line, kind = frames[f]
@@ -203,18 +279,27 @@ def build(rec: dict, source: str, raw: Raw | None = None, complete: bool | None 
         weights.setdefault(sid, {})["bytes"] = nbytes
     for sid, nbytes, n in rec["all"] or ():
         weights.setdefault(sid, {}).update(allocated=nbytes, allocations=n)
+    dropped = 0
     for sid, w in weights.items():
-        b.add(rows[sid], samples=0, **{"bytes": 0, **w})
+        if rows[sid] is None:
+            dropped += w.get("bytes", 0)
+        else:
+            b.add(rows[sid], samples=0, **{"bytes": 0, **w})
     start, end = md["start_ms"], md["end_ms"]
     timeline = memory_timeline(rec["snapshots"], rec.get("interval_peaks"), start, end, md["peak_memory"])
     meta = {
-        "format": NAME, "source": source, "memray": rec.get("memray"), "metrics": ["bytes", "allocated", "allocations"],
+        "format": NAME, "source": source, "memray": rec.get("memray"),
+        "metrics": ["bytes"] + (["allocated", "allocations"] if rec["all"] is not None else []),
         "duration": max(end - start, 0) / 1e3, "pid": md["pid"], "command_line": md["command_line"],
-        "main_thread": labels.get(main), "peak_memory": md["peak_memory"], "records": md["records"],
+        "main_thread": b.threads[labels[main]] if main in labels else None,
+        "peak_memory": md["peak_memory"], "records": md["records"],
         "native": md["native_traces"], "trace_python_allocators": md["trace_python_allocators"],
         "python_allocator": md["python_allocator"], "file_format": md["file_format"], "leaks": rec["leaks"],
+        "memray_mode": "aggregated" if rec["all"] is None else "every allocation",
         "memory_timeline": timeline,
     }
+    if own:
+        meta["dropped_own_bytes"] = dropped
     if rec["leaks"]:
         meta["metric_labels"] = {"bytes": LEAKS_LABEL}
     if not md["trace_python_allocators"] and md["python_allocator"] == "pymalloc":
@@ -227,7 +312,8 @@ def build(rec: dict, source: str, raw: Raw | None = None, complete: bool | None 
         meta["completeness"] = ("unknown: the tracker never finished this file (a process that ended while "
                                 "tracking, such as a forked child leaving with os._exit)")
     unknown = ("allocated", "allocations") if rec["all"] is None else ()
-    return b.build(metric="bytes", meta=meta, raw=raw, unknown_metrics=unknown)
+    measured = ("bytes",) if rec["all"] is None else ("bytes", "allocated", "allocations")
+    return b.build(metric="bytes", meta=meta, raw=raw, unknown_metrics=unknown, metrics=measured)
 
 
 def memory_timeline(snaps: list, interval_peaks: list | None, start_ms: int, end_ms: int, peak: int) -> dict:
@@ -239,7 +325,7 @@ def memory_timeline(snaps: list, interval_peaks: list | None, start_ms: int, end
     interval whose high-water mark, or whose closing snapshot's heap, is the capture's peak."""
     times = [(t - start_ms) / 1e3 for t, _, _ in snaps]
     heap = [h for _, _, h in snaps]
-    out = {"t0_unix": start_ms / 1e3, "time": times, "heap": heap, "rss": [r for _, r, _ in snaps],
+    out = {"t0_unix": start_ms / 1e3, "end": max(end_ms - start_ms, 0) / 1e3, "time": times, "heap": heap, "rss": [r for _, r, _ in snaps],
            "peak_bytes": peak, "interval_peaks": interval_peaks,
            "note": "heap: bytes memray saw allocated and not yet freed; rss: the process's resident set size; "
                    "one snapshot every 10 ms"}

@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from ..model import Profile
-from . import GREY, PALETTE, esc, metric_label
+from ..model import MEMORY_METRICS, Profile
+from . import GREY, PALETTE, esc, fmt, hover_unit, metric_label
 from . import icicle as I
 from . import tree as T
 
@@ -27,6 +27,7 @@ from . import tree as T
 # plotly.js in the output, no network); each carries a static SVG twin as text/html for viewers
 # without it (nbconvert, GitHub), as report.py does.
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
+UNITS = {"samples": "samples", "bytes": "bytes", "allocated": "bytes", "allocations": "allocations"}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -188,7 +189,7 @@ class Comparison(_Display):
             wa = wa / self.total_before if self.total_before else wa
             wb = wb / self.total_after if self.total_after else wb
         self._wa, self._wb = wa, wb
-        self.unit = "share of total" if normalize else ("samples" if metric == "samples" else "s")
+        self.unit = "share of total" if normalize else UNITS.get(metric, "s")
         self.table = self._table()
         self._min_share, self._max_nodes = min_share, max_nodes
         self._figure = None
@@ -253,7 +254,7 @@ class Comparison(_Display):
         status = [esc(s) for s in status]
         lim = float(np.max(np.abs(D))) if len(D) and np.max(np.abs(D)) > 0 else 1.0
         fmt = ".2%" if self.normalize else ".4~g"
-        unit = "" if self.normalize or self.metric == "samples" else " s"
+        unit = "" if self.normalize else hover_unit(self.metric)
         custom = np.empty((len(W), 5), dtype=object)
         custom[:, 0] = where
         custom[:, 1] = A.tolist()
@@ -288,15 +289,14 @@ class Comparison(_Display):
     # -- display ----------------------------------------------------------------------------------
     def title(self) -> str:
         what = "normalised to each total" if self.normalize else metric_label(self.metric)
-        return (f"Differential icicle: {self.labels[1]} vs {self.labels[0]} · {what} · "
-                "red slower, blue faster")
+        more = "red more, blue less" if self.metric in MEMORY_METRICS else "red slower, blue faster"
+        return f"Differential icicle: {self.labels[1]} vs {self.labels[0]} · {what} · {more}"
 
     def summary(self) -> str:
         a, b = self.total_before, self.total_after
-        unit = "samples" if self.metric == "samples" else "s"
         pct = f" ({100 * (b - a) / a:+.1f}%)" if a else ""
-        s = (f"{metric_label(self.metric)}: {self.labels[0]} {a:.4g} {unit}, "
-             f"{self.labels[1]} {b:.4g} {unit}{pct}")
+        s = (f"{metric_label(self.metric)}: {self.labels[0]} {fmt(self.metric, a)}, "
+             f"{self.labels[1]} {fmt(self.metric, b)}{pct}")
         for lab, n in ((self.labels[0], self.unknown_before), (self.labels[1], self.unknown_after)):
             if n:
                 s += f"; {lab}: {n} stacks with unknown {self.metric} left out"
