@@ -14,7 +14,7 @@ from . import awaits, cellrun, live, session, transforms, validate
 from .errors import ProfileFormatError, ProfilerError
 from .model import Profile
 # Options that take a value: the line magic's statement starts after the last option.
-_VALUED = {"-b", "--backend", "--backends", "--rate", "--mode", "-o", "--output", "--pid", "--duration"}
+_VALUED = {"-b", "--backend", "--backends", "--rate", "--mode", "-o", "--output", "--pid", "--duration", "--timing"}
 
 
 def split_line(line: str) -> tuple[str, str]:
@@ -77,6 +77,12 @@ class ProfileMagics(Magics):
     @argument("--duration", default=None, metavar="S",
               help="with --pid: seconds to record (default: until interrupted)")
     @argument("--mode", default=None, help="wall, cpu or both (py-spy: wall means --idle)")
+    @argument("--timing", default=None, metavar="HOW",
+              help="py-spy's seconds: calibrated (default for a cell: samples scaled so the cell's thread "
+                   "sums to its measured time; at 100 Hz its shares were the more accurate, worst 3.2 "
+                   "against 4.8 points in bench/RESULTS.md) or timed (py-spy's timestamps, nothing scaled: "
+                   "every thread keeps its own seconds; the default with --pid; more accurate than "
+                   "calibrated at 250 Hz)")
     @argument("--rerun", action="store_true",
               help="with --mode both on pyinstrument/cProfile (one clock per run): allow running the cell "
                    "twice, once per clock")
@@ -107,6 +113,7 @@ class ProfileMagics(Magics):
         try:   # every option checked before anything runs
             args.mode = validate.mode(args.mode)
             args.rate = validate.rate(args.rate)
+            args.timing = validate.timing(args.timing)
             args.duration = validate.duration(args.duration)
             args.output = validate.output(args.output)
         except ProfilerError as e:
@@ -173,7 +180,7 @@ class ProfileMagics(Magics):
         try:
             profile = attach_pids(args.pid, args.duration, backend=args.backend, rate=args.rate,
                                   mode="cpu" if args.gil else ("wall" if args.idle else args.mode),
-                                  native=args.native, announce=out.text)
+                                  native=args.native, timing=args.timing, announce=out.text)
         except ProfilerError as e:
             print(f"profmagic: {e}", file=sys.stderr)
             return None
@@ -202,7 +209,7 @@ class ProfileMagics(Magics):
             return None
         options = session.make_options(
             rate=args.rate, native=args.native, gil=args.gil, mode=mode_of(args), subprocesses=args.subprocesses,
-            all_threads=args.all_threads, cell_filename=cell.filename, rerun=args.rerun)
+            all_threads=args.all_threads, cell_filename=cell.filename, rerun=args.rerun, timing=args.timing)
         names = transforms.cell_names(getattr(ip.compile, "_filename_map", {}))
         out = live.Output(enabled=not args.quiet)
         session_kw = dict(cell=code, file_names=names, announce=out.text)
