@@ -42,11 +42,13 @@ try:
 except Exception as _e:  # never break the child's start-up
     sys.stderr.write("profmagic: child sampler did not start: %r\\n" % (_e,))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
-del sys.modules["sitecustomize"]
-try:
-    import sitecustomize  # the child's own, if it has one
-except ImportError:
-    pass
+# The child's own sitecustomize, if it has one, in this one's place (deleting this module from
+# sys.modules instead makes the import machinery fail with KeyError when there is none).
+import importlib.machinery as _mach, importlib.util as _u
+_own = _mach.PathFinder.find_spec("sitecustomize", sys.path)
+if _own is not None:
+    sys.modules["sitecustomize"] = _m = _u.module_from_spec(_own)
+    _own.loader.exec_module(_m)
 '''
 
 # -- child side --------------------------------------------------------------------------
@@ -205,6 +207,7 @@ class Children:
         self.saved_env: dict[str, str | None] = {}
         self.t0 = 0.0
         self.t1 = 0.0
+        self._seen: dict[str, tuple[int, int]] = {}   # file -> (bytes read, samples in them)
 
     def start(self) -> None:
         from .tempdirs import TempDir
@@ -243,6 +246,25 @@ class Children:
                 with open(self.tmp.file(name), "rb") as f:
                     out[int(name[:-6])] = f.read()
         return out
+
+    def samples_so_far(self) -> int:
+        """Samples the children have written so far (for a progress line; reads only what is new)."""
+        if self.tmp is None:
+            return 0
+        seen = self._seen
+        for name in os.listdir(self.tmp.path):
+            if not name.endswith(".jsonl"):
+                continue
+            offset, count = seen.get(name, (0, 0))
+            try:
+                with open(self.tmp.file(name), "rb") as f:
+                    f.seek(offset)
+                    chunk = f.read()
+            except OSError:
+                continue
+            whole = chunk[:chunk.rfind(b"\n") + 1]
+            seen[name] = (offset + len(whole), count + whole.count(b'["s",'))
+        return sum(c for _, c in seen.values())
 
     def close(self) -> None:
         self._restore()

@@ -258,7 +258,6 @@ def combine_idle(wall: Profile, cpu: Profile, cpu_weights: bool | None = None) -
     weights; otherwise both count samples at the same rate, so its samples are weighted by the wall
     recording's seconds per sample of the same thread. A stack seen only by the cpu recording is
     kept with wall = cpu. ``cpu_weights=True`` keeps the cpu profile's own weights (merge_runs).
-    The wall recording's time-ordered samples (py-spy's timed format) are kept.
     """
     sps = _per_sample_seconds(wall)
     rate = float(wall.meta.get("rate") or 100.0)
@@ -271,16 +270,12 @@ def combine_idle(wall: Profile, cpu: Profile, cpu_weights: bool | None = None) -
     if cpu_weights is None:
         cpu_weights = bool(cpu.meta.get("calibrated"))
     cpu_col = "cpu" if cpu_weights and "cpu" in cpu.metrics else None
-    wall_keys = []
     for which, p in ((0, wall), (1, cpu)):
         frames = _key_frames(p)
         col = wall_col if which == 0 else cpu_col
         ws = p.stacks[col].to_numpy(float) if col else None
         for i, (th, st, n) in enumerate(zip(p.stacks["thread"], p.stacks["stack"], p.stacks["samples"])):
-            key = (th, tuple(frames[f] for f in st))
-            if which == 0:
-                wall_keys.append(key)
-            v = acc.setdefault(key, [0.0, 0.0, 0.0, False])
+            v = acc.setdefault((th, tuple(frames[f] for f in st)), [0.0, 0.0, 0.0, False])
             if which == 0:   # wall s, cpu s, wall samples, seen in wall
                 v[0] += ws[i] if ws is not None else n * sps.get(th, 1.0 / rate)
                 v[2] += n
@@ -288,12 +283,11 @@ def combine_idle(wall: Profile, cpu: Profile, cpu_weights: bool | None = None) -
             else:
                 v[1] += ws[i] if ws is not None else n * sps.get(th, 1.0 / rate)
     cpu_only = 0.0
-    sid_of = {}
     for (th, frames), (w, c, n, seen) in acc.items():
         if not seen:  # the wall recording missed this stack: it ran, so its wall is at least its cpu
             cpu_only += c
             w = c
-        sid = sid_of[(th, frames)] = b.stack(th, [b.frame(*f) for f in frames])
+        sid = b.stack(th, [b.frame(*f) for f in frames])
         b.add(sid, samples=n if seen else max(1, int(round(c / sps.get(th, 1.0 / rate)))), wall=w, cpu=c)
     meta = wall.meta.replace(
         mode="both", cpu_only_seconds=cpu_only, cpu_samples=int(cpu.stacks["samples"].sum()),
@@ -301,12 +295,7 @@ def combine_idle(wall: Profile, cpu: Profile, cpu_weights: bool | None = None) -
                     + ("; cpu calibrated to the cell's CPU time" if cpu_col else
                        "; cpu = non-idle samples x the --idle recording's seconds per sample")),
         approximate="py-spy's idle detection decides on/off-CPU")
-    out = b.build(metric="wall", meta=meta, raw=wall.raw)
-    if wall.samples is None or not len(wall.samples):
-        return out
-    rows = np.fromiter((sid_of[k] for k in wall_keys), dtype=np.int64, count=len(wall_keys))
-    keep = [c for c in wall.samples.columns if c != "thread"]
-    return out.replace(samples=wall.samples[keep].assign(stack=rows[wall.samples["stack"].to_numpy(dtype=np.int64)]))
+    return b.build(metric="wall", meta=meta, raw=wall.raw)
 
 
 def merge_runs(wall: Profile, cpu: Profile) -> Profile:

@@ -412,6 +412,8 @@ def read(capture: Capture, options: Options) -> Profile:
             meta["cpu_method"] = ("two py-spy at once: --idle in its timed format (wall) and speedscope without "
                                   "--idle (cpu); cpu = on-CPU samples x the timed recording's seconds per sample "
                                   "of the same thread")
+            meta["time_order"] = ("not kept under --mode both: the cpu recording has no times (--mode wall keeps "
+                                  "the timed recording's order)")
             meta["approximate"] = ("py-spy's idle detection decides on/off-CPU; wall sample counts estimated from "
                                    "time x py-spy's effective rate")
     if options.gil:

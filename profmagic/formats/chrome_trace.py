@@ -403,6 +403,8 @@ def read(data: bytes, source: str = "<input>", metric: str = "wall", weigh: str 
                             np.zeros(0, dtype=object)})
     for m, v in weights.items():
         samples[m] = v[order_]
+    if len(samples) and not np.all(cat["samples"] == 1):   # a stretch of several of the sampler's samples
+        samples["samples"] = cat["samples"][order_]
     return p.replace(samples=samples if len(samples) else None,
                      metric=primary if primary in p.metrics else p.metric)
 
