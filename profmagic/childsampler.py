@@ -75,6 +75,11 @@ class ChildSampler:
                           os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         self.codes: dict[int, tuple] = {}
         self.cpu: dict[int, float] = {}
+        for t in threading.enumerate():   # CPU from now on: the start-up before the sampler is not sampled
+            try:
+                self.cpu[t.native_id] = time.clock_gettime(tid_cpu_clock(t.native_id))
+            except (OSError, TypeError):
+                pass
         self.name = None
         self.stop = threading.Event()
         self.write({"v": 1, "pid": os.getpid(), "ppid": os.getppid(), "argv": _argv(),

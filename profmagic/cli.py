@@ -476,8 +476,11 @@ def _finish(p, mod, command, pid, rc, go, end, signals, mode, rate):
     from . import transforms
     cell = transforms.Cell(tid=pid, thread_name="MainThread", mode=mode, unmeasured=dict(mod.CAPS.unmeasured))
     p = transforms.clocks(transforms.hide_profmagic(p, cell), cell)
-    meta = dict(backend=mod.NAME, command=list(command), pid=pid, exit_status=rc, duration=end - go,
+    from .launch import exit_status
+    meta = dict(backend=mod.NAME, command=list(command), pid=pid, exit_status=exit_status(rc), duration=end - go,
                 mode=mode, requested_rate=float(rate), rate=p.meta.get("rate") or float(rate))
+    if rc is not None and rc < 0:
+        meta["ended_by"] = signal.Signals(-rc).name
     if signals:
         meta["partial"] = f"interrupted after {end - go:.2f} s (the signal went to the command, which then ended)"
     return p.with_meta(**meta)

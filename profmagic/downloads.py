@@ -54,7 +54,7 @@ def files(profile: Profile) -> list[Download]:
     if raw is None:
         out.append(Download("raw capture", "", None, "none kept (this profile was built in memory)"))
     else:
-        name = raw.filename or base + RAW_EXT.get(raw.format, "." + str(raw.format))
+        name = raw.filename or base + ".raw" + RAW_EXT.get(raw.format, "." + str(raw.format))
         label = f"raw capture ({raw.format})"
         if raw.data is not None and raw.size <= MAX_DATA_URI:
             out.append(Download(label, name, raw.data))
