@@ -71,6 +71,8 @@ def record(name: str, **opts):
     ("py-spy", {"mode": "wall"}),
     ("py-spy", {"mode": "cpu"}),
     ("py-spy", {"mode": "both"}),
+    ("py-spy", {"mode": "wall", "extra": {"timing": "timed"}}),
+    ("py-spy", {"mode": "both", "extra": {"timing": "timed"}}),
 ])
 def test_load_raw_gives_back_the_backends_profile(name, opts):
     p = record(name, **opts)
