@@ -65,10 +65,10 @@ def main(argv=None):
     timed_p = res["profiles"][gt.TIMED]
     ss_p = res["profiles"]["py-spy --idle (same run as timed)"]
     ct, ss = timed_p.raw.data, ss_p.raw.data
-    labels = {res["truth"][th]["ident"]: th for th in ("main", "holder")}
+    opts = dict(timed_p.raw.options)   # what backends.pyspy reads it with: labels, window, ends, rate
 
     def read_ct():
-        return chrome_trace.read(ct, source="py-spy chrometrace", labels=labels)
+        return chrome_trace.read(ct, source="py-spy chrometrace", **opts)
 
     def read_ss():
         return speedscope.read(ss, source="py-spy speedscope")

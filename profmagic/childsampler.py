@@ -29,27 +29,6 @@ ENV_DIR = "PROFMAGIC_CHILD_DIR"
 ENV_RATE = "PROFMAGIC_CHILD_RATE"
 STOP = "STOP"
 HOOK_DIR = "hook"
-_SITECUSTOMIZE = '''\
-# Written by profmagic for one recording (%%profile --subprocesses); removed when it ends.
-import os, sys
-_here = os.path.dirname(os.path.abspath(__file__))
-try:
-    import importlib.util as _u
-    _s = _u.spec_from_file_location("_profmagic_childsampler", {path!r})
-    _m = _u.module_from_spec(_s)
-    _s.loader.exec_module(_m)
-    _m.start_from_env()
-except Exception as _e:  # never break the child's start-up
-    sys.stderr.write("profmagic: child sampler did not start: %r\\n" % (_e,))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
-# The child's own sitecustomize, if it has one, in this one's place (deleting this module from
-# sys.modules instead makes the import machinery fail with KeyError when there is none).
-import importlib.machinery as _mach, importlib.util as _u
-_own = _mach.PathFinder.find_spec("sitecustomize", sys.path)
-if _own is not None:
-    sys.modules["sitecustomize"] = _m = _u.module_from_spec(_own)
-    _own.loader.exec_module(_m)
-'''
 
 # -- child side --------------------------------------------------------------------------
 _sampler = None
@@ -219,8 +198,10 @@ class Children:
         self.tmp = TempDir(prefix="profmagic-children-")
         hook = os.path.join(self.tmp.path, HOOK_DIR)
         os.mkdir(hook)
+        from .launch import sitecustomize
         with open(os.path.join(hook, "sitecustomize.py"), "w") as f:
-            f.write(_SITECUSTOMIZE.format(path=os.path.abspath(__file__)))
+            f.write(sitecustomize("%%profile --subprocesses", __file__, "start_from_env",
+                                  "child sampler did not start"))
         env = {ENV_DIR: self.tmp.path, ENV_RATE: repr(self.rate),
                "PYTHONPATH": os.pathsep.join(p for p in (hook, os.environ.get("PYTHONPATH")) if p)}
         self.saved_env = {k: os.environ.get(k) for k in env}

@@ -500,7 +500,8 @@ def _output(path: str) -> str:
 def _save(p, path: str) -> None:
     from . import formats
     _write(path, formats.writer_for(path).write(p))
-    print(f"profmagic: wrote {escape(path)} ({p.describe()}); view it: profmagic view {escape(path)}",
+    timing = f"; {p.meta['timing']}" if p.meta.get("timing") else ""
+    print(f"profmagic: wrote {escape(path)} ({p.describe()}{timing}); view it: profmagic view {escape(path)}",
           file=sys.stderr)
 
 

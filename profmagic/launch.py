@@ -32,19 +32,19 @@ READY_TIMEOUT = 60.0                 # seconds for a Python command to reach its
 STOPPED_TIMEOUT = 20.0
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _SITECUSTOMIZE = '''\
-# Written by profmagic record for one command; removed when it ends.
+# Written by profmagic for one recording ({why}); removed when it ends.
 import os, sys
 _here = os.path.dirname(os.path.abspath(__file__))
 try:
     import importlib.util as _u
-    _s = _u.spec_from_file_location("_profmagic_launch", {path!r})
+    _s = _u.spec_from_file_location({name!r}, {path!r})
     _m = _u.module_from_spec(_s)
     _s.loader.exec_module(_m)
-    _m.gate_from_env()
-except Exception as _e:  # never break the command's start-up
-    sys.stderr.write("profmagic: the start-up gate failed: %r\\n" % (_e,))
+    _m.{call}()
+except Exception as _e:  # never break the process's start-up
+    sys.stderr.write("profmagic: {failed}: %r\\n" % (_e,))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
-# The command's own sitecustomize, if it has one, in this one's place (deleting this module from
+# The process's own sitecustomize, if it has one, in this one's place (deleting this module from
 # sys.modules instead makes the import machinery fail with KeyError when there is none).
 import importlib.machinery as _mach, importlib.util as _u
 _own = _mach.PathFinder.find_spec("sitecustomize", sys.path)
@@ -52,6 +52,14 @@ if _own is not None:
     sys.modules["sitecustomize"] = _m = _u.module_from_spec(_own)
     _own.loader.exec_module(_m)
 '''
+
+
+def sitecustomize(why: str, path: str, call: str, failed: str) -> str:
+    """The text of a sitecustomize.py that loads the module at ``path`` by path (a child must not
+    import profmagic to start), calls its ``call()``, says ``failed: <error>`` on stderr if that
+    raises, then runs the process's own sitecustomize, if it has one."""
+    name = "_profmagic_" + os.path.splitext(os.path.basename(path))[0]
+    return _SITECUSTOMIZE.format(why=why, name=name, path=os.path.abspath(path), call=call, failed=failed)
 # argv[0] of the stop-then-exec launcher is "-c"; the command follows.
 _STOP_EXEC = ("import os, signal, sys\n"
               "os.kill(os.getpid(), signal.SIGSTOP)\n"
@@ -182,7 +190,7 @@ class Launch:
             self.started_at = time.monotonic()
             return
         with open(os.path.join(hook_dir, "sitecustomize.py"), "w") as f:
-            f.write(_SITECUSTOMIZE.format(path=os.path.abspath(__file__)))
+            f.write(sitecustomize("profmagic record", __file__, "gate_from_env", "the start-up gate failed"))
         ready_r, ready_w = os.pipe()
         go_r, go_w = os.pipe()
         env = dict(os.environ)

@@ -78,11 +78,11 @@ class ProfileMagics(Magics):
               help="with --pid: seconds to record (default: until interrupted)")
     @argument("--mode", default=None, help="wall, cpu or both (py-spy: wall means --idle)")
     @argument("--timing", default=None, metavar="HOW",
-              help="py-spy's seconds: calibrated (default for a cell: samples scaled so the cell's thread "
-                   "sums to its measured time; at 100 Hz its shares were the more accurate, worst 3.2 "
-                   "against 4.8 points in bench/RESULTS.md) or timed (py-spy's timestamps, nothing scaled: "
-                   "every thread keeps its own seconds; the default with --pid; more accurate than "
-                   "calibrated at 250 Hz)")
+              help="py-spy's seconds: calibrated (samples scaled so the cell's thread sums to its measured "
+                   "time; the default up to 100 Hz, where the two are within sampling noise of each other) "
+                   "or timed (py-spy's timestamps, nothing scaled, every thread keeps its own seconds; the "
+                   "default above 100 Hz, where calibrated shares went off by up to 15 points and timed "
+                   "stayed within 3.2, and with --pid). Figures: bench/RESULTS.md")
     @argument("--rerun", action="store_true",
               help="with --mode both on pyinstrument/cProfile (one clock per run): allow running the cell "
                    "twice, once per clock")

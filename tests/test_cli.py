@@ -381,10 +381,16 @@ def test_fresh_venv_record_and_view_from_a_shell(tmp_path):
     """The package as a wheel in a new venv, its commands run from a shell. The venv borrows this
     one's dependencies (a .pth line, and py-spy's binary linked beside its python): installing them
     from the index took 3 min here, the rest of this test takes seconds. Only profmagic is installed."""
+    import shutil
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    wheels, venv = tmp_path / "wheels", tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels),
-                    root], check=True, timeout=240)
+    src, wheels, venv = tmp_path / "src", tmp_path / "wheels", tmp_path / "venv"
+    os.mkdir(src)   # a copy: building in the checkout would leave its build/ folder there
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(os.path.join(root, name), src)
+    shutil.copytree(os.path.join(root, "profmagic"), src / "profmagic",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(src)],
+                   check=True, timeout=240)
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     site = next((venv / "lib").glob("python3*/site-packages"))
     import sysconfig

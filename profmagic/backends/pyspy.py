@@ -8,10 +8,10 @@ two py-spy at once, with and without ``--idle`` (``PairRecorder``), stored as on
 
 Two timings (``options.extra["timing"]``, labelled in ``meta["timing"]``):
 
-* ``calibrated`` (the magic's default): py-spy writes speedscope, whose samples carry no time, so
+* ``calibrated`` (the magic's default up to TIMED_ABOVE Hz): py-spy writes speedscope, whose samples carry no time, so
   each weighs 1/rate; ``calibrate_to_cell`` (a processor) scales them so the cell's thread sums to
   its measured time. Without a cell (attaching) they stay 1/rate.
-* ``timed`` (attaching and ``profmagic record``; ``--timing timed`` in the magic): py-spy writes its
+* ``timed`` (attaching, ``profmagic record``, the magic above TIMED_ABOVE Hz): py-spy writes its
   timed format (chrometrace), read with each sample weighing the time to the next one on its thread;
   nothing is scaled. Only for wall time without ``--gil``: without ``--idle`` a waiting thread's
   stack would stay open across its wait. py-spy 0.4 names threads by pthread id there, so the
@@ -53,7 +53,6 @@ CAPS = Capabilities(clocks=("wall", "cpu"), weights="nominal", inside=False, att
 READY = b"Sampling process"
 START_TIMEOUT = 20.0
 MIN_RUN = 0.05
-TIMINGS = ("timed", "calibrated")
 TIMED = "timed (py-spy chrometrace)"
 CALIBRATED = "calibrated to the cell (speedscope)"
 NOMINAL = "1/rate per sample (speedscope; not calibrated)"
@@ -61,9 +60,24 @@ TIMED_NEEDS = ("py-spy's timed format needs wall time (--mode wall or both, i.e.
                "without --idle a waiting thread's stack stays open across its wait")
 
 
+# Above this rate the timed format is the default (bench/RESULTS.md, "py-spy timed against py-spy
+# calibrated": at 250 and 500 Hz calibrated shares were off by up to 15 points, timed by at most 3.2).
+TIMED_ABOVE = 100.0
+
+
+def timing(options: Options) -> str:
+    """"timed" or "calibrated": as asked (``extra["timing"]``), else timed above TIMED_ABOVE Hz where
+    it can be (wall time, no --gil)."""
+    asked = options.extra.get("timing")
+    if asked:
+        return asked
+    can = options.mode in ("wall", "both") and not options.gil
+    return "timed" if can and float(options.rate) > TIMED_ABOVE else "calibrated"
+
+
 def timed(options: Options) -> bool:
-    """Does this (single) py-spy write its timed format: asked for, wall time, no --gil."""
-    return options.extra.get("timing") == "timed" and options.mode == "wall" and not options.gil
+    """Does this (single) py-spy write its timed format: timed, wall time, no --gil."""
+    return timing(options) == "timed" and options.mode == "wall" and not options.gil
 
 
 def binary() -> str | None:
@@ -144,7 +158,7 @@ class Recorder:
         self.proc: subprocess.Popen | None = None
         self.output: str | None = None
         self.status = b""
-        self.ready_at = 0.0
+        self.spawned_at = self.ready_at = 0.0   # time.monotonic()
         self.started_at: float | None = None   # the recorded code's run, time.monotonic()
         self.ended_at: float | None = None
         self.known: dict[int, dict] = {}      # pthread id -> what is known of the thread
@@ -181,6 +195,7 @@ class Recorder:
             raise ProfilerError("py-spy is not installed: `pip install py-spy`; or use --backend sampler")
         self.tmp = TempDir()
         self.output = self.tmp.file("py-spy.trace.json" if self.timed else "py-spy.speedscope.json")
+        self.spawned_at = time.monotonic()
         self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, **OWN_GROUP)
         allow_tracer(self.proc.pid)
@@ -276,7 +291,7 @@ class Recorder:
         if self.options.pid != os.getpid():
             self._threads_at_stop()
         end = stop_at if self.ended_at is None else min(self.ended_at, stop_at)
-        meta["reader_options"] = trace_options(data, status, self.known, self.ready_at,
+        meta["reader_options"] = trace_options(data, status, self.known, (self.spawned_at, self.ready_at),
                                                self.started_at, end, float(self.options.rate))
         return Capture(data, "chrome_trace", meta)
 
@@ -337,12 +352,18 @@ def recorder(options: Options):
     return PairRecorder(options) if options.mode == "both" else Recorder(options)
 
 
-def trace_options(data: bytes, status: str, known: dict, ready_at: float, started_at: float | None,
+def trace_options(data: bytes, status: str, known: dict, clock: tuple[float, float], started_at: float | None,
                   ended_at: float, rate: float) -> dict:
     """``chrome_trace.read`` options for py-spy's timed trace: thread labels (pthread id -> native id
     and name), the window of the recorded code's run and the ends of threads that ended, on the
     trace's clock, and the effective rate (py-spy's own sample count over the seconds its threads
-    were sampled) that turns each stretch's length into a sample count."""
+    were sampled) that turns each stretch's length into a sample count.
+
+    ``clock``: (when py-spy was started, when it said it samples), time.monotonic(). Its timestamps
+    count from a moment just after its start; its first sample comes after it says it samples, by up
+    to a sampling interval (its timer waits an exponential delay first) plus however long it waits
+    for a core. Both put a moment on the trace too late, never too early (bench/bench_pyspy_clock.py
+    measures it): the earlier of the two is taken."""
     from ..threads import thread_label
     opts: dict = {"metric": "wall", "weigh": "interval", "rate": rate}
     labels = {str(i): {"label": thread_label(k.get("tid"), k.get("name")), "tid": k.get("tid"), "name": k.get("name")}
@@ -351,11 +372,10 @@ def trace_options(data: bytes, status: str, known: dict, ready_at: float, starte
         opts["labels"] = labels
     try:   # the reader reports a damaged file; here only what can be measured is taken
         doc = json.loads(data)
-        ts = {}
+        ts: dict = {}   # each thread's first sample
         for ev in doc:
             if ev.get("ph") == "B":
-                t = ts.setdefault(ev["tid"], float(ev["ts"]))
-                ts[ev["tid"]] = min(t, float(ev["ts"]))
+                ts[ev["tid"]] = min(ts.get(ev["tid"], float("inf")), float(ev["ts"]))
         last = max(float(ev["ts"]) for ev in doc)
     except (ValueError, TypeError, KeyError, AttributeError):
         return opts
@@ -363,8 +383,10 @@ def trace_options(data: bytes, status: str, known: dict, ready_at: float, starte
         return opts
     first = min(ts.values())
 
+    spawned_at, ready_at = clock
+
     def on_trace(t: float) -> float:   # time.monotonic() -> the trace's microseconds
-        return first + (t - ready_at) * 1e6
+        return min(first + (t - ready_at) * 1e6, (t - spawned_at) * 1e6)
 
     lo = on_trace(started_at) if started_at is not None else first
     hi = on_trace(ended_at)
@@ -382,7 +404,7 @@ def trace_options(data: bytes, status: str, known: dict, ready_at: float, starte
 def read(capture: Capture, options: Options) -> Profile:
     from .. import formats
     metric = "both" if options.mode == "both" else ("wall" if options.wall and not options.gil else "cpu")
-    timing = "timed" if options.extra.get("timing") == "timed" and metric != "cpu" and not options.gil else None
+    is_timed = timing(options) == "timed" and metric != "cpu"
     if capture.format == "speedscope":
         raw = Raw(capture.data, "speedscope", filename="py-spy.speedscope.json", options={"metric": metric})
         p = formats.load(raw)
@@ -393,16 +415,16 @@ def read(capture: Capture, options: Options) -> Profile:
     else:
         p = formats.read(capture.data, capture.format, source="py-spy")
     rate = float(options.rate)
-    if timing:
+    if is_timed:
         got = (capture.meta.get("wall") or {}).get("reader_options") if metric == "both" else \
             capture.meta.get("reader_options")
         rate = float((got or {}).get("rate") or rate)
     meta = dict(backend=NAME, rate=rate, requested_rate=float(options.rate),
                 versions={"py-spy": version()}, pid=options.pid, tool_report=reported(capture.meta),
-                timing=TIMED if timing else NOMINAL,
+                timing=TIMED if is_timed else NOMINAL,
                 py_spy_flags={"mode": options.mode, "gil": options.gil, "native": options.native,
                               "subprocesses": options.subprocesses})
-    if timing:
+    if is_timed:
         meta["timing_note"] = (
             "each sample weighs the time to py-spy's next sample of its thread (py-spy stamps a sample when "
             "it takes it, and writes events where a stack changes); sample counts are that time x py-spy's "
