@@ -8,18 +8,19 @@ two py-spy at once, with and without ``--idle`` (``PairRecorder``), stored as on
 
 Two timings (``options.extra["timing"]``, labelled in ``meta["timing"]``):
 
-* ``calibrated`` (the magic's default up to TIMED_ABOVE Hz): py-spy writes speedscope, whose samples carry no time, so
-  each weighs 1/rate; ``calibrate_to_cell`` (a processor) scales them so the cell's thread sums to
-  its measured time. Without a cell (attaching) they stay 1/rate.
+* ``calibrated`` (the magic's default up to TIMED_ABOVE Hz): py-spy writes speedscope, whose samples
+  carry no time, so each weighs 1/rate; ``calibrate_to_cell`` (a processor) scales them so the cell's
+  thread sums to its measured time. Without a cell (attaching) they stay 1/rate.
 * ``timed`` (attaching, ``profmagic record``, the magic above TIMED_ABOVE Hz): py-spy writes its
   timed format (chrometrace), read with each sample weighing the time to the next one on its thread;
   nothing is scaled. Only for wall time without ``--gil``: without ``--idle`` a waiting thread's
   stack would stay open across its wait. py-spy 0.4 names threads by pthread id there, so the
-  recorder maps them to native ids and names (``thread_labels``); its timestamps count from py-spy's
-  start, and its first sample is taken when it says it samples, so the trace is cut to the recorded
-  code's run (``bounds``, else start to stop). Under ``--mode both`` the wall recording is timed and
-  the cpu one stays speedscope: cpu = on-CPU samples x the timed recording's seconds per sample of
-  the same thread (``transforms.combine_idle``).
+  recorder maps them to native ids and names (a ``threads.Watch``, a thread log, ``py-spy dump``).
+  Its timestamps count from py-spy's start; put on this process's clock (``trace_options``), they
+  cut the trace to the recorded code's run (``bounds``, else first sample to stop) and each thread
+  at its end (py-spy writes nothing when a thread exits). Under ``--mode both`` the wall recording
+  is timed and the cpu one stays speedscope: cpu = on-CPU samples x the timed recording's seconds
+  per sample of the same thread (``transforms.combine_idle``).
 """
 from __future__ import annotations
 
