@@ -95,7 +95,7 @@ def main(argv=None):
          "|---|---|---|---|---|---|---|",
          f"| chrometrace (`chrome_trace.read`) | {len(ct):,} | {events:,} events | {best['chrometrace']:.3f} s | "
          + " ".join(f"{x:.3f}" for x in results["chrometrace"])
-         + f" | {peaks['chrometrace'] / 2**20:.1f} MiB | {p_ct.sample_count:,} stretches |",
+         + f" | {peaks['chrometrace'] / 2**20:.1f} MiB | {len(p_ct.samples):,} stretches, {p_ct.sample_count:,} samples (estimated) |",
          f"| speedscope (`speedscope.read`) | {len(ss):,} | {p_ss.sample_count:,} samples | "
          f"{best['speedscope']:.3f} s | " + " ".join(f"{x:.3f}" for x in results["speedscope"])
          + f" | {peaks['speedscope'] / 2**20:.1f} MiB | {p_ss.sample_count:,} samples |", "",

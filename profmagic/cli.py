@@ -269,16 +269,17 @@ def _choose(name: str, python: bool):
             raise CliError(str(e)) from None
     if python:
         return backends.choose("auto")[0]
-    for n in backends.names():
-        mod = backends.get(n)
-        if mod.CAPS.attach and mod.CAPS.threads != "python" and mod.available()[0]:
-            return mod
+    for n in _attachers(native=True):
+        if backends.get(n).available()[0]:
+            return backends.get(n)
     raise CliError("no backend here can record a program that is not Python: install perf or eu-stack (elfutils)")
 
 
-def _native_backends() -> str:
+def _attachers(native: bool = False) -> list[str]:
+    """Backends that record another process (``native``: any program's threads, not only Python's)."""
     from . import backends
-    return ", ".join(n for n in backends.names() if backends.get(n).CAPS.attach and backends.get(n).CAPS.threads != "python")
+    return [n for n in backends.names() if backends.get(n).CAPS.attach
+            and not (native and backends.get(n).CAPS.threads == "python")]
 
 
 def record_command(args, command: list[str]) -> int:
@@ -292,10 +293,10 @@ def record_command(args, command: list[str]) -> int:
     caps, name = mod.CAPS, mod.NAME
     if caps.inside and name != "sampler":
         raise CliError(f"backend {name} runs inside the profiled process and cannot record a command; use one of: "
-                       "sampler, " + ", ".join(n for n in _attachers()))
+                       "sampler, " + ", ".join(_attachers()))
     if not python and (caps.inside or caps.threads == "python"):
         raise CliError(f"{escape(command[0])} is not a Python program, and {name} reads Python stacks; "
-                       f"use -b with one of: {_native_backends()}")
+                       f"use -b with one of: {', '.join(_attachers(native=True))}")
     ok, why = mod.available()
     if not ok:
         raise CliError(f"backend {name} cannot record here: {why}")
@@ -304,15 +305,12 @@ def record_command(args, command: list[str]) -> int:
     stem = os.path.basename(command[1] if python and len(command) > 1 and not command[1].startswith("-")
                             else command[0])
     output = _output(args.output or f"profile-{_safe(stem)}-{os.getpid()}.speedscope.json")
-    run = (_run_sampler if name == "sampler" else _run_attached)(mod, args, command, exe, python, mode, timing)
-    p, status = run
+    if name == "sampler":
+        p, status = _run_sampler(mod, args, command, mode)
+    else:
+        p, status = _run_attached(mod, args, command, exe, python, mode, timing)
     _save(p, output)
     return status
-
-
-def _attachers() -> list[str]:
-    from . import backends
-    return [n for n in backends.names() if backends.get(n).CAPS.attach]
 
 
 def _safe(text: str) -> str:
@@ -364,7 +362,7 @@ def _wait(launch, progress) -> tuple[float, int]:
     return end, sigs.count
 
 
-def _run_sampler(mod, args, command, exe, python, mode, timing):
+def _run_sampler(mod, args, command, mode):
     """The built-in sampler inside the command (and every Python it starts), from its first moment."""
     from .childsampler import Children
     from .launch import Launch, exit_status
