@@ -79,10 +79,10 @@ class ProfileMagics(Magics):
     @argument("--mode", default=None, help="wall, cpu or both (py-spy: wall means --idle)")
     @argument("--timing", default=None, metavar="HOW",
               help="py-spy's seconds: calibrated (samples scaled so the cell's thread sums to its measured "
-                   "time; the default up to 100 Hz, where the two are within sampling noise of each other) "
+                   "time; the default up to 100 Hz, where the two were within sampling noise of each other) "
                    "or timed (py-spy's timestamps, nothing scaled, every thread keeps its own seconds; the "
-                   "default above 100 Hz, where calibrated shares went off by up to 15 points and timed "
-                   "stayed within 3.2, and with --pid). Figures: bench/RESULTS.md")
+                   "default above 100 Hz, where calibrating put other threads' seconds off by up to 5.5%%, and "
+                   "with --pid). Figures: bench/RESULTS.md")
     @argument("--rerun", action="store_true",
               help="with --mode both on pyinstrument/cProfile (one clock per run): allow running the cell "
                    "twice, once per clock")
