@@ -65,10 +65,10 @@ def main(argv=None):
     timed_p = res["profiles"][gt.TIMED]
     ss_p = res["profiles"]["py-spy --idle (same run as timed)"]
     ct, ss = timed_p.raw.data, ss_p.raw.data
-    labels = {res["truth"][th]["ident"]: th for th in ("main", "holder")}
+    opts = dict(timed_p.raw.options)   # what backends.pyspy reads it with: labels, window, ends, rate
 
     def read_ct():
-        return chrome_trace.read(ct, source="py-spy chrometrace", labels=labels)
+        return chrome_trace.read(ct, source="py-spy chrometrace", **opts)
 
     def read_ss():
         return speedscope.read(ss, source="py-spy speedscope")
@@ -95,7 +95,7 @@ def main(argv=None):
          "|---|---|---|---|---|---|---|",
          f"| chrometrace (`chrome_trace.read`) | {len(ct):,} | {events:,} events | {best['chrometrace']:.3f} s | "
          + " ".join(f"{x:.3f}" for x in results["chrometrace"])
-         + f" | {peaks['chrometrace'] / 2**20:.1f} MiB | {p_ct.sample_count:,} stretches |",
+         + f" | {peaks['chrometrace'] / 2**20:.1f} MiB | {len(p_ct.samples):,} stretches, {p_ct.sample_count:,} samples (estimated) |",
          f"| speedscope (`speedscope.read`) | {len(ss):,} | {p_ss.sample_count:,} samples | "
          f"{best['speedscope']:.3f} s | " + " ".join(f"{x:.3f}" for x in results["speedscope"])
          + f" | {peaks['speedscope'] / 2**20:.1f} MiB | {p_ss.sample_count:,} samples |", "",

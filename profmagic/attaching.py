@@ -18,12 +18,18 @@ from .session import make_options, versions
 
 
 def attach(pids, duration: float | None = 10.0, backend: str = "py-spy", *, rate: float = 100.0,
-           mode: str | None = None, idle: bool | None = None, native: bool = False, announce=None) -> Profile:
+           mode: str | None = None, idle: bool | None = None, native: bool = False, timing: str | None = None,
+           announce=None) -> Profile:
     """Record ``pids`` for ``duration`` seconds (None: until Ctrl-C). The default clock is wall time
     (py-spy's ``--idle``: waiting threads are sampled too). A process that ends meanwhile keeps what
-    was sampled and is marked ``ended`` in ``meta["processes"]``."""
+    was sampled and is marked ``ended`` in ``meta["processes"]``.
+
+    ``timing`` (py-spy): "timed" (the default for wall time: there is no cell to calibrate to, so
+    each sample weighs the time to py-spy's next sample of its thread) or "calibrated" (1/rate per
+    sample; the only choice for --mode cpu)."""
     pids = validate.pids(pids)
     duration = validate.duration(duration)
+    timing = validate.timing(timing)
     if backend == "auto":
         backend = backends.AUTO[0]
     mod = backends.get(backend) if backend in backends.MODULES else None
@@ -41,10 +47,12 @@ def attach(pids, duration: float | None = 10.0, backend: str = "py-spy", *, rate
                                 "Python stacks. Fix: --backend perf or eu-stack record any process's native stacks")
     if mode is None:   # wall time (py-spy's --idle) unless the backend says otherwise (perf: cpu-clock)
         mode = "cpu" if idle is False else "wall" if idle else (mod.CAPS.default or "wall")
+    if timing is None:
+        timing = "timed" if mode != "cpu" else "calibrated"
     recs = []
     try:
         for pid in pids:
-            o = make_options(rate=rate, mode=mode, native=native, pid=pid, all_threads=True)
+            o = make_options(rate=rate, mode=mode, native=native, pid=pid, all_threads=True, timing=timing)
             mod, _ = backends.choose(backend)
             rec = backends.recorder(mod, o)
             recs.append((pid, mod, o, rec, procfs.cmdline(pid)))   # closed in finally even if start fails
@@ -84,7 +92,8 @@ def attach(pids, duration: float | None = 10.0, backend: str = "py-spy", *, rate
             rec.close()
     out = multi.concat(parts, key="process", labels=labels)
     meta = dict(backend=recs[0][1].NAME, attached=pids, duration=wall, requested_duration=duration,
-                rate=float(rate), requested_rate=float(rate), mode=mode,
+                rate=float(parts[0].meta.get("rate") or rate), requested_rate=float(rate), mode=mode,
+                timing=parts[0].meta.get("timing"),
                 versions={**versions(), **dict(parts[0].meta.versions)})
     if interrupted:
         meta["partial"] = f"interrupted after {wall:.2f} s"

@@ -39,25 +39,6 @@ ENV_DIR = "PROFMAGIC_CHILD_DIR"
 ENV_RATE = "PROFMAGIC_CHILD_RATE"
 STOP = "STOP"
 HOOK_DIR = "hook"
-_SITECUSTOMIZE = '''\
-# Written by profmagic for one recording (%%profile --subprocesses); removed when it ends.
-import os, sys
-_here = os.path.dirname(os.path.abspath(__file__))
-try:
-    import importlib.util as _u
-    _s = _u.spec_from_file_location("_profmagic_childsampler", {path!r})
-    _m = _u.module_from_spec(_s)
-    _s.loader.exec_module(_m)
-    _m.start_from_env()
-except Exception as _e:  # never break the child's start-up
-    sys.stderr.write("profmagic: child sampler did not start: %r\\n" % (_e,))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
-del sys.modules["sitecustomize"]
-try:
-    import sitecustomize  # the child's own, if it has one
-except ImportError:
-    pass
-'''
 
 # -- child side --------------------------------------------------------------------------
 _sampler = None
@@ -80,6 +61,10 @@ class ChildSampler:
         self.nframes = 0
         self.clocks: dict[tuple, ThreadClock] = {}
         self.pending: list = []   # records of this pass: frames first seen in it, then samples
+        for t in threading.enumerate():   # CPU from now on: the start-up before the sampler is not sampled
+            if t.native_id is not None:
+                clock = self.clocks[(t.ident, t.native_id)] = ThreadClock(t.ident, t.native_id)
+                clock.baseline()
         self.name = None
         self.stop = threading.Event()
         self.write({"v": 1, "pid": os.getpid(), "ppid": os.getppid(), "argv": _argv(),
@@ -201,14 +186,17 @@ class Children:
         self.saved_env: dict[str, str | None] = {}
         self.t0 = 0.0
         self.t1 = 0.0
+        self._seen: dict[str, tuple[int, int]] = {}   # file -> (bytes read, samples in them)
 
     def start(self) -> None:
         from .tempdirs import TempDir
         self.tmp = TempDir(prefix="profmagic-children-")
         hook = os.path.join(self.tmp.path, HOOK_DIR)
         os.mkdir(hook)
+        from .launch import sitecustomize
         with open(os.path.join(hook, "sitecustomize.py"), "w") as f:
-            f.write(_SITECUSTOMIZE.format(path=os.path.abspath(__file__)))
+            f.write(sitecustomize("%%profile --subprocesses", __file__, "start_from_env",
+                                  "child sampler did not start"))
         env = {ENV_DIR: self.tmp.path, ENV_RATE: repr(self.rate),
                "PYTHONPATH": os.pathsep.join(p for p in (hook, os.environ.get("PYTHONPATH")) if p)}
         self.saved_env = {k: os.environ.get(k) for k in env}
@@ -239,6 +227,25 @@ class Children:
                 with open(self.tmp.file(name), "rb") as f:
                     out[int(name[:-6])] = f.read()
         return out
+
+    def samples_so_far(self) -> int:
+        """Samples the children have written so far (for a progress line; reads only what is new)."""
+        if self.tmp is None:
+            return 0
+        seen = self._seen
+        for name in os.listdir(self.tmp.path):
+            if not name.endswith(".jsonl"):
+                continue
+            offset, count = seen.get(name, (0, 0))
+            try:
+                with open(self.tmp.file(name), "rb") as f:
+                    f.seek(offset)
+                    chunk = f.read()
+            except OSError:
+                continue
+            whole = chunk[:chunk.rfind(b"\n") + 1]
+            seen[name] = (offset + len(whole), count + whole.count(b'["s",'))
+        return sum(c for _, c in seen.values())
 
     def close(self) -> None:
         self._restore()

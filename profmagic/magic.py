@@ -14,7 +14,7 @@ from . import awaits, cellrun, live, session, transforms, validate
 from .errors import ProfileFormatError, ProfilerError
 from .model import MEMORY_METRICS, Profile
 # Options that take a value: the line magic's statement starts after the last option.
-_VALUED = {"-b", "--backend", "--backends", "--rate", "--mode", "-o", "--output", "--pid", "--duration"}
+_VALUED = {"-b", "--backend", "--backends", "--rate", "--mode", "-o", "--output", "--pid", "--duration", "--timing"}
 
 
 def split_line(line: str) -> tuple[str, str]:
@@ -86,6 +86,12 @@ class ProfileMagics(Magics):
     @argument("--duration", default=None, metavar="S",
               help="with --pid: seconds to record (default: until interrupted)")
     @argument("--mode", default=None, help="wall, cpu or both (py-spy: wall means --idle)")
+    @argument("--timing", default=None, metavar="HOW",
+              help="py-spy's seconds: calibrated (samples scaled so the cell's thread sums to its measured "
+                   "time; the default up to 100 Hz, where the two were within sampling noise of each other) "
+                   "or timed (py-spy's timestamps, nothing scaled, every thread keeps its own seconds; the "
+                   "default above 100 Hz, where calibrating put other threads' seconds off by up to 5.5%%, and "
+                   "with --pid). Figures: bench/RESULTS.md")
     @argument("--rerun", action="store_true",
               help="with --mode both on pyinstrument/cProfile (one clock per run): allow running the cell "
                    "twice, once per clock")
@@ -116,6 +122,7 @@ class ProfileMagics(Magics):
         try:   # every option checked before anything runs
             args.mode = validate.mode(args.mode)
             args.rate = validate.rate(args.rate)
+            args.timing = validate.timing(args.timing)
             args.duration = validate.duration(args.duration)
             args.output = validate.output(args.output)
             validate.memory(args.backend, args.memory, args.leaks, args.allocated, args.mode, args.pid,
@@ -184,7 +191,7 @@ class ProfileMagics(Magics):
         try:
             profile = attach_pids(args.pid, args.duration, backend=args.backend, rate=args.rate,
                                   mode="cpu" if args.gil else ("wall" if args.idle else args.mode),
-                                  native=args.native, announce=out.text)
+                                  native=args.native, timing=args.timing, announce=out.text)
         except ProfilerError as e:
             print(f"profmagic: {e}", file=sys.stderr)
             return None
@@ -213,7 +220,7 @@ class ProfileMagics(Magics):
             return None
         options = session.make_options(
             rate=args.rate, native=args.native, gil=args.gil, mode=mode_of(args), subprocesses=args.subprocesses,
-            all_threads=args.all_threads, cell_filename=cell.filename, rerun=args.rerun,
+            all_threads=args.all_threads, cell_filename=cell.filename, rerun=args.rerun, timing=args.timing,
             **{k: True for k in ("memory", "leaks", "allocated") if getattr(args, k)})
         names = transforms.cell_names(getattr(ip.compile, "_filename_map", {}))
         out = live.Output(enabled=not args.quiet)

@@ -58,6 +58,10 @@ def make_options(**kw) -> Options:
     opts.extra.update({k: v for k, v in kw.items() if k not in known})
     opts.mode = validate.mode(opts.mode)
     opts.rate = validate.rate(opts.rate)
+    if opts.extra.get("timing") is None:
+        opts.extra.pop("timing", None)
+    else:
+        opts.extra["timing"] = validate.timing(opts.extra["timing"])
     return opts
 
 

@@ -28,6 +28,16 @@ def mode(value) -> str | None:
     return value
 
 
+TIMINGS = ("timed", "calibrated")
+
+
+def timing(value) -> str | None:
+    """How py-spy's seconds are made: timed (its timestamps) or calibrated (to the cell's measured time)."""
+    if value is not None and value not in TIMINGS:
+        raise ProfilerError(f"unknown --timing {value!r}; choose one of: {', '.join(TIMINGS)}")
+    return value
+
+
 def rate(value) -> float:
     """Samples per second: finite, positive, at most MAX_RATE."""
     x = _number(value, "--rate")

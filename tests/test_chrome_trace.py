@@ -322,3 +322,24 @@ def test_labels_for_renumbered_py_spy_threads():
               ev("B", 0, "main", tid=0), ev("E", 10, "main", tid=0)]
     p = load(events, labels={140001: 'Thread 42 "MainThread"'})
     assert p.threads == ['Thread 42 "MainThread"']
+
+
+def test_window_ends_and_json_labels():
+    """What py-spy's recorder passes (backends.pyspy.trace_options): labels kept in JSON (string keys,
+    with the native id and name), a window cutting the trace to the recorded run, and a thread's end."""
+    pthread = 140_000_000_001
+    events = [ev("B", 0, "main", tid=1), ev("B", 100_000, "work", tid=1), ev("E", 300_000, "work", tid=1),
+              ev("E", 400_000, "main", tid=1),
+              ev("B", 50_000, "loop", tid=pthread), ev("E", 400_000, "loop", tid=pthread)]  # py-spy: open to the end
+    p = load(events, labels={str(pthread): {"label": 'Thread 42 "w"', "tid": 42, "name": "w"}},
+             window=[50_000, 350_000], ends={str(pthread): 250_000}, rate=100)
+    t = p.thread_table.set_index("label")
+    assert t.at['Thread 42 "w"', "tid"] == 42 and t.at['Thread 42 "w"', "name"] == "w"
+    per = p.stacks.groupby("thread", observed=True)["wall"].sum()
+    assert per['Thread 42 "w"'] == pytest.approx(0.2)          # 50 ms .. its end at 250 ms
+    assert per["Thread 1"] == pytest.approx(0.3)               # the window: 50 .. 350 ms
+    assert p.samples["time"].min() == 0.0                      # times count from the window's start
+    work = p.functions().set_index("name").at["work", "total"]
+    assert work == pytest.approx(0.2)
+    # A stretch of several samples keeps its count in the time-ordered samples (speedscope writes it).
+    assert p.samples["samples"].sum() == p.sample_count == 5 + 20 + 5 + 20

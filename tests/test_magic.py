@@ -130,6 +130,33 @@ def test_pyspy_idle_shares_trim_threads_calibration(k):
 
 
 @pytest.mark.requires("py-spy", "ptrace")
+def test_pyspy_timing_timed_is_not_calibrated(k):
+    """--timing timed: py-spy's timestamps, nothing scaled. The cell thread's seconds are the time its
+    code ran, measured from its first line to its last (not the magic's cell_wall, which also holds
+    the magic's own start-up that the profile trims away); 5%: within 1.5% in four runs of the same
+    reader under load 13. A thread the cell started keeps its own seconds, not the cell thread's factor;
+    its end is put on py-spy's clock through py-spy's start (bench/bench_pyspy_clock.py: off by up to
+    12 ms at load 10), and its first sample comes up to one interval plus py-spy's wait for a core
+    after its start, so its bound is 50 ms."""
+    body = ("def sleeper(out):\n    s0 = time.perf_counter(); nap(0.3); out.append(time.perf_counter() - s0)\n"
+            "c0 = time.perf_counter(); slept = []\n"
+            "t = threading.Thread(target=sleeper, args=(slept,), name='sleeper')\n"
+            "t.start(); t.join()\n" + TIMED + "c1 = time.perf_counter()\n")
+    r, s = profile_cell(k, "-b py-spy --mode wall --timing timed", body)
+    assert k.value("(_profile.meta['timing'], bool(_profile.meta.get('calibrated')))") == \
+        ("timed (py-spy chrometrace)", False)
+    ran = k.value("c1 - c0")
+    assert abs(s["cell_seconds"] - ran) <= 0.05 * ran, (ran, s)
+    sleeper = k.value("float(_profile.stacks.loc[_profile.stacks.thread.str.endswith('\"sleeper\"'), 'wall'].sum())")
+    assert sleeper == pytest.approx(k.value("slept[0]"), abs=0.05)
+    assert_measured_shares(k, s)
+    assert_cell_only(s)
+    assert_clean(k)
+    r = k.run("%%profile -b py-spy --mode cpu --timing timed\nnap(0.1)\n")
+    assert "timed format needs wall time" in r.text()
+
+
+@pytest.mark.requires("py-spy", "ptrace")
 def test_pyspy_mode_cpu_is_cpu(k):
     _, s = profile_cell(k, "-b py-spy --mode cpu")
     assert s["metric"] == "cpu"

@@ -162,7 +162,8 @@ def _walk_slices(marks, where_of, source, end_ts):
 
 
 def read(data: bytes, source: str = "<input>", metric: str = "wall", weigh: str = "interval",
-         rate: float | None = None, labels: dict | None = None) -> Profile:
+         rate: float | None = None, labels: dict | None = None, window: tuple | list | None = None,
+         ends: dict | None = None) -> Profile:
     """A Profile from Chrome trace JSON.
 
     metric: where the seconds go, "wall" or "cpu". weigh: "interval" (seconds from timestamps) or
@@ -171,7 +172,12 @@ def read(data: bytes, source: str = "<input>", metric: str = "wall", weigh: str 
     samples (at least one) instead of one. labels: thread label per tid (or per (pid, tid)), e.g. from
     the profiled process, for traces whose tids are not native thread ids: py-spy 0.4 writes pthread ids
     as tids; later py-spy numbers threads from 0 and names each '<pthread id>: <name>', which is looked
-    up too."""
+    up too. A label key may be a string (labels kept in JSON); a value may be a mapping with the
+    ``label`` and what else is known of the thread (``tid``: its native id, ``name``).
+
+    window: (start, end) in the trace's microseconds: the stretches are cut to it and sample times
+    count from its start (either may be None). ends: tid (or its string) -> the microsecond that
+    thread ended, when the recorder knows it (a trace has no event for a thread's exit)."""
     if metric not in ("wall", "cpu"):
         raise ValueError(f"metric must be 'wall' or 'cpu', not {metric!r}")
     if weigh not in ("interval", "count"):
@@ -281,9 +287,9 @@ def read(data: bytes, source: str = "<input>", metric: str = "wall", weigh: str 
             ts = np.array([x[0] for x in lst], dtype=np.float64)
             gaps = np.diff(ts)
             last = float(np.median(gaps)) if len(gaps) else 0.0
-            ends = np.append(ts[1:], ts[-1] + last)
+            nexts = np.append(ts[1:], ts[-1] + last)
             stretches[tkey] = [(t0, t1, resolve(sf, f"{k}[{idx}]"))
-                               for (t0, sf, idx, k), t1 in zip(lst, ends)]
+                               for (t0, sf, idx, k), t1 in zip(lst, nexts)]
     else:
         for tkey, lst in marks.items():
             lst.sort()  # (ts, rank, tiebreak) is unique per mark: later fields are never compared
@@ -301,16 +307,22 @@ def read(data: bytes, source: str = "<input>", metric: str = "wall", weigh: str 
                                    process_names.get(pid) or (str(pid) if not isinstance(pid, int) else "process"))
     meta_processes = {procs[p]: {"pid": p} for p in pids if isinstance(p, int)} if multi else None
     order = sorted(stretches, key=lambda k: (pids.index(k[0]), min((s[0] for s in stretches[k]), default=0)))
-    t0 = float(ext["t0"]) if _num(ext.get("t0")) else 0.0
+    lo, hi = (None, None) if window is None else (window[0], window[1])
+    t0 = (float(ext["t0"]) if _num(ext.get("t0")) else 0.0) - (lo * US if lo is not None else 0.0)
     per_tick = 1.0 / rate if rate else None
     cols: dict[str, list] = {"stack": [], "time": [], "samples": [], "dur": [], "cpu": []}
     for tkey in order:
         pid, tid = tkey
         x = x_threads.get(tkey) or {}
         label = x.get("thread") if isinstance(x.get("thread"), str) else None
+        known = {}
         if label is None and labels:
             m = _PYSPY_NAME.match(thread_names.get(tkey) or "")
-            label = labels.get(tkey) or labels.get(tid) or (labels.get(int(m.group(1))) if m else None)
+            label = labels.get(tkey) or labels.get(tid) or labels.get(str(tid)) or \
+                (labels.get(int(m.group(1))) or labels.get(m.group(1)) if m else None)
+            if isinstance(label, dict):   # {"label", "tid" (native), "name"}
+                known = {k: label.get(k) for k in ("tid", "name") if label.get(k) is not None}
+                label = label.get("label") if isinstance(label.get("label"), str) else None
         if label is None:
             nm = thread_names.get(tkey)
             if isinstance(tid, int) and 0 <= tid < 2 ** 31:
@@ -324,9 +336,9 @@ def read(data: bytes, source: str = "<input>", metric: str = "wall", weigh: str 
         else:
             proc = x.get("process") if isinstance(x.get("process"), str) else None
         th = r.b.thread(label, process=proc, pid=pid if isinstance(pid, int) and pid > 0 else None,
-                        tid=tid if isinstance(tid, int) and 0 <= tid < 2 ** 31 else None,
-                        name=thread_names.get(tkey))
-        got = stretches[tkey]
+                        tid=known.get("tid", tid if isinstance(tid, int) and 0 <= tid < 2 ** 31 else None),
+                        name=known.get("name", thread_names.get(tkey)))
+        got = _cut(stretches[tkey], lo, _end_of(ends, tid, hi))
         if not got:
             continue
         a = np.fromiter((g[0] for g in got), np.float64, len(got))
@@ -391,8 +403,31 @@ def read(data: bytes, source: str = "<input>", metric: str = "wall", weigh: str 
                             np.zeros(0, dtype=object)})
     for m, v in weights.items():
         samples[m] = v[order_]
+    if len(samples) and not np.all(cat["samples"] == 1):   # a stretch of several of the sampler's samples
+        samples["samples"] = cat["samples"][order_]
     return p.replace(samples=samples if len(samples) else None,
                      metric=primary if primary in p.metrics else p.metric)
+
+
+def _end_of(ends, tid, hi):
+    """When the thread's stretches end: its own end if known, else the window's."""
+    mine = None if not ends else ends.get(tid, ends.get(str(tid)))
+    if mine is None:
+        return hi
+    return mine if hi is None else min(mine, hi)
+
+
+def _cut(got, lo, hi):
+    """Stretches clipped to [lo, hi] (None: open), the empty ones dropped."""
+    if lo is None and hi is None:
+        return got
+    out = []
+    for a, z, st in got:
+        a = a if lo is None else max(a, lo)
+        z = z if hi is None else min(z, hi)
+        if z > a:
+            out.append((a, z, st))
+    return out
 
 
 def _stack_resolver(frames_doc: dict, r: _Reader, source: str):
