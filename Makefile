@@ -3,16 +3,26 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.profmagic-installed
+# A Python 3.12 kernel for the tests of perf's Python names on a live kernel (the trampoline needs 3.12+).
+PY312 ?= $(or $(shell ls $(HOME)/.pyenv/versions/3.12*/bin/python3.12 2>/dev/null | tail -1),$(shell command -v python3.12))
+VENV312 := .venv312
+STAMP312 := $(VENV312)/.profmagic-installed
 
 .PHONY: setup system test demo bench clean
 
-setup: $(STAMP) system
+setup: $(STAMP) $(STAMP312) system
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q -e ".[dev,memory,cluster]"
 	touch $(STAMP)
+
+$(STAMP312): pyproject.toml
+	@if [ -n "$(PY312)" ]; then \
+	  test -x $(VENV312)/bin/python || $(PY312) -m venv $(VENV312); \
+	  $(VENV312)/bin/python -m pip install -q -e . ipykernel && touch $(STAMP312); \
+	else echo "no python3.12 here: the Python 3.12 kernel tests will say so"; fi
 
 system:
 	bash scripts/setup-system.sh
@@ -23,8 +33,9 @@ test: setup
 demo: setup
 	$(PY) -m profmagic.demo
 
+BENCH_ARGS ?=
 bench: setup
-	$(PY) bench/run_all.py
+	$(PY) bench/run_all.py $(BENCH_ARGS)
 
 clean:
 	rm -rf build .pytest_cache

@@ -4,7 +4,9 @@ The target is a child Python process that waits for a line on stdin, then times 
 workload plus a C-like one (zlib) and prints the seconds. Each pair runs it once unprofiled and once
 under profmagic's eu-stack recorder at the given rate, side by side; the ratio is per pair.
 
-    .venv/bin/python bench/bench_eustack.py [--pairs 5] [--rates 20,50,100]
+    .venv/bin/python bench/bench_eustack.py [--pairs 5] [--rates 20,50,100] [--no-write]
+
+Writes its section of bench/RESULTS.md through bench/results.py unless --no-write.
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -35,21 +38,19 @@ print(time.perf_counter() - t, flush=True)
 """
 
 
-def run_once(rate: float | None) -> tuple[float, float | None, int]:
-    child = subprocess.Popen([sys.executable, "-c", TARGET], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+def run_once(rate: float | None, code: str = TARGET, backend=eustack, **options) -> tuple[float, object]:
+    """Run ``code`` in a child (it waits for a line on stdin, then prints its seconds), under
+    ``backend``'s recorder at ``rate`` (None: bare). Returns (seconds, the profile or None)."""
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     rec = None
     try:
         if rate:
-            rec = eustack.Recorder(Options(pid=child.pid, rate=rate))
+            rec = backend.Recorder(Options(pid=child.pid, rate=rate, **options))
             rec.start()
         child.stdin.write(b"go\n")
         child.stdin.flush()
         secs = float(child.stdout.readline())
-        achieved, n = None, 0
-        if rec:
-            p = eustack.read(rec.stop(), Options())
-            achieved, n = p.meta["rate"], p.meta["snapshots"]
-        return secs, achieved, n
+        return secs, backend.read(rec.stop(), Options(rate=rate)) if rec else None
     finally:
         if rec:
             rec.close()
@@ -62,21 +63,35 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--pairs", type=int, default=5)
     ap.add_argument("--rates", default="20,50,100")
+    ap.add_argument("--no-write", action="store_true")
     a = ap.parse_args()
     print(f"eu-stack {eustack._version()}, {os.cpu_count()} CPUs, {a.pairs} pairs per rate")
-    print("| target rate (Hz) | achieved rate (Hz, median) | slowdown (median ratio profiled/unprofiled) "
-          "| ratios | unprofiled s (median) |")
-    print("|---|---|---|---|---|")
+    cmd = ".venv/bin/python bench/bench_eustack.py" + (f" --pairs {a.pairs}" if a.pairs != 5 else "") + \
+        (f" --rates {a.rates}" if a.rates != "20,50,100" else "")
+    lines = ["## Native backends (issue 5)", "",
+             "eu-stack sampler (profmagic's helper loop: `eu-stack -q -p PID` per snapshot, one `eu-addr2line` pass",
+             "at the end), on a child Python process doing a fixed CPU-bound workload; each pair runs it",
+             f"unprofiled and profiled side by side. {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} "
+             f"at the start; eu-stack {eustack._version()}; {time.strftime('%Y-%m-%d')}.", "",
+             f"Command: `{cmd}`", "",
+             "| target rate (Hz) | achieved rate (Hz, median) | slowdown (median ratio profiled/unprofiled) "
+             "| ratios | unprofiled s (median) |",
+             "|---|---|---|---|---|"]
+    print("\n".join(lines[-2:]))
     for rate in [float(r) for r in a.rates.split(",")]:
         ratios, rates, base = [], [], []
         for _ in range(a.pairs):
-            b, _, _ = run_once(None)
-            s, achieved, _ = run_once(rate)
+            b, _ = run_once(None)
+            s, p = run_once(rate)
             ratios.append(s / b)
-            rates.append(achieved)
+            rates.append(p.meta["rate"])
             base.append(b)
-        print(f"| {rate:g} | {statistics.median(rates):.1f} | {statistics.median(ratios):.3f} | "
-              f"{', '.join(f'{r:.2f}' for r in ratios)} | {statistics.median(base):.3f} |", flush=True)
+        lines.append(f"| {rate:g} | {statistics.median(rates):.1f} | {statistics.median(ratios):.3f} | "
+                     f"{', '.join(f'{r:.2f}' for r in ratios)} | {statistics.median(base):.3f} |")
+        print(lines[-1], flush=True)
+    if not a.no_write:
+        from results import write_section
+        write_section("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

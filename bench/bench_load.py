@@ -1,6 +1,6 @@
 """Load-time and peak-memory benchmark for profmagic.load() against bare baselines (issue 2).
 
-    .venv/bin/python bench/bench_load.py [--reps N] [--write-results]
+    .venv/bin/python bench/bench_load.py [--reps N] [--scale F] [--no-write]
 
 Generates under bench/data/ (gitignored, reused when present):
   * big.speedscope.json: 1,000,000 samples over 8 threads, py-spy shaped (unit seconds, nulls for col),
@@ -12,6 +12,8 @@ Each measurement runs in a fresh subprocess; the parent reads that child's peak 
 os.wait4) and the child reports the time of the load alone (file read included, imports excluded).
 The candidate and its baseline alternate, several repetitions; the figures are median ratios.
 Baselines: json.loads(open(f, 'rb').read()) for speedscope; open(f, 'rb').read().split(b'\\n') for folded.
+--scale F scales both inputs (bench/run_all.py --quick uses 0.05). Writes its section of bench/RESULTS.md
+through bench/results.py unless --no-write.
 """
 from __future__ import annotations
 
@@ -32,6 +34,15 @@ FOLDED = os.path.join(DATA, "big.folded")
 N_SAMPLES, N_FRAMES, N_THREADS = 1_000_000, 5_000, 8
 N_FOLDED = 200_000
 MIN_DEPTH, MAX_DEPTH = 10, 30
+
+
+def configure(scale: float) -> None:
+    """Input sizes and file names for ``scale`` (1 = the figures in RESULTS.md)."""
+    global SPEEDSCOPE, FOLDED, N_SAMPLES, N_FOLDED
+    N_SAMPLES, N_FOLDED = int(1_000_000 * scale), int(200_000 * scale)
+    tag = "" if scale == 1 else f"-x{scale:g}"
+    SPEEDSCOPE = os.path.join(DATA, f"big{tag}.speedscope.json")
+    FOLDED = os.path.join(DATA, f"big{tag}.folded")
 
 
 def call_tree(rng: random.Random, n_nodes: int, branching=(1, 1, 1, 2, 2)):
@@ -105,7 +116,8 @@ def make_speedscope(path_out: str) -> dict:
 
 def make_folded(path_out: str) -> dict:
     rng = random.Random(3)
-    parent, frame, depth, children = call_tree(rng, 600_000, branching=(1, 2, 2))
+    parent, frame, depth, children = call_tree(rng, max(3 * N_FOLDED, 600_000 * N_FOLDED // 200_000),
+                                               branching=(1, 2, 2))
     names = [f"func_{i} (/app/pkg/mod_{i % 97}.py:{1 + i % 800})" for i in range(N_FRAMES)]
     nodes = [n for n in range(len(parent)) if MIN_DEPTH <= depth[n] <= MAX_DEPTH]
     rng.shuffle(nodes)
@@ -157,9 +169,12 @@ def compare(label: str, path_in: str, baseline: str, reps: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--scale", type=float, default=1.0)
     ap.add_argument("--only", choices=("speedscope", "folded"))
+    ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--child", choices=("generate", "facts"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    configure(args.scale)
     if args.child == "generate":
         os.makedirs(DATA, exist_ok=True)
         for p, make in ((SPEEDSCOPE, make_speedscope), (FOLDED, make_folded)):
@@ -181,8 +196,11 @@ def main() -> None:
         return
     # Generation and facts run in children: a child inherits its parent's peak RSS across fork on
     # Linux, so the parent must stay small for ru_maxrss to be the child's own.
-    subprocess.run([sys.executable, __file__, "--child", "generate"], check=True)
-    subprocess.run([sys.executable, __file__, "--child", "facts"], check=True)
+    scale = ["--scale", str(args.scale)]
+    subprocess.run([sys.executable, __file__, "--child", "generate", *scale], check=True)
+    facts = subprocess.run([sys.executable, __file__, "--child", "facts", *scale], check=True,
+                           capture_output=True, text=True).stdout
+    print(facts, end="")
     results = []
     for label, p, base in (("speedscope", SPEEDSCOPE, "json.loads"), ("folded", FOLDED, "line split")):
         if args.only and args.only != label:
@@ -194,6 +212,38 @@ def main() -> None:
         print(f"{r['label']} ({r['size_mb']:.0f} MB): {r['baseline']} {bt:.2f} s / {bm:.0f} MB; "
               f"profmagic.load {pt:.2f} s / {pm:.0f} MB; median ratios: time {r['time_ratio']:.2f}x, "
               f"peak RSS {r['mem_ratio']:.2f}x")
+    text = section(results, args, facts)
+    print(text)
+    if not args.no_write and not args.only:
+        from results import write_section
+        write_section(text)
+
+
+TARGETS = {"speedscope": ("≤ 1.5× / ≤ 1.2×", lambda r: r["time_ratio"] <= 1.5 and r["mem_ratio"] <= 1.2)}
+CODE = {"json.loads": "`json.loads(open(f,'rb').read())`", "line split": "`open(f,'rb').read().split(b'\\n')`"}
+
+
+def section(results: list[dict], args, facts: str) -> str:
+    import platform
+    cmd = ".venv/bin/python bench/bench_load.py" + (f" --reps {args.reps}" if args.reps != 5 else "") + \
+        (f" --scale {args.scale:g}" if args.scale != 1 else "")
+    L = ["## Loading (issue 2)", "",
+         f"Command: `{cmd}` (generates its inputs under bench/data/ on first run; seeds fixed). "
+         f"Python {platform.python_version()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end; "
+         f"{time.strftime('%Y-%m-%d')}. Each figure comes from a fresh child process; the parent reads that "
+         "child's peak RSS (`ru_maxrss` from `os.wait4`) and the child times the load alone (file read "
+         "included, imports excluded). The candidate and its baseline alternate over "
+         f"{args.reps} repetitions; ratios are medians of the per-repetition ratios.", "",
+         "Inputs:", *[f"- {ln}" for ln in facts.strip().splitlines()], "",
+         "| file | baseline | baseline time / peak | `profmagic.load` time / peak | time ratio | peak ratio | target |",
+         "|---|---|---|---|---|---|---|"]
+    for r in results:
+        (bt, bm), (pt, pm) = r["median"][r["baseline"]], r["median"]["profmagic.load"]
+        target, ok = TARGETS.get(r["label"], ("(none set)", None))
+        mark = "" if ok is None else (" ✔" if ok(r) else " ✘")
+        L.append(f"| {r['label']} {r['size_mb']:.0f} MB | {CODE[r['baseline']]} | {bt:.2f} s / {bm:.0f} MB | "
+                 f"{pt:.2f} s / {pm:.0f} MB | {r['time_ratio']:.2f}× | {r['mem_ratio']:.2f}× | {target}{mark} |")
+    return "\n".join(L) + "\n"
 
 
 if __name__ == "__main__":

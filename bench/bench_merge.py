@@ -1,8 +1,9 @@
 """Issue 9 bench: merging 64 per-process profiles of 100k samples each (time, peak memory), and the
 start-of-child gap: py-spy -s against children that sample themselves (childsampler).
 
-    .venv/bin/python bench/bench_merge.py            # both; appends to bench/RESULTS.md
+    .venv/bin/python bench/bench_merge.py            # both; writes its section of bench/RESULTS.md
     .venv/bin/python bench/bench_merge.py --no-write # print only
+    .venv/bin/python bench/bench_merge.py --quick    # 8 ranks of 10,000 samples, one gap run each
 """
 from __future__ import annotations
 
@@ -38,6 +39,12 @@ def rank_profile(r: int, rng) -> Profile:
     sm = pd.DataFrame({"time": np.arange(SAMPLES) * 0.01, "stack": sid, "thread": thread_of_stack[sid],
                        "wall": np.full(SAMPLES, 0.01), "cpu": np.full(SAMPLES, 0.007)})
     return Profile(frames, st, sm, {"backend": "synthetic", "rate": 100.0, "rank": r}, None, "wall")
+
+
+def configure(quick: bool) -> None:
+    global RANKS, SAMPLES
+    if quick:
+        RANKS, SAMPLES = 8, 10_000
 
 
 def bench_merge() -> list[str]:
@@ -104,21 +111,25 @@ def bench_gap(children: str, spins=(0.4, 0.8, 1.2, 1.6)) -> str:
 
 def main():
     write = "--no-write" not in sys.argv
+    quick = "--quick" in sys.argv
+    configure(quick)
     merge = bench_merge()
-    gap = [bench_gap("py-spy"), bench_gap("hook"), bench_gap("py-spy"), bench_gap("hook")]
-    text = ["", "## Many processes (issue 9)", "",
-            f"`.venv/bin/python bench/bench_merge.py` (2 shared cores; {time.strftime('%Y-%m-%d')}).", "",
+    gap = [bench_gap("py-spy"), bench_gap("hook")] * (1 if quick else 2)
+    runs = "one run each" if quick else "two runs each, interleaved"
+    text = ["## Many processes (issue 9)", "",
+            f"`.venv/bin/python bench/bench_merge.py{' --quick' if quick else ''}` ({os.cpu_count()} cores, "
+            f"load average {os.getloadavg()[0]:.1f} at the end; {time.strftime('%Y-%m-%d')}).", "",
             "Merging per-process profiles with `multi.concat` (pandas "
             f"{pd.__version__}; peak = tracemalloc peak during the call):", "",
             "| step | time | peak memory | size |", "|---|---|---|---|", *merge, "",
             "Start-of-child gap: 4 fork workers spinning 0.4 / 0.8 / 1.2 / 1.6 s, `%%profile --subprocesses`"
-            " with py-spy, wall seconds recorded in `spin` per worker (two runs each, interleaved):", "",
+            f" with py-spy, wall seconds recorded in `spin` per worker ({runs}):", "",
             "| children recorded by | 0.4 s | 0.8 s | 1.2 s | 1.6 s | worst error (s) |",
             "|---|---|---|---|---|---|", *gap, ""]
     print("\n".join(text))
     if write:
-        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md"), "a") as f:
-            f.write("\n".join(text))
+        from results import write_section
+        write_section("\n".join(text))
 
 
 if __name__ == "__main__":

@@ -2,9 +2,9 @@
 100 Hz, 4-thread %%profile cell) -> its icicle on screen in Chromium, in a real JupyterLab; (2) icicle
 payload against node count.
 
-    .venv/bin/python bench/bench_report.py [--runs 5] [--no-browser]
+    .venv/bin/python bench/bench_report.py [--runs 5] [--no-browser] [--stacks N]
 
-Writes its section of bench/RESULTS.md (replacing the previous one) unless --no-write.
+Writes its section of bench/RESULTS.md through bench/results.py unless --no-write.
 """
 from __future__ import annotations
 
@@ -92,11 +92,11 @@ def browser_times(runs: int, backend: str) -> dict:
     return out
 
 
-def payload_table() -> list[tuple]:
+def payload_table(nstacks: int = 200_000) -> list[tuple]:
     import json
     from test_views import big_profile
     from profmagic.views import tree as T
-    p = big_profile()
+    p = big_profile(nstacks)
     full, _ = T.from_profile(p, "wall")
     rows = []
     for cap in (1000, 2000, 4000, 8000, 10000):
@@ -124,9 +124,11 @@ def main() -> int:
     ap.add_argument("--no-browser", action="store_true")
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--backend", default="py-spy", help="the %%%%profile backend of the recorded cell")
+    ap.add_argument("--stacks", type=int, default=200_000, help="distinct stacks of the payload table's profile")
     a = ap.parse_args()
     lines = ["", "## Report: time to the first view (issues 4, 15)", "",
-             f"Command: `.venv/bin/python bench/bench_report.py --runs {a.runs} --backend {a.backend}` "
+             f"Command: `.venv/bin/python bench/bench_report.py --runs {a.runs} --backend {a.backend}"
+             f"{f' --stacks {a.stacks}' if a.stacks != 200_000 else ''}` "
              f"({time.strftime('%Y-%m-%d')}, 2 shared cores; Chromium headless, JupyterLab {lab_version()}).", ""]
     if not a.no_browser:
         r = browser_times(a.runs, a.backend)
@@ -151,8 +153,8 @@ def main() -> int:
                   "one in a page also waits for the front end's first widget, which the warm-up does not cover. "
                   "On 2 shared cores at load 6-14 these figures vary by ±50 % from run to run.", ""]
         print(r)
-    nfull, rows = payload_table()
-    lines += [f"Icicle payload against node count (200k distinct stacks, {nfull:,} call-tree nodes; "
+    nfull, rows = payload_table(a.stacks)
+    lines += [f"Icicle payload against node count ({a.stacks:,} distinct stacks, {nfull:,} call-tree nodes; "
               "`fig.to_json()` bytes; path-string ids measured on the same figure):", "",
               "| max_nodes | nodes shown | JSON bytes (int ids) | JSON bytes (path ids) | build s |",
               "|---|---|---|---|---|"]

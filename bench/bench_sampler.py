@@ -21,7 +21,6 @@ from profmagic.backends import sampler  # noqa: E402
 from profmagic.backends.base import Options  # noqa: E402
 
 HEADER = "## Built-in sampler (issue 3)"
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md")
 
 
 def cpu_bound(n=3_000_000):
@@ -79,18 +78,6 @@ def run(pairs: int, rate: float) -> dict:
             "bare": statistics.median(bares), "pairs": pairs}
 
 
-def write_section(text: str) -> None:
-    old = open(RESULTS, encoding="utf-8").read() if os.path.exists(RESULTS) else "# Benchmark results\n"
-    start = old.find(HEADER)
-    if start < 0:
-        new = old.rstrip("\n") + "\n\n" + text
-    else:  # rerun: replace this section only
-        nxt = old.find("\n## ", start + len(HEADER))
-        new = old[:start] + text.rstrip("\n") + ("\n\n" + old[nxt + 1:] if nxt >= 0 else "")
-    with open(RESULTS, "w", encoding="utf-8") as f:
-        f.write(new.rstrip("\n") + "\n")
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", type=int, default=21)
@@ -119,6 +106,7 @@ def main(argv=None) -> int:
     text = "\n".join(lines)
     print(text)
     if not a.no_write:
+        from results import write_section
         write_section(text)
     return 0
 

@@ -9,6 +9,7 @@ still written (with the error in it), so it can be read.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -57,10 +58,26 @@ def execute(path: Path, out_dir: Path, timeout: int = TIMEOUT) -> dict:
             "asserts": sum("assert" in c.get("metadata", {}).get("tags", []) for c in nb.cells)}
 
 
+def ipc_address() -> str:
+    """A path of the kernel's own for its sockets (ZMQ ipc transport): TCP ports picked free by one
+    process can be taken by another before the kernel binds them ("Address already in use");
+    a fresh path cannot collide."""
+    import uuid
+    from jupyter_core.paths import jupyter_runtime_dir
+    d = jupyter_runtime_dir()
+    os.makedirs(d, exist_ok=True)
+    return os.path.join(d, f"kernel-{uuid.uuid4()}-ipc")
+
+
 def _kernel_manager_class():
     from jupyter_client.manager import KernelManager
 
     class VenvKernelManager(KernelManager):
+        def __init__(self, **kw):
+            kw.setdefault("transport", "ipc")
+            kw.setdefault("ip", ipc_address())
+            super().__init__(**kw)
+
         def format_kernel_cmd(self, extra_arguments=None):
             cmd = super().format_kernel_cmd(extra_arguments)
             if cmd and Path(cmd[0]).name.startswith("python"):

@@ -11,19 +11,35 @@ import numpy as np
 import pandas as pd
 
 from .boilerplate import FOLDED_FILE
-from .model import METRIC_LABELS, Profile, unique_ints
+from .model import MEMORY_METRICS, METRIC_LABELS, Profile, unique_ints
 from .multi import PROCESS, by_process, processes
 
 
 def fmt(metric: str, v: float) -> str:
-    """A weight in its unit: samples as an integer, times in s/ms."""
+    """A weight in its unit: samples and allocations as integers, bytes in B/KiB/MiB/GiB, times in s/ms."""
     if v != v:
         return "unknown"
-    if metric == "samples":
-        return f"{v:,.0f} samples"
+    if metric in ("samples", "allocations"):
+        return f"{v:,.0f} {metric}"
+    if metric in MEMORY_METRICS:
+        return fmt_bytes(v)
     if abs(v) >= 1 or v == 0:
         return f"{v:.3f} s"
     return f"{v * 1e3:.3g} ms"
+
+
+def fmt_bytes(v: float) -> str:
+    """Bytes in binary units, as memray prints them (1 MiB = 1,048,576 bytes)."""
+    for unit in ("B", "KiB", "MiB"):
+        if abs(v) < 1024:
+            return f"{v:,.0f} B" if unit == "B" else f"{v:.4g} {unit}"
+        v /= 1024
+    return f"{v:.4g} GiB"
+
+
+def hover_unit(metric: str) -> str:
+    """The unit suffix after a number in a hover: " B" for bytes, nothing for counts, else " s"."""
+    return {"bytes": " B", "allocated": " B", "samples": "", "allocations": ""}.get(metric, " s")
 
 
 def metric_label(metric: str) -> str:

@@ -9,30 +9,27 @@ from __future__ import annotations
 import os
 import time
 
-from . import backends, multi, procfs
-from .errors import ProfilerError
-from .model import Profile
+from . import backends, multi, procfs, validate
+import pandas as pd
+
+from .errors import ProfileFormatError, ProfilerError
+from .model import Profile, make_frames
 from .session import make_options, versions
 
 
-def parse_pids(text) -> list[int]:
-    """``"1234,5678"`` / ``[1234, "5678"]`` -> [1234, 5678]."""
-    items = text.replace(",", " ").split() if isinstance(text, str) else list(text)
-    try:
-        pids = [int(x) for x in items]
-    except (TypeError, ValueError):
-        raise ProfilerError(f"--pid takes process ids separated by commas, e.g. 1234,5678; got {text!r}") from None
-    if not pids:
-        raise ProfilerError("--pid needs at least one process id")
-    return list(dict.fromkeys(pids))
-
-
 def attach(pids, duration: float | None = 10.0, backend: str = "py-spy", *, rate: float = 100.0,
-           mode: str | None = None, idle: bool | None = None, native: bool = False, announce=None) -> Profile:
+           mode: str | None = None, idle: bool | None = None, native: bool = False, timing: str | None = None,
+           announce=None) -> Profile:
     """Record ``pids`` for ``duration`` seconds (None: until Ctrl-C). The default clock is wall time
     (py-spy's ``--idle``: waiting threads are sampled too). A process that ends meanwhile keeps what
-    was sampled and is marked ``ended`` in ``meta["processes"]``."""
-    pids = parse_pids(pids)
+    was sampled and is marked ``ended`` in ``meta["processes"]``.
+
+    ``timing`` (py-spy): "timed" (the default for wall time: there is no cell to calibrate to, so
+    each sample weighs the time to py-spy's next sample of its thread) or "calibrated" (1/rate per
+    sample; the only choice for --mode cpu)."""
+    pids = validate.pids(pids)
+    duration = validate.duration(duration)
+    timing = validate.timing(timing)
     if backend == "auto":
         backend = backends.AUTO[0]
     mod = backends.get(backend) if backend in backends.MODULES else None
@@ -45,14 +42,17 @@ def attach(pids, duration: float | None = 10.0, backend: str = "py-spy", *, rate
             raise ProfilerError(f"{pid} is this process; use %%profile (or profmagic.profile()) for it")
         if procfs.ended(pid):
             raise ProfilerError(f"no running process {pid}")
-    if duration is not None and duration <= 0:
-        raise ProfilerError(f"--duration must be positive seconds, got {duration}")
-    if mode is None:
-        mode = "wall" if idle is None or idle else "cpu"
+        if mod.CAPS.threads == "python" and procfs.is_python(pid) is False:
+            raise ProfilerError(f"process {pid} ({procfs.cmdline(pid)}) is not a Python process: {backend} reads "
+                                "Python stacks. Fix: --backend perf or eu-stack record any process's native stacks")
+    if mode is None:   # wall time (py-spy's --idle) unless the backend says otherwise (perf: cpu-clock)
+        mode = "cpu" if idle is False else "wall" if idle else (mod.CAPS.default or "wall")
+    if timing is None:
+        timing = "timed" if mode != "cpu" else "calibrated"
     recs = []
     try:
         for pid in pids:
-            o = make_options(rate=rate, mode=mode, native=native, pid=pid, all_threads=True)
+            o = make_options(rate=rate, mode=mode, native=native, pid=pid, all_threads=True, timing=timing)
             mod, _ = backends.choose(backend)
             rec = backends.recorder(mod, o)
             recs.append((pid, mod, o, rec, procfs.cmdline(pid)))   # closed in finally even if start fails
@@ -72,7 +72,15 @@ def attach(pids, duration: float | None = 10.0, backend: str = "py-spy", *, rate
         wall = time.perf_counter() - t0
         parts, labels = [], []
         for pid, mod, o, rec, argv in recs:
-            p = mod.read(rec.stop(), o)
+            cap = rec.stop()
+            try:
+                p = mod.read(cap, o)
+            except ProfileFormatError:
+                if cap.data:          # a damaged capture is an error; an empty one recorded nothing
+                    raise
+                p = Profile(make_frames([], [], [], []), pd.DataFrame({"thread": [], "stack": [], "samples": []}),
+                            meta={"backend": mod.NAME, "message": f"{mod.NAME} recorded nothing for process {pid} "
+                                  "(it never ran on a CPU while recorded, or wrote no samples)"})
             lab = multi.process_label(pid, argv)
             info = {"pid": pid, "argv": argv, "backend": mod.NAME, "ended": procfs.ended(pid)}
             if info["ended"]:
@@ -84,7 +92,8 @@ def attach(pids, duration: float | None = 10.0, backend: str = "py-spy", *, rate
             rec.close()
     out = multi.concat(parts, key="process", labels=labels)
     meta = dict(backend=recs[0][1].NAME, attached=pids, duration=wall, requested_duration=duration,
-                rate=float(rate), requested_rate=float(rate), mode=mode,
+                rate=float(parts[0].meta.get("rate") or rate), requested_rate=float(rate), mode=mode,
+                timing=parts[0].meta.get("timing"),
                 versions={**versions(), **dict(parts[0].meta.versions)})
     if interrupted:
         meta["partial"] = f"interrupted after {wall:.2f} s"

@@ -14,8 +14,8 @@ child that is killed keeps every pass already written. The parent writes ``<dir>
 recording ends: children still running stop sampling and close their file.
 
 The child side uses the standard library only (it runs before the child's own imports, and a
-spawned child must not pay for importing pandas), so it has its own small sampling loop rather
-than the built-in sampler's, which builds a Profile in memory.
+spawned child must not pay for importing pandas): it writes lines where the built-in sampler
+builds a Profile in memory; both run the loop of ``sampling.py``.
 """
 from __future__ import annotations
 
@@ -25,39 +25,25 @@ import sys
 import threading
 import time
 
+try:
+    from .sampling import Codes, ThreadClock, code_name, every
+except ImportError:  # loaded by path from a child's sitecustomize, outside the package
+    import importlib.util as _u
+    _spec = _u.spec_from_file_location("_profmagic_sampling",
+                                       os.path.join(os.path.dirname(os.path.abspath(__file__)), "sampling.py"))
+    _sampling = _u.module_from_spec(_spec)
+    _spec.loader.exec_module(_sampling)
+    Codes, ThreadClock, code_name, every = _sampling.Codes, _sampling.ThreadClock, _sampling.code_name, _sampling.every
+
 ENV_DIR = "PROFMAGIC_CHILD_DIR"
 ENV_RATE = "PROFMAGIC_CHILD_RATE"
 STOP = "STOP"
 HOOK_DIR = "hook"
-_SITECUSTOMIZE = '''\
-# Written by profmagic for one recording (%%profile --subprocesses); removed when it ends.
-import os, sys
-_here = os.path.dirname(os.path.abspath(__file__))
-try:
-    import importlib.util as _u
-    _s = _u.spec_from_file_location("_profmagic_childsampler", {path!r})
-    _m = _u.module_from_spec(_s)
-    _s.loader.exec_module(_m)
-    _m.start_from_env()
-except Exception as _e:  # never break the child's start-up
-    sys.stderr.write("profmagic: child sampler did not start: %r\\n" % (_e,))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
-del sys.modules["sitecustomize"]
-try:
-    import sitecustomize  # the child's own, if it has one
-except ImportError:
-    pass
-'''
 
 # -- child side --------------------------------------------------------------------------
 _sampler = None
 _hook_installed = False
 _active: tuple[str, float] | None = None   # (dir, rate) while a recording in this process wants children
-
-
-def tid_cpu_clock(native_id: int) -> int:
-    """The kernel's per-thread CPU clock id for a Linux tid (what glibc builds from pd->tid)."""
-    return (~native_id << 3) | 6
 
 
 class ChildSampler:
@@ -71,8 +57,14 @@ class ChildSampler:
         self.rate = float(rate)
         self.fd = os.open(os.path.join(directory, f"{os.getpid()}.jsonl"),
                           os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        self.codes: dict[int, tuple] = {}
-        self.cpu: dict[int, float] = {}
+        self.codes = Codes(self.new_code)
+        self.nframes = 0
+        self.clocks: dict[tuple, ThreadClock] = {}
+        self.pending: list = []   # records of this pass: frames first seen in it, then samples
+        for t in threading.enumerate():   # CPU from now on: the start-up before the sampler is not sampled
+            if t.native_id is not None:
+                clock = self.clocks[(t.ident, t.native_id)] = ThreadClock(t.ident, t.native_id)
+                clock.baseline()
         self.name = None
         self.stop = threading.Event()
         self.write({"v": 1, "pid": os.getpid(), "ppid": os.getppid(), "argv": _argv(),
@@ -83,23 +75,24 @@ class ChildSampler:
     def write(self, *records) -> None:
         os.write(self.fd, "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records).encode())
 
+    def new_code(self, code, line: int) -> int:
+        fid = self.nframes
+        self.nframes += 1
+        self.pending.append(["f", fid, code_name(code), code.co_filename, line])
+        return fid
+
     def run(self) -> None:
         me = threading.get_ident()
-        last = time.perf_counter()
-        due = last + self.interval
         passes = 0
+
+        def tick(now, wall):
+            nonlocal passes
+            self.tick(me, now, wall)
+            passes += 1
+            return passes % self.CHECK_EVERY != 0 or (
+                os.path.isdir(self.dir) and not os.path.exists(os.path.join(self.dir, STOP)))
         try:
-            while not self.stop.wait(max(0.0, due - time.perf_counter())):
-                now = time.perf_counter()
-                self.tick(me, now, now - last)
-                last = now
-                due += self.interval
-                if due < now:
-                    due = now + self.interval
-                passes += 1
-                if passes % self.CHECK_EVERY == 0 and (
-                        not os.path.isdir(self.dir) or os.path.exists(os.path.join(self.dir, STOP))):
-                    break
+            every(self.interval, self.stop, tick)
         except OSError:   # the directory went away: the recording is over
             pass
         finally:
@@ -109,7 +102,7 @@ class ChildSampler:
                 pass
 
     def tick(self, me: int, now: float, wall: float) -> None:
-        out = []
+        out = self.pending
         mp = sys.modules.get("multiprocessing")
         if mp is not None:
             name = mp.current_process().name
@@ -122,27 +115,14 @@ class ChildSampler:
                 continue
             t = live.get(ident)
             nid = getattr(t, "native_id", None)
-            cpu = None
-            if nid is not None:
-                try:
-                    c = time.clock_gettime(tid_cpu_clock(nid))
-                    cpu = c - self.cpu.get(nid, 0.0)
-                    self.cpu[nid] = c
-                except OSError:
-                    pass
-            stack = []
-            while f is not None:
-                code = f.f_code
-                key = (id(code), f.f_lineno)   # the line executing, as the kernel's sampler records
-                hit = self.codes.get(key)
-                if hit is None:
-                    hit = self.codes[key] = (code, len(self.codes))
-                    out.append(["f", hit[1], getattr(code, "co_qualname", code.co_name), code.co_filename,
-                                key[1] or code.co_firstlineno])
-                stack.append(hit[1])
-                f = f.f_back
-            stack.reverse()
-            out.append(["s", now, nid, t.name if t is not None else "?", wall, cpu, stack])
+            clock = self.clocks.get((ident, nid))
+            if clock is None:
+                clock = self.clocks[(ident, nid)] = ThreadClock(ident, nid)
+            cpu = clock.delta() if nid is not None else None
+            stack = self.codes.stack(f)   # appends the records of frames first seen to out
+            out.append(["s", now, nid, t.name if t is not None else "?", wall,
+                        None if cpu is None or cpu != cpu else cpu, stack])
+        self.pending = []
         self.write(*out)
 
 
@@ -197,7 +177,7 @@ def deactivate() -> None:
 class Children:
     """The parent's end: ``start()`` before the code, ``stop()`` after, ``close()`` always.
 
-    ``stop()`` returns the raw per-child records; ``profiles()`` (in ``multi``) reads them.
+    ``stop()`` returns the raw per-child records; ``formats.children`` reads them.
     """
 
     def __init__(self, rate: float = 100.0):
@@ -206,14 +186,17 @@ class Children:
         self.saved_env: dict[str, str | None] = {}
         self.t0 = 0.0
         self.t1 = 0.0
+        self._seen: dict[str, tuple[int, int]] = {}   # file -> (bytes read, samples in them)
 
     def start(self) -> None:
         from .tempdirs import TempDir
         self.tmp = TempDir(prefix="profmagic-children-")
         hook = os.path.join(self.tmp.path, HOOK_DIR)
         os.mkdir(hook)
+        from .launch import sitecustomize
         with open(os.path.join(hook, "sitecustomize.py"), "w") as f:
-            f.write(_SITECUSTOMIZE.format(path=os.path.abspath(__file__)))
+            f.write(sitecustomize("%%profile --subprocesses", __file__, "start_from_env",
+                                  "child sampler did not start"))
         env = {ENV_DIR: self.tmp.path, ENV_RATE: repr(self.rate),
                "PYTHONPATH": os.pathsep.join(p for p in (hook, os.environ.get("PYTHONPATH")) if p)}
         self.saved_env = {k: os.environ.get(k) for k in env}
@@ -245,17 +228,27 @@ class Children:
                     out[int(name[:-6])] = f.read()
         return out
 
+    def samples_so_far(self) -> int:
+        """Samples the children have written so far (for a progress line; reads only what is new)."""
+        if self.tmp is None:
+            return 0
+        seen = self._seen
+        for name in os.listdir(self.tmp.path):
+            if not name.endswith(".jsonl"):
+                continue
+            offset, count = seen.get(name, (0, 0))
+            try:
+                with open(self.tmp.file(name), "rb") as f:
+                    f.seek(offset)
+                    chunk = f.read()
+            except OSError:
+                continue
+            whole = chunk[:chunk.rfind(b"\n") + 1]
+            seen[name] = (offset + len(whole), count + whole.count(b'["s",'))
+        return sum(c for _, c in seen.values())
+
     def close(self) -> None:
         self._restore()
         if self.tmp is not None:
             self.tmp.close()
             self.tmp = None
-
-
-def process_state(pid: int) -> str | None:
-    """The process's state letter from /proc (``Z`` zombie), or None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0].decode()
-    except (OSError, IndexError):
-        return None

@@ -1,11 +1,38 @@
-"""The ``profmagic`` command: info and convert over the same pipeline as the magic."""
+"""The ``profmagic`` command: record, view, convert and info over the same pipeline as the magic.
+
+    profmagic record [-b BACKEND] [--mode M] [-o FILE] -- python script.py args
+    profmagic record --pid N [--duration S]
+    profmagic view FILE [-o report.html]
+    profmagic convert IN OUT [--to speedscope|folded|gecko|chrome]
+    profmagic info FILE
+
+Every error is one line on stderr and exit status 2 (docs/errors.md). ``record`` returns the
+recorded command's exit status (128 + N when a signal N ended it).
+"""
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
+import threading
+import time
 
 from . import load
-from .errors import ProfileFormatError
+from .errors import ProfileFormatError, ProfilerError
+from .terminal import escape
+
+TO = {"speedscope": "speedscope", "folded": "folded", "gecko": "gecko", "chrome": "chrome_trace"}
+SUFFIXES = (".speedscope.json", ".gecko.json", ".trace.json", ".json", ".folded", ".txt", ".collapsed")
+
+
+class CliError(Exception):
+    """A mistake on the command line or a refusal: printed as one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):   # argparse prints its usage over several lines; one line here
+        raise CliError(f"{message} (see: {self.prog} --help)")
 
 
 def summary(p, top: int = 10) -> str:
@@ -30,33 +57,450 @@ def summary(p, top: int = 10) -> str:
     return "\n".join(out)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="profmagic", description=__doc__)
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    a = sub.add_parser("info", help="summarise a profile file")
-    a.add_argument("file")
-    a.add_argument("--format", default=None, help="skip sniffing")
-    a.add_argument("--top", type=int, default=10)
-    c = sub.add_parser("convert", help="convert between formats, chosen by OUT's extension")
+def parser() -> argparse.ArgumentParser:
+    from . import backends
+    ap = _Parser(prog="profmagic", description="Record, view and convert profiles (profmagic).")
+    sub = ap.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+    r = sub.add_parser("record", help="record a command (after --) or a running process (--pid)",
+                       description="Run a command under a profiler and write its profile: "
+                                   "profmagic record [-b BACKEND] [--mode M] [-o FILE] -- python script.py args")
+    r.add_argument("-b", "--backend", default="auto",
+                   help="auto (py-spy for a Python command when it can attach, else the built-in sampler; "
+                        "perf or eu-stack for any other command), " + ", ".join(backends.names()))
+    r.add_argument("--mode", default=None, help="wall, cpu or both (default: both where one run gives both)")
+    r.add_argument("--rate", default=100.0, metavar="HZ", help="samples per second (default 100)")
+    r.add_argument("--timing", default=None, metavar="HOW",
+                   help="py-spy: timed (default: each sample weighs the time to its thread's next sample) or "
+                        "calibrated (1/rate per sample: no cell to calibrate to here)")
+    r.add_argument("--native", action="store_true", help="py-spy: C/C++ frames too")
+    r.add_argument("-o", "--output", default=None, metavar="FILE",
+                   help="where to write the profile, by extension (.speedscope.json, .gecko.json, .trace.json, "
+                        ".folded); default profile-<command>-<pid>.speedscope.json")
+    r.add_argument("--pid", default=None, metavar="PIDS", help="attach to running processes instead: 1234,5678")
+    r.add_argument("--duration", default=None, metavar="S", help="with --pid: seconds (default: until Ctrl-C)")
+    r.add_argument("command", nargs=argparse.REMAINDER, help="-- the command and its arguments")
+    v = sub.add_parser("view", help="write the self-contained HTML report of a profile file")
+    v.add_argument("file")
+    v.add_argument("-o", "--output", default=None, metavar="HTML", help="default: FILE with .html")
+    v.add_argument("--format", default=None, help="input format; sniffed when omitted")
+    c = sub.add_parser("convert", help="convert between formats, chosen by OUT's extension or --to")
     c.add_argument("input")
-    c.add_argument("output", help=".speedscope.json / .json, or .folded / .txt")
+    c.add_argument("output", help=".speedscope.json / .json, .folded / .txt, .gecko.json, .trace.json")
+    c.add_argument("--to", default=None, choices=list(TO), help="the output format, whatever OUT's extension")
     c.add_argument("--format", default=None, help="input format; sniffed when omitted")
-    args = ap.parse_args(argv)
+    i = sub.add_parser("info", help="summarise a profile file")
+    i.add_argument("file")
+    i.add_argument("--format", default=None, help="skip sniffing")
+    i.add_argument("--top", type=int, default=10)
+    return ap
+
+
+def main(argv=None) -> int:
     try:
-        p = load(args.file if args.cmd == "info" else args.input, format=args.format)
-    except (ProfileFormatError, OSError, ValueError) as e:
-        print(f"profmagic: {e}", file=sys.stderr)
-        return 2
-    if args.cmd == "info":
-        print(summary(p, args.top))
-    else:
-        try:
-            p.save(args.output)
-        except (OSError, ValueError) as e:
-            print(f"profmagic: {e}", file=sys.stderr)
-            return 2
-        print(f"wrote {args.output} ({p.sample_count:,} samples, {len(p.threads)} thread(s))")
+        args = parser().parse_args(argv)
+        return {"record": cmd_record, "view": cmd_view, "convert": cmd_convert, "info": cmd_info}[args.cmd](args)
+    except (CliError, ProfilerError, ProfileFormatError) as e:
+        return fail(str(e))
+    except BrokenPipeError:   # the reader of our output left (| head): say nothing more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def fail(message: str) -> int:
+    print("profmagic: " + " ".join(message.split()), file=sys.stderr)
+    return 2
+
+
+def _load(path: str, fmt: str | None):
+    try:
+        return load(path, format=fmt)
+    except OSError as e:
+        raise CliError(f"cannot read {escape(path)}: {e.strerror or e}") from None
+    except ValueError as e:
+        raise CliError(str(e)) from None
+
+
+def _write(path: str, data: bytes) -> None:
+    try:
+        with open(path, "wb") as f:
+            f.write(data)
+    except OSError as e:
+        raise CliError(f"could not write {escape(path)}: {e.strerror or e}") from None
+
+
+# -- info, convert, view ---------------------------------------------------------------------------
+def cmd_info(args) -> int:
+    print(summary(_load(args.file, args.format), args.top))
     return 0
+
+
+def cmd_convert(args) -> int:
+    from . import formats
+    p = _load(args.input, args.format)
+    try:
+        writer = formats.get(TO[args.to]) if args.to else formats.writer_for(args.output)
+    except ValueError as e:
+        raise CliError(f"{e}; or give --to {'|'.join(TO)}") from None
+    _write(args.output, writer.write(p))
+    print(f"wrote {escape(args.output)} ({writer.NAME}; {p.sample_count:,} samples, {len(p.threads)} thread(s))")
+    return 0
+
+
+def cmd_view(args) -> int:
+    from . import page, validate
+    p = _load(args.file, args.format)
+    out = validate.output(args.output or html_name(args.file))
+    _write(out, page.standalone(p).encode("utf-8"))
+    print(out)
+    return 0
+
+
+def html_name(path: str) -> str:
+    """``run.speedscope.json`` -> ``run.html``."""
+    low = path.lower()
+    for suffix in SUFFIXES:
+        if low.endswith(suffix):
+            return path[:-len(suffix)] + ".html"
+    return path + ".html"
+
+
+# -- record --------------------------------------------------------------------------------------------
+class Progress:
+    """One line on a terminal (stderr only), rewritten once a second: backend, elapsed, samples."""
+
+    def __init__(self, what: str, count=None, stream=None):
+        self.stream = stream or sys.stderr
+        self.what, self.count = what, count
+        self.enabled = self.stream.isatty()
+        self.t0 = time.monotonic()
+        self.width = 0
+        self._stop = threading.Event()
+        self._thread = None
+
+    def line(self) -> str:
+        text = f"profmagic: recording with {self.what} · {time.monotonic() - self.t0:.0f} s"
+        try:
+            n = self.count() if self.count is not None else None
+        except Exception:  # noqa: BLE001 - a count that fails is not shown; the recording goes on
+            n = None
+        return text + (f" · {n:,} samples" if n is not None else "")
+
+    def start(self) -> "Progress":
+        if self.enabled:
+            self._thread = threading.Thread(target=self._run, name="profmagic-progress", daemon=True)
+            self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while True:
+            text = self.line()
+            self.stream.write("\r" + text.ljust(self.width))
+            self.stream.flush()
+            self.width = len(text)
+            if self._stop.wait(1.0):
+                return
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
+            self.stream.write("\r" + " " * self.width + "\r")
+            self.stream.flush()
+
+
+def _terminal_delivers_sigint() -> bool:
+    """Is this process group in the foreground of its terminal: then Ctrl-C reached the command too."""
+    for fd in (0, 1, 2):
+        try:
+            if os.isatty(fd):
+                return os.tcgetpgrp(fd) == os.getpgrp()
+        except OSError:
+            continue
+    return False
+
+
+def cmd_record(args) -> int:
+    from . import validate
+    args.rate = validate.rate(args.rate)
+    args.mode = validate.mode(args.mode)
+    args.timing = validate.timing(args.timing)
+    command = list(args.command or [])
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if args.pid is not None:
+        if command:
+            raise CliError("give either --pid or a command after --, not both")
+        return record_pids(args)
+    if args.duration is not None:
+        raise CliError("--duration goes with --pid; a command is recorded until it ends")
+    if not command:
+        raise CliError("nothing to record: give a command after -- (profmagic record -- python script.py) "
+                       "or --pid N")
+    return record_command(args, command)
+
+
+def record_pids(args) -> int:
+    from . import validate
+    from .attaching import attach
+    pids = validate.pids(args.pid)
+    duration = validate.duration(args.duration)
+    out = _output(args.output or f"profile-pid-{pids[0]}.speedscope.json")
+    backend = "py-spy" if args.backend == "auto" else args.backend
+    progress = Progress(f"{backend} (pid {', '.join(map(str, pids))})").start()
+    old = signal.signal(signal.SIGTERM, signal.default_int_handler)   # ends like Ctrl-C: recorders reaped
+    try:
+        p = attach(pids, duration, backend=backend, rate=args.rate, mode=args.mode, native=args.native,
+                   timing=args.timing)
+    finally:
+        signal.signal(signal.SIGTERM, old)
+        progress.stop()
+    _save(p, out)
+    return 0
+
+
+def _choose(name: str, python: bool):
+    """The backend module for a command: ``name``, or auto's choice."""
+    from . import backends
+    if name != "auto":
+        try:
+            return backends.get(name)
+        except ValueError as e:
+            raise CliError(str(e)) from None
+    if python:
+        return backends.choose("auto")[0]
+    for n in _attachers(native=True):
+        if backends.get(n).available()[0]:
+            return backends.get(n)
+    raise CliError("no backend here can record a program that is not Python: install perf or eu-stack (elfutils)")
+
+
+def _attachers(native: bool = False) -> list[str]:
+    """Backends that record another process (``native``: any program's threads, not only Python's)."""
+    from . import backends
+    return [n for n in backends.names() if backends.get(n).CAPS.attach
+            and not (native and backends.get(n).CAPS.threads == "python")]
+
+
+def record_command(args, command: list[str]) -> int:
+    from . import launch, validate
+    from .backends.base import Options, default_mode
+    exe = launch.resolve(command[0])
+    if exe is None:
+        raise CliError(f"command not found: {escape(command[0])}")
+    python = launch.is_python(exe)
+    mod = _choose(args.backend, python)
+    caps, name = mod.CAPS, mod.NAME
+    if caps.inside and name != "sampler":
+        raise CliError(f"backend {name} runs inside the profiled process and cannot record a command; use one of: "
+                       "sampler, " + ", ".join(_attachers()))
+    if not python and (caps.inside or caps.threads == "python"):
+        raise CliError(f"{escape(command[0])} is not a Python program, and {name} reads Python stacks; "
+                       f"use -b with one of: {', '.join(_attachers(native=True))}")
+    ok, why = mod.available()
+    if not ok:
+        raise CliError(f"backend {name} cannot record here: {why}")
+    mode = args.mode or default_mode(caps, Options(gil=False))
+    timing = args.timing or ("calibrated" if mode == "cpu" else "timed")
+    stem = os.path.basename(command[1] if python and len(command) > 1 and not command[1].startswith("-")
+                            else command[0])
+    output = _output(args.output or f"profile-{_safe(stem)}-{os.getpid()}.speedscope.json")
+    if name == "sampler":
+        p, status = _run_sampler(mod, args, command, mode)
+    else:
+        p, status = _run_attached(mod, args, command, exe, python, mode, timing)
+    _save(p, output)
+    return status
+
+
+def _safe(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)[:40] or "command"
+
+
+class _Signals:
+    """While the command runs: SIGINT and SIGTERM go to it (SIGINT only when the terminal did not
+    already send it: the command is in this process group); a second one sends SIGTERM, a third
+    SIGKILL. The command decides when it ends; then what was recorded is written."""
+
+    def __init__(self, launch):
+        self.launch = launch
+        self.count = 0
+        self.old = {}
+
+    def __enter__(self):
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self.old[sig] = signal.signal(sig, self.handle)
+        return self
+
+    def handle(self, signum, frame):
+        self.count += 1
+        if self.count >= 3:
+            self.launch.send(signal.SIGKILL)
+        elif self.count == 2:
+            self.launch.send(signal.SIGTERM)
+        elif signum != signal.SIGINT or not _terminal_delivers_sigint():
+            self.launch.send(signum)
+
+    def __exit__(self, *exc):
+        for sig, old in self.old.items():
+            signal.signal(sig, old)
+        return False
+
+
+def _wait(launch, progress) -> tuple[float, int]:
+    """Wait for the command to end, forwarding signals meanwhile: (when it ended, signals received)."""
+    import subprocess
+    with _Signals(launch) as sigs:
+        while True:
+            try:
+                launch.proc.wait(0.1)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        end = time.monotonic()
+    progress.stop()
+    return end, sigs.count
+
+
+def _run_sampler(mod, args, command, mode):
+    """The built-in sampler inside the command (and every Python it starts), from its first moment."""
+    from .childsampler import Children
+    from .launch import Launch, exit_status
+    from .tempdirs import TempDir
+    children = Children(args.rate)
+    launch = Launch(command)
+    tmp = TempDir("profmagic-record-")
+    try:
+        children.start()
+        launch.start(tmp.path)
+        go = launch.go()
+        progress = Progress(f"the built-in sampler ({escape(' '.join(command))[:60]})",
+                            children.samples_so_far).start()
+        end, signals = _wait(launch, progress)
+        records = children.stop()
+        t0 = children.t0
+    finally:
+        children.close()
+        rc = launch.close()
+        tmp.close()
+    p = _children_profile(records, t0, launch.pid)
+    if mode != "both" and mode in p.metrics:
+        p = p.replace(metric=mode)
+    return _finish(p, mod, command, launch.pid, rc, go, end, signals, mode, args.rate), exit_status(rc)
+
+
+def _children_profile(records: dict, t0: float, pid: int):
+    from . import multi
+    from .formats import children
+    if not records:
+        raise CliError("the command wrote no samples: it ended before Python started, or its Python ignores "
+                       "PYTHONPATH (-I, -E, -S); use -b py-spy")
+    parts, labels = [], []
+    for cpid, data in sorted(records.items()):
+        c = children.read(data, source=f"process {cpid}", t0=t0)
+        parts.append(c)
+        labels.append(multi.process_label(cpid, multi.child_name(c)))
+    if len(parts) == 1:
+        return parts[0]
+    for k, (c, lab) in enumerate(zip(parts, labels)):
+        parts[k] = multi.with_process(c, lab, {"pid": c.meta.get("pid"), "ppid": c.meta.get("ppid"),
+                                               "argv": c.meta.get("argv"), "backend": "childsampler"})
+    return multi.concat(parts, key="process", labels=labels)
+
+
+def _run_attached(mod, args, command, exe, python, mode, timing):
+    """An out-of-process profiler attached to the command before it runs its first line."""
+    from . import backends
+    from .launch import Launch, exit_status, imports_site
+    from .session import make_options
+    from .tempdirs import TempDir
+    tmp = TempDir("profmagic-record-")
+    gated = python and imports_site(command, exe)
+    log = tmp.file("threads.jsonl") if gated else None
+    hook = tmp.file("hook")
+    os.mkdir(hook)
+    launch = Launch(command, gate=gated, thread_log=log, stop_first=not python)
+    rec = None
+    note = None
+    try:
+        try:
+            launch.start(hook)
+        except TimeoutError as e:
+            raise CliError(str(e)) from None
+        if not launch.waiting and launch.proc.poll() is not None:
+            rc = launch.close()
+            raise CliError(f"the command ended (exit {rc}) before {mod.NAME} could record it")
+        if python and not gated:
+            note = ("the command's Python imports no sitecustomize (-I, -E or -S), so it could not wait: the "
+                    "recorder attached after it started, and its first moments are missing")
+        opts = make_options(rate=args.rate, mode=mode, native=args.native, pid=launch.pid, all_threads=True,
+                            timing=timing, thread_log=log)
+        opts.thread_native_id = launch.pid
+        rec = backends.recorder(mod, opts)
+        rec.start()
+        go = launch.go()
+        if hasattr(rec, "bounds"):
+            rec.bounds(start=go)
+        progress = Progress(f"{mod.NAME} ({escape(' '.join(command))[:60]})", _live_count(rec)).start()
+        end, signals = _wait(launch, progress)
+        if hasattr(rec, "bounds"):
+            rec.bounds(end=end)
+        cap = rec.stop()
+        p = mod.read(cap, opts)
+    finally:
+        if rec is not None:
+            rec.close()
+        rc = launch.close()
+        tmp.close()
+    p = _finish(p, mod, command, launch.pid, rc, go, end, signals, mode, args.rate)
+    return (p.with_meta(partial="; ".join(x for x in (note, p.meta.get("partial")) if x)) if note else p), \
+        exit_status(rc)
+
+
+def _live_count(rec):
+    """Samples so far, for recorders that stream them (``live()``); else None."""
+    live = getattr(rec, "live", None)
+    if not callable(live):
+        return None
+
+    def count():
+        got = live()
+        return None if got is None else int(sum(row[2] for row in got[0][2]))
+    return count
+
+
+def _finish(p, mod, command, pid, rc, go, end, signals, mode, rate):
+    """The pipeline's common processors, and what the recording was."""
+    from . import transforms
+    cell = transforms.Cell(tid=pid, thread_name="MainThread", mode=mode, unmeasured=dict(mod.CAPS.unmeasured))
+    p = transforms.clocks(transforms.hide_profmagic(p, cell), cell)
+    from .launch import exit_status
+    meta = dict(backend=mod.NAME, command=list(command), pid=pid, exit_status=exit_status(rc), duration=end - go,
+                mode=mode, requested_rate=float(rate), rate=p.meta.get("rate") or float(rate))
+    if rc is not None and rc < 0:
+        meta["ended_by"] = signal.Signals(-rc).name
+    if signals:
+        meta["partial"] = f"interrupted after {end - go:.2f} s (the signal went to the command, which then ended)"
+    return p.with_meta(**meta)
+
+
+def _output(path: str) -> str:
+    """The output path, checked before anything is recorded: its folder, and a format for its extension."""
+    from . import formats, validate
+    path = validate.output(path)
+    try:
+        formats.writer_for(path)
+    except ValueError as e:
+        raise CliError(str(e)) from None
+    return path
+
+
+def _save(p, path: str) -> None:
+    from . import formats
+    _write(path, formats.writer_for(path).write(p))
+    timing = f"; {p.meta['timing']}" if p.meta.get("timing") else ""
+    print(f"profmagic: wrote {escape(path)} ({p.describe()}{timing}); view it: profmagic view {escape(path)}",
+          file=sys.stderr)
 
 
 if __name__ == "__main__":

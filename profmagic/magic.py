@@ -1,10 +1,8 @@
 """``%%profile`` / ``%profile``: argument parsing and orchestration only (no parsing of files, no plots)."""
 from __future__ import annotations
 
-import ast
 import asyncio
 import contextvars
-import inspect
 import os
 import sys
 import threading
@@ -12,12 +10,11 @@ import threading
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from . import session, transforms
-from .backends.base import MODES
+from . import awaits, cellrun, live, session, transforms, validate
 from .errors import ProfileFormatError, ProfilerError
-from .model import Profile
+from .model import MEMORY_METRICS, Profile
 # Options that take a value: the line magic's statement starts after the last option.
-_VALUED = {"-b", "--backend", "--backends", "--rate", "--mode", "-o", "--output", "--pid", "--duration"}
+_VALUED = {"-b", "--backend", "--backends", "--rate", "--mode", "-o", "--output", "--pid", "--duration", "--timing"}
 
 
 def split_line(line: str) -> tuple[str, str]:
@@ -25,14 +22,22 @@ def split_line(line: str) -> tuple[str, str]:
     rest = line.lstrip()
     opts = []
     while rest.startswith("-"):
-        tok, _, after = rest.partition(" ")
+        tok, rest = _word(rest)
         opts.append(tok)
-        rest = after.lstrip()
         if tok in _VALUED and rest:
-            val, _, after = rest.partition(" ")
+            val, rest = _word(rest)
             opts.append(val)
-            rest = after.lstrip()
     return " ".join(opts), rest
+
+
+def _word(text: str) -> tuple[str, str]:
+    """The first word of ``text`` (a quoted one whole, quotes kept) and the rest, stripped."""
+    if text[:1] in "'\"":
+        end = text.find(text[0], 1)
+        if end > 0:
+            return text[:end + 1], text[end + 1:].lstrip()
+    word, _, after = text.partition(" ")
+    return word, after.lstrip()
 
 
 class QuietProfile(Profile):
@@ -64,14 +69,29 @@ class ProfileMagics(Magics):
     @argument("--idle", action="store_true", help="include waiting (off-CPU) samples: wall time")
     @argument("--native", action="store_true", help="C/C++ frames too (py-spy: blocking mode)")
     @argument("--gil", action="store_true", help="only samples holding the GIL (overrides --idle)")
-    @argument("--rate", type=float, default=100.0, metavar="HZ", help="samples per second (default 100)")
+    @argument("--rate", default=100.0, metavar="HZ", help="samples per second (default 100)")
     @argument("--all-threads", action="store_true", help="keep the kernel's own threads too")
     @argument("--subprocesses", action="store_true", help="profile child processes too")
+    @argument("--memory", action="store_true",
+              help="record memory with memray beside the time backend, in the same run (wall, CPU and peak "
+                   "bytes per function side by side)")
+    @argument("--leaks", action="store_true",
+              help="memray (--backend memray or --memory): bytes still alive when the cell ends, instead of at "
+                   "the high-water mark")
+    @argument("--allocated", action="store_true",
+              help="memray: record every allocation, for the bytes allocated and the allocation count (slower "
+                   "to read back; by default memray aggregates while recording)")
     @argument("--pid", default=None, metavar="PIDS",
               help="attach to running processes instead of running code: 1234,5678 (line magic)")
-    @argument("--duration", type=float, default=None, metavar="S",
+    @argument("--duration", default=None, metavar="S",
               help="with --pid: seconds to record (default: until interrupted)")
     @argument("--mode", default=None, help="wall, cpu or both (py-spy: wall means --idle)")
+    @argument("--timing", default=None, metavar="HOW",
+              help="py-spy's seconds: calibrated (samples scaled so the cell's thread sums to its measured "
+                   "time; the default up to 100 Hz, where the two were within sampling noise of each other) "
+                   "or timed (py-spy's timestamps, nothing scaled, every thread keeps its own seconds; the "
+                   "default above 100 Hz, where calibrating put other threads' seconds off by up to 5.5%%, and "
+                   "with --pid). Figures: bench/RESULTS.md")
     @argument("--rerun", action="store_true",
               help="with --mode both on pyinstrument/cProfile (one clock per run): allow running the cell "
                    "twice, once per clock")
@@ -82,6 +102,7 @@ class ProfileMagics(Magics):
                    "returns a dict backend -> Profile")
     @argument("-o", "--output", default=None, metavar="FILE", help="write the speedscope JSON here")
     @argument("-q", "--quiet", action="store_true", help="no display; the Profile is still returned")
+    @argument("--no-live", action="store_true", help="no live view while the cell runs (a status line only)")
     @line_cell_magic
     def profile(self, line: str = "", cell: str | None = None):
         """Profile a cell (``%%profile``) or a statement (``%profile f()``); returns the Profile."""
@@ -98,8 +119,16 @@ class ProfileMagics(Magics):
             print(f"profmagic: unknown backend {args.backend!r}; choose one of: "
                   + ", ".join(session.BACKENDS), file=sys.stderr)
             return None
-        if args.mode is not None and args.mode not in MODES:
-            print(f"profmagic: unknown --mode {args.mode!r}; choose one of: {', '.join(MODES)}", file=sys.stderr)
+        try:   # every option checked before anything runs
+            args.mode = validate.mode(args.mode)
+            args.rate = validate.rate(args.rate)
+            args.timing = validate.timing(args.timing)
+            args.duration = validate.duration(args.duration)
+            args.output = validate.output(args.output)
+            validate.memory(args.backend, args.memory, args.leaks, args.allocated, args.mode, args.pid,
+                            args.backends)
+        except ProfilerError as e:
+            print(f"profmagic: {e}", file=sys.stderr)
             return None
         if args.compare:
             if args.mode not in (None, "both"):
@@ -116,6 +145,7 @@ class ProfileMagics(Magics):
                       file=sys.stderr)
                 return None
             args.backends = list(dict.fromkeys(names))
+        args.line = cell is None
         if args.pid is not None:
             return self.attach(code, args)
         if not code.strip():
@@ -136,17 +166,19 @@ class ProfileMagics(Magics):
         for name in args.backends:
             args.backend, args.quiet, args.output = name, True, None
             try:
-                p = self.run(code, args)
+                got = self.record(code, args)
             finally:
                 args.quiet, args.output = quiet, output
-            if p is not None:
-                out[name] = Profile(p.frames, p.stacks, p.samples, p.meta, p.raw, p.metric, threads=p.thread_table)
+            if got is not None and got[0] is not None:
+                out[name] = got[0]
+            if got is not None and got[1] is not None:
+                raise got[1]
         if out and not args.quiet:
             from IPython.display import display
             from .views import sidebyside
             display(sidebyside.side_by_side(out))
         self.shell.user_ns["_profiles"] = out
-        return out
+        return out if args.line else None
 
     def attach(self, code: str, args):
         """``%profile --pid 1234,5678 --duration 10``: record running processes, not code."""
@@ -154,21 +186,17 @@ class ProfileMagics(Magics):
         if code.strip():
             print("profmagic: --pid attaches to running processes; give no code with it", file=sys.stderr)
             return None
-        handle = None
-        if not args.quiet:
-            from IPython.display import display
-            handle = display({"text/plain": "attaching…"}, raw=True, display_id=True)
+        out = live.Output(enabled=not args.quiet)
+        out.text("attaching…")
         try:
             profile = attach_pids(args.pid, args.duration, backend=args.backend, rate=args.rate,
                                   mode="cpu" if args.gil else ("wall" if args.idle else args.mode),
-                                  native=args.native,
-                                    announce=(lambda t: handle.update({"text/plain": t}, raw=True)) if handle else None)
+                                  native=args.native, timing=args.timing, announce=out.text)
         except ProfilerError as e:
             print(f"profmagic: {e}", file=sys.stderr)
             return None
         finally:
-            if handle is not None:
-                handle.update({"text/plain": ""}, raw=True)
+            out.clear()
         self.shell.user_ns["_profile"] = profile
         if args.output:
             try:
@@ -179,103 +207,112 @@ class ProfileMagics(Magics):
             return quiet(profile)
         return profile
 
-    def run(self, code: str, args):
+    def record(self, code: str, args):
+        """Run ``code`` under the profiler as IPython runs a cell: (Profile or None, the exception the
+        code raised or None, the value of its last expression or cellrun.NOTHING); None when
+        nothing ran (a syntax error, a profiler that could not start)."""
         ip = self.shell
         number = max(1, ip.execution_count - 1)  # IPython counts the running cell before it runs
-        transformed = ip.transform_cell(code)
-        filename = ip.compile.cache(transformed, number, raw_code=code)
-        flags = ip.compile.flags | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
         try:
-            compiled = compile(transformed, filename, "exec", flags=flags, dont_inherit=True)
+            cell = cellrun.prepare(ip, code, number)
         except SyntaxError:
-            ip.showsyntaxerror(filename)
+            ip.showsyntaxerror()
             return None
-        is_async = bool(compiled.co_flags & inspect.CO_COROUTINE)
         options = session.make_options(
             rate=args.rate, native=args.native, gil=args.gil, mode=mode_of(args), subprocesses=args.subprocesses,
-            all_threads=args.all_threads, cell_filename=filename, rerun=args.rerun)
+            all_threads=args.all_threads, cell_filename=cell.filename, rerun=args.rerun, timing=args.timing,
+            **{k: True for k in ("memory", "leaks", "allocated") if getattr(args, k)})
         names = transforms.cell_names(getattr(ip.compile, "_filename_map", {}))
-        handle = None
-
-        def announce(text):
-            nonlocal handle
-            if args.quiet:
-                return
-            from IPython.display import display
-            handle = display({"text/plain": text}, raw=True, display_id=True)
-
-        session_kw = dict(cell=code, file_names=names, announce=None if is_async else announce)
+        out = live.Output(enabled=not args.quiet)
+        session_kw = dict(cell=code, file_names=names, announce=out.text)
+        if not args.quiet and not args.no_live:
+            session_kw["started"] = lambda s: live.Live(s, out).start_and_stop()
         ns = ip.user_ns
+        box = {"value": cellrun.NOTHING}
         try:
-            if is_async:
-                announce(f"recording with {args.backend} (top-level await: the cell runs in its own "
+            if cell.is_async:
+                out.text(f"recording with {args.backend} (top-level await: the cell runs in its own "
                          "event loop on a helper thread)…")
-                profile, error = _run_async(args.backend, options, compiled, ns, session_kw)
+                profile, error = _run_async(args.backend, options, cell, ns, session_kw, box)
             else:
-                profile, error = session.run(args.backend, options, lambda: exec(compiled, ns), **session_kw)
+                profile, error = session.run(args.backend, options, lambda: box.update(value=cell.run(ns)),
+                                             **session_kw)
         except (ProfilerError, ProfileFormatError) as e:  # a reader error here: the profiler's own file is bad
-            if handle is not None:
-                handle.update({"text/plain": ""}, raw=True)
+            out.clear()
             print(f"profmagic: {e}", file=sys.stderr)
             return None
-        if handle is not None:
-            handle.update({"text/plain": ""}, raw=True)
-        if profile is not None and args.output:
-            try:
-                profile.save(args.output)
-            except (OSError, ValueError) as e:
-                print(_save_failed(args.output, e), file=sys.stderr)
         if profile is not None:
+            if args.output:
+                try:
+                    profile.save(args.output)
+                except (OSError, ValueError) as e:
+                    print(_save_failed(args.output, e), file=sys.stderr)
             ns["_profile"] = profile  # the latest profile, also when the cell raised
-        if profile is not None and profile.is_empty:
-            print(profile.meta.get("message", "profmagic: no samples"), file=sys.stderr)
-            profile = None
-        if error is not None:
-            if profile is not None and not args.quiet:
-                _show(profile, args.compare)
-            raise error
-        if profile is not None and args.compare and not args.quiet:
-            _show(profile, True)
-            args.quiet = True  # the comparison is the display; the Profile is still returned
-        if profile is not None and args.quiet:
-            profile = quiet(profile)
-        return profile
+            if profile.meta.get("message"):
+                print(profile.meta["message"], file=sys.stderr)
+            if profile.is_empty and profile.metric not in MEMORY_METRICS:   # no bytes left (--leaks) is a finding
+                profile = None
+        if profile is None:
+            out.clear()
+        return profile, error, box["value"], out
+
+    def run(self, code: str, args):
+        """The cell magic shows the report, then hands the cell's last value to the display hook (so it
+        is shown and lands in ``Out``) and returns None. The line magic returns the Profile. Either way
+        ``_profile`` holds it, and code that raises shows its profile, then re-raises."""
+        got = self.record(code, args)
+        if got is None:
+            return None
+        profile, error, value, out = got
+        shown = profile is not None and not args.quiet
+        if error is not None or not args.line:
+            if shown:
+                out.replace(_view(profile, args.compare))
+            if error is not None:
+                raise error
+            if value is not cellrun.NOTHING:
+                self.shell.displayhook(value)
+            return None
+        if shown and args.compare:
+            out.replace(_view(profile, True))
+            return quiet(profile)   # the comparison is the display; the Profile is still returned
+        out.clear()
+        return quiet(profile) if profile is not None and args.quiet else profile
 
 
-def _show(profile: Profile, compare_view: bool) -> None:
+def _view(profile: Profile, compare_view: bool):
     """The report, or with --compare the CPU vs wall display (the report when wall is unknown)."""
-    from IPython.display import display
     if compare_view:
         from .views import cpuwall
         try:
-            display(cpuwall.cpu_wall(profile))
-            return
+            return cpuwall.cpu_wall(profile)
         except ValueError as e:   # e.g. perf: CPU time only
             print(f"profmagic: --compare: {e}; showing the report instead", file=sys.stderr)
-    display(profile)
+    return profile
 
 
 def _save_failed(path: str, e: Exception) -> str:
-    folder = os.path.dirname(os.path.abspath(path))
-    cause = f"the folder {folder} does not exist" if not os.path.isdir(folder) else str(e)
-    return (f"profmagic: could not write {path}: {cause}. Fix: create the folder or choose another --output; "
-            "the profile is still in _profile (_profile.save(path))")
+    """--output was checked before the cell ran; writing can still fail (disk full, folder removed)."""
+    return f"profmagic: could not write {path}: {e}. The profile is still in _profile (_profile.save(path))"
 
 
-def _run_async(backend, options, compiled, ns, session_kw):
+def _run_async(backend, options, cell, ns, session_kw, box):
     """Top-level await: the kernel's own loop is running in this thread, so the cell gets a fresh
-    event loop on a helper thread; that thread is the cell's thread in the profile."""
+    event loop on a helper thread; that thread is the cell's thread in the profile. A tracker notes
+    where the cell's coroutines wait (awaits.py), so their waiting time is attributed to them."""
     out: dict = {}
-    box: dict = {}
+    tracker = awaits.Tracker()
 
     async def main():
         box["task"] = asyncio.current_task()
         box["loop"] = asyncio.get_running_loop()
-        await eval(compiled, ns)
+        box["value"] = await cell.run_async(ns, tracker)
 
     def work():
         try:
-            out["result"] = session.run(backend, options, lambda: asyncio.run(main()), **session_kw)
+            with tracker:
+                out["result"] = session.run(backend, options, lambda: asyncio.run(main()), tracker=tracker,
+                                            **session_kw)
         except BaseException as e:  # recorder errors: handed to the kernel thread
             out["error"] = e
 
@@ -299,6 +336,8 @@ def _run_async(backend, options, compiled, ns, session_kw):
 
 
 def load_ipython_extension(ipython) -> None:
+    from . import kernel
+    kernel.remember_threads()
     ipython.register_magics(ProfileMagics)
     from .report import warm_up
     warm_up()   # the front end loads its plotly renderer now, not after the first profiled cell

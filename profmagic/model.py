@@ -20,15 +20,19 @@ import pandas as pd
 
 KINDS = ("python", "native", "kernel", "other")
 TIME_METRICS = ("wall", "cpu")
+# Memory (memray): bytes alive at the high-water mark (or, in leaks mode, at the end), every byte
+# allocated, and the number of allocations: what memray attributed to each stack, not sums of samples.
 MEMORY_METRICS = ("bytes", "allocated", "allocations")
 METRICS = ("samples", "wall", "cpu", "off_cpu") + MEMORY_METRICS
+INTEGER_METRICS = ("samples",) + MEMORY_METRICS
+WEIGHT_METRICS = TIME_METRICS + MEMORY_METRICS   # measured per stack, stored as stacks columns
 METRIC_LABELS = {
     "samples": "samples",
     "wall": "wall time (s)",
     "cpu": "CPU time (s)",
     "off_cpu": "off-CPU time (s) = wall − cpu",
-    "bytes": "bytes alive at the high-water mark",
-    "allocated": "bytes allocated",
+    "bytes": "bytes alive at the memory high-water mark",
+    "allocated": "bytes allocated (freed or not)",
     "allocations": "allocations (count)",
 }
 # What the upper layers lend the Profile's convenience methods (save, views, display, concat): the
@@ -350,6 +354,7 @@ class StackBuilder:
         self._s_stack: list[int] = []
         self._s_weights: dict[str, list[float]] = {}
         self._s_extra: dict[str, list] = {}
+        self._s_columns: dict[str, list[tuple[int, object]]] = {}  # name -> (first sample, values) chunks
 
     # -- frames, threads and stacks ------------------------------------------------------------
     def frame(self, name: str, file: str | None = None, line: int | None = None,
@@ -435,14 +440,78 @@ class StackBuilder:
                 if len(col) < n + 1:
                     col.append(None)
 
+    def add_samples(self, sids, time=None, samples=None, columns: Mapping | None = None, **weights) -> None:
+        """Many samples at once, as arrays aligned with ``sids`` (stack row ids). Counts (``samples``,
+        default 1 each) and ``weights`` are summed per row as ``add`` does. With ``time``, each is also
+        a time-ordered sample carrying its weights and ``columns``: per-sample values of any type (a
+        state, a flag, a pid...), kept with their dtype."""
+        sids = np.asarray(sids, dtype=np.int64)
+        for name, values in (columns or {}).items():
+            if len(values) != len(sids):
+                raise ValueError(f"column {name!r} has {len(values)} values for {len(sids)} samples")
+        n_rows = len(self._stack_frames)
+        counts = np.ones(len(sids), dtype=np.int64) if samples is None else np.asarray(samples)
+        per_row = np.bincount(sids, weights=counts, minlength=n_rows)
+        integral = counts.dtype.kind in "iu"
+        col = self._agg["samples"]
+        for r in np.flatnonzero(per_row):
+            col[r] += int(per_row[r]) if integral else float(per_row[r])
+        for m, w in weights.items():
+            col = self._agg.get(m)
+            if col is None:
+                col = self._agg[m] = [0.0] * n_rows
+            sums = np.bincount(sids, weights=np.nan_to_num(np.asarray(w, dtype=np.float64)), minlength=n_rows)
+            for r in np.flatnonzero(sums):
+                col[r] += float(sums[r])
+        if time is None:
+            return
+        n, k = len(self._s_time), len(sids)
+        self._s_time.extend(np.asarray(time, dtype=np.float64).tolist())
+        self._s_stack.extend(sids.tolist())
+        for m in set(self._s_weights) | set(weights):
+            col = self._s_weights.setdefault(m, [np.nan] * n)
+            col.extend(np.asarray(weights[m], dtype=np.float64).tolist() if m in weights else [np.nan] * k)
+        for k_, col in self._s_extra.items():   # per-sample columns of add(): None for these
+            col.extend([None] * k)
+        for name, values in (columns or {}).items():
+            self._s_columns.setdefault(name, []).append((n, values))
+
+    @staticmethod
+    def _sample_column(chunks: list, n: int):
+        """One per-sample column from its chunks; samples added without it hold None."""
+        if chunks and chunks[0][0] == 0 and sum(len(v) for _, v in chunks) == n and all(
+                a + len(v) == b for (a, v), (b, _) in zip(chunks, chunks[1:])):
+            if len(chunks) == 1:
+                return chunks[0][1]
+            return pd.concat([pd.Series(v) for _, v in chunks], ignore_index=True)
+        out = [None] * n
+        for start, v in chunks:
+            out[start:start + len(v)] = list(v)
+        return pd.Series(out, dtype=object)
+
     # -- result ------------------------------------------------------------------------------------
+    def rows(self) -> tuple[list, list, list]:
+        """What has been added so far, as plain lists (no pandas: cheap to call once a second while
+        another thread keeps adding): (frames as (name, file, line, kind), threads as dicts,
+        rows as (thread id, frame ids, samples, wall, cpu))."""
+        n, nf, nt = len(self._stack_frames), len(self._frames), len(self._threads)
+        agg = self._agg
+        cols = [agg.get(m) or [] for m in ("samples", "wall", "cpu")]
+        rows = []
+        for i in range(n):
+            th, fr = self._stack_thread[i], self._stack_frames[i]
+            if th < nt and all(f < nf for f in fr):
+                rows.append((th, fr) + tuple(c[i] if i < len(c) else 0.0 for c in cols))
+        return self._frames[:nf], [dict(t) for t in self._threads[:nt]], rows
+
     def frames_frame(self) -> pd.DataFrame:
         return make_frames([f[0] for f in self._frames], [f[1] for f in self._frames],
                            [f[2] for f in self._frames], [f[3] for f in self._frames])
 
     def build(self, metric: str | None = None, meta: Meta | Mapping | None = None, raw: Raw | None = None,
-              unknown_metrics: Iterable[str] = ()) -> "Profile":
-        """``unknown_metrics`` are metrics this source cannot know: they become NaN columns."""
+              unknown_metrics: Iterable[str] = (), metrics: Iterable[str] = ()) -> "Profile":
+        """``unknown_metrics`` are metrics this source cannot know: they become NaN columns. ``metrics``
+        are metrics it measured: a column of zeros when nothing was added to them."""
         n = len(self._stack_frames)
         stacks = {"thread": np.asarray(self._stack_thread, dtype=np.int64),
                   "stack": pd.Series(self._stack_frames, dtype=object)}
@@ -453,6 +522,8 @@ class StackBuilder:
                 stacks[m] = np.asarray(vals, dtype=np.float64)
         for m in unknown_metrics:
             stacks.setdefault(m, np.full(n, np.nan))
+        for m in metrics:
+            stacks.setdefault(m, np.zeros(n, dtype=np.int64 if m in INTEGER_METRICS else np.float64))
         for k, vals in self._extra.items():
             stacks[k] = pd.Series(vals + [None] * (n - len(vals)), dtype=object)
         samples = None
@@ -462,8 +533,10 @@ class StackBuilder:
             for m, vals in self._s_weights.items():
                 cols[m] = np.asarray(vals, dtype=np.float64)
             for k, vals in self._s_extra.items():
-                cols[k] = pd.Series(vals, dtype=object)
+                cols[k] = pd.Series(vals + [None] * (len(self._s_time) - len(vals)), dtype=object)
             samples = pd.DataFrame(cols)
+            for name, chunks in self._s_columns.items():
+                samples[name] = self._sample_column(chunks, len(samples))
         unknown = dict((meta or {}).get("unknown") or {})
         return Profile(self.frames_frame(), pd.DataFrame(stacks), samples, meta, raw, metric,
                        threads=thread_table(self._threads) if self._threads else thread_table([]),
@@ -542,10 +615,12 @@ class Profile:
     # -- basic facts -----------------------------------------------------------------------------
     @property
     def metrics(self) -> list[str]:
-        """Metrics this profile really knows (NaN-only columns do not count)."""
+        """Metrics this profile really knows (NaN-only columns do not count; without rows, a column
+        counts unless the metric is unknown: nothing leaked is still a measurement in bytes)."""
         out = ["samples"]
+        empty = not len(self.stacks)
         for m in TIME_METRICS + MEMORY_METRICS:
-            if m in self.stacks and self.stacks[m].notna().any():
+            if m in self.stacks and (self.stacks[m].notna().any() or (empty and m not in self.meta.unknown)):
                 out.append(m)
         if "wall" in out and "cpu" in out:
             out.insert(out.index("cpu") + 1, "off_cpu")
@@ -576,8 +651,7 @@ class Profile:
         s = w.sum(min_count=1)
         if pd.isna(s):
             return float("nan")
-        return int(s) if (metric or self.metric) in ("samples", "allocations") and float(s).is_integer() \
-            else float(s)
+        return int(s) if (metric or self.metric) in INTEGER_METRICS and float(s).is_integer() else float(s)
 
     @property
     def sample_count(self) -> int:
@@ -603,14 +677,30 @@ class Profile:
             return float(self.samples["time"].max() - self.samples["time"].min())
         return None
 
+    def label(self, metric: str | None = None) -> str:
+        """What ``metric`` means in this profile: ``meta["metric_labels"]`` overrides the generic label
+        (in memray's leaks mode, "bytes" are the bytes still alive at the end)."""
+        metric = metric or self.metric
+        return (self.meta.get("metric_labels") or {}).get(metric) or METRIC_LABELS.get(metric, metric)
+
     def describe(self) -> str:
         """A one-line honest label: metric, backend, rate, samples, duration."""
         m = self.meta
-        parts = [METRIC_LABELS.get(self.metric, self.metric), f"backend {m.get('backend') or m.get('format') or '?'}"]
+        backend = m.get("backend") or m.get("format") or "?"
+        memory = self.metric in MEMORY_METRICS
+        if memory and m.get("memray"):   # memray's version beside the backend that used it
+            backend += f" {m['memray']}" if backend == "memray" else f" (memray {m['memray']})"
+        parts = [self.label(), f"backend {backend}"]
+        if m.get("memray") and not memory:   # memory recorded beside time
+            parts.append(f"memory: memray {m['memray']}" + (f" ({m['memray_mode']})" if m.get("memray_mode") else ""))
         rate = m.get("rate")
-        if rate and math.isfinite(float(rate)):
+        if rate and not memory and math.isfinite(float(rate)):
             parts.append(f"{float(rate):.4g} Hz")
-        if "calls" in self.stacks and not self.sample_count:
+        if memory and "allocations" in self.stacks and self.stacks["allocations"].notna().any():
+            parts.append(f"{int(self.stacks['allocations'].sum()):,} allocations (every one recorded, not sampled)")
+        elif memory and m.get("memray_mode") == "aggregated":
+            parts.append("aggregated while recording (no record of each allocation)")
+        elif "calls" in self.stacks and not self.sample_count:
             parts.append(f"{int(self.stacks['calls'].sum()):,} calls (every call traced, not sampled)")
         else:
             parts.append(f"{self.sample_count:,} samples")
@@ -675,7 +765,7 @@ class Profile:
         selfw, total = sums(metric)
         out = pd.DataFrame({"id": ids, "name": first["name"].to_numpy(), "file": first["file"].to_numpy(),
                             "self": selfw[ids], "total": total[ids]})
-        if metric in ("samples", "allocations") and np.all(out["total"] == np.round(out["total"])):
+        if metric in INTEGER_METRICS and np.all(out["total"] == np.round(out["total"])):
             out["self"] = out["self"].astype(np.int64)
             out["total"] = out["total"].astype(np.int64)
         if "wall" in self.metrics and "cpu" in self.metrics:

@@ -185,3 +185,22 @@ def child_name(p: Profile) -> str:
     text = " ".join(argv) or "?"
     text = " ".join(text.split())
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def forked_children(parent: Profile, children, note: str | None = None) -> Profile:
+    """A recording of a process and of the children it forked (each recorded by itself, as memray's
+    follow_fork does), one process each: ``pid N · parent`` and ``pid M · forked child``. The
+    parent's meta is kept; ``meta["processes"]`` says what is known of each (a child's completeness)."""
+    def label(p: Profile, role: str) -> str:
+        return process_label(p.meta.get("pid"), role)
+
+    parts = [with_process(parent, label(parent, "parent"), {"pid": parent.meta.get("pid"), "role": "parent"})]
+    for c in children:
+        info = {"pid": c.meta.get("pid"), "role": "forked child",
+                "backend": c.meta.get("backend") or c.meta.get("format")}
+        if c.meta.get("completeness"):
+            info["completeness"] = c.meta["completeness"]
+        parts.append(with_process(c, label(c, "forked child"), info))
+    merged = concat(parts, key=PROCESS, labels=[processes(x)[0] for x in parts])
+    meta = parent.meta.replace(processes=merged.meta.processes, children=note)
+    return merged.replace(meta=meta, metric=parent.metric)

@@ -70,3 +70,31 @@ def thread_starts() -> dict[int, int]:
         except (OSError, ValueError, IndexError):
             pass
     return out
+
+
+def is_python(pid: int) -> bool | None:
+    """Does the process run a Python interpreter: its program (or argv[0]) is python, or it maps
+    libpython? None when /proc does not say (no permission) and argv[0] is not python."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv0 = os.path.basename(f.read().split(b"\0", 1)[0].decode(errors="replace"))
+    except OSError:
+        argv0 = ""
+    if argv0.startswith("python"):
+        return True
+    try:
+        if os.path.basename(os.readlink(f"/proc/{pid}/exe")).startswith("python"):
+            return True
+        with open(f"/proc/{pid}/maps", "rb") as f:
+            return b"libpython" in f.read()
+    except OSError:
+        return None
+
+
+def rss(pid: int | str = "self") -> int | None:
+    """The process's resident set size in bytes, or None."""
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None

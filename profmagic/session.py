@@ -17,13 +17,31 @@ import time
 from dataclasses import fields, replace
 from typing import Callable
 
-from . import backends, kernel, multi, procfs, transforms
-from .backends.base import MODES, Options, default_mode
+from . import backends, kernel, multi, nested, procfs, tempdirs, threads, transforms, validate
+from .backends.base import Options, default_mode
 from .errors import ProfilerError
 from .model import Profile
 from .transforms import Cell
 
 BACKENDS = ("auto",) + tuple(backends.names())
+# The clocks, bound now: code that replaces time.perf_counter (a test's mock) must not change them.
+_wall, _cpu = time.perf_counter, time.thread_time
+
+
+def _clock_replaced() -> str | None:
+    if time.perf_counter is not _wall or time.thread_time is not _cpu:
+        return ("the code replaced time.perf_counter or time.thread_time (a mock?); profmagic timed the cell "
+                "with its own references to the real clocks")
+    return None
+
+
+def memray_mode(options: Options) -> str:
+    """How memray records, in words for the announce line."""
+    if options.extra.get("allocated"):
+        return "every allocation: --allocated, slower to read back"
+    if options.subprocesses:
+        return "every allocation, as forked children need: slower to read back"
+    return "aggregated: bytes at the high-water mark; --allocated records every allocation"
 
 
 def rerun_refused(backend: str) -> str:
@@ -34,13 +52,28 @@ def rerun_refused(backend: str) -> str:
 
 
 def make_options(**kw) -> Options:
-    """Options from keywords; unknown ones go to ``extra`` (backend-specific)."""
+    """Options from keywords, checked (validate.py); unknown ones go to ``extra`` (backend-specific)."""
     known = {f.name for f in fields(Options)} | {"idle"}
     opts = Options(**{k: v for k, v in kw.items() if k in known})
     opts.extra.update({k: v for k, v in kw.items() if k not in known})
-    if opts.mode is not None and opts.mode not in MODES:
-        raise ProfilerError(f"--mode must be one of {', '.join(MODES)}, got {opts.mode!r}")
+    opts.mode = validate.mode(opts.mode)
+    opts.rate = validate.rate(opts.rate)
+    if opts.extra.get("timing") is None:
+        opts.extra.pop("timing", None)
+    else:
+        opts.extra["timing"] = validate.timing(opts.extra["timing"])
     return opts
+
+
+def exec_entries_above(frame) -> int:
+    """How many ``PyEval_EvalCode`` native frames run beneath ``frame`` (a live Python frame): one per
+    ``<module>`` frame on its chain (exec, eval, import and the main script each start module code
+    there). Counted on the cell's thread before the cell runs, for ``transforms.native_to_cell``."""
+    n = 0
+    while frame is not None:
+        n += frame.f_code.co_name == "<module>"
+        frame = frame.f_back
+    return n
 
 
 def versions() -> dict:
@@ -58,8 +91,9 @@ class Session:
 
     def __init__(self, backend: str = "auto", options: Options | None = None, *, cell: str | None = None,
                  cell_filename: str | None = None, file_names: dict | None = None,
-                 announce: Callable[[str], None] | None = None):
+                 announce: Callable[[str], None] | None = None, tracker=None):
         self.requested = backend
+        self.tracker = tracker         # awaits.Tracker of a top-level-await cell
         self.options = options or Options()
         if cell_filename:
             self.options.cell_filename = cell_filename
@@ -79,11 +113,16 @@ class Session:
     @property
     def children_method(self) -> str | None:
         """How children are recorded: "hook" (each child samples itself from its start) or
-        "py-spy" (py-spy -s, which finds them by polling)."""
+        "py-spy" (py-spy -s, which finds them by polling); None when the backend follows them itself."""
         o = self.options
-        if not o.subprocesses:
+        if not o.subprocesses or (self.module is not None and self.module.CAPS.forks):
             return None
         return o.extra.get("children", "hook")
+
+    @property
+    def memory(self) -> bool:
+        """``memory=True``: memray records the code's memory beside the time backend, in the same run."""
+        return bool(self.options.extra.get("memory"))
 
     @property
     def name(self) -> str:
@@ -92,8 +131,12 @@ class Session:
     def start(self) -> None:
         self.module, self.why = backends.choose(self.requested)
         o = self.options
-        if o.mode is None:
+        clocked = bool(self.module.CAPS.clocks)
+        if not clocked:   # memory, not time: there is no clock to choose
+            o.mode = None
+        elif o.mode is None:
             o.mode = default_mode(self.module.CAPS, o)
+        memray = self._memray() if self.memory else None
         for k, why in self.module.CAPS.both_excludes.items():
             if o.mode == "both" and getattr(o, k, False):
                 raise ProfilerError(f"{self.name} cannot give --mode both with --{k}: {why}. "
@@ -106,9 +149,15 @@ class Session:
         o.thread_native_id = threading.get_native_id()
         o.thread_ident = threading.get_ident()
         self.thread_name = threading.current_thread().name
+        self.entries_above = exec_entries_above(sys._getframe())
+        if not self.module.CAPS.inside or self.children_method is not None:
+            tempdirs.sweep(validate.tmpdir())
         self.before = kernel.not_users_threads()
         if self.announce:
-            self.announce(f"recording with {self.name} at {o.rate:g} Hz (pid {o.pid})…")
+            what = f"{self.name} at {o.rate:g} Hz" if clocked else f"{self.name} ({memray_mode(o)})"
+            if memray is not None:
+                what += f", and memory with memray ({memray_mode(o)})"
+            self.announce(f"recording with {what} (pid {o.pid})…")
         backend_options = o
         if self.children_method == "hook":
             from .childsampler import Children
@@ -117,6 +166,8 @@ class Session:
         elif self.children_method == "py-spy" and not self.module.CAPS.attach:
             raise ProfilerError("children='py-spy' needs --backend py-spy")
         self.recorder = backends.recorder(self.module, backend_options)
+        if memray is not None:
+            self.recorder = memray.TimeAndMemory(self.name, self.recorder, backend_options)
         try:
             if self.children is not None:
                 self.children.start()
@@ -124,14 +175,29 @@ class Session:
         except BaseException:
             self.close()
             raise
-        self.t_wall = time.perf_counter()
-        self.t_cpu = time.thread_time()
+        nested.watch()
+        self.t_wall = _wall()
+        self.t_cpu = _cpu()
         self.t_delay = procfs.run_delay()
+
+    def _memray(self):
+        """backends.memray, once it is known that it can go with this backend (``memory``)."""
+        from .backends import memray
+        why = memray.refusal(self.name) or (
+            "--memory records the parent process only; --backend memray --subprocesses records forked "
+            "children's memory" if self.options.subprocesses else None)
+        if why:
+            raise ProfilerError(f"--memory with --backend {self.name}: {why}")
+        ok, reason = memray.available()
+        if not ok:
+            raise ProfilerError(f"backend memray cannot record here: {reason}")
+        return memray
 
     def warn(self, text: str) -> None:
         print(f"profmagic: {text}", file=sys.stderr)
 
     def close(self) -> None:
+        nested.unwatch()
         rec, self.recorder = self.recorder, None
         try:
             if rec is not None:
@@ -143,16 +209,20 @@ class Session:
 
     def finish(self, error: BaseException | None = None) -> Profile | None:
         """Stop, read and process. Call from the thread that ran the code, right after it."""
-        wall = time.perf_counter() - self.t_wall
-        cpu = time.thread_time() - self.t_cpu
+        wall = _wall() - self.t_wall
+        cpu = _cpu() - self.t_cpu
         delay = procfs.run_delay()
+        self.nested = nested.unwatch()
         self.error = error
         try:
             capture = self.recorder.stop()
             if self.children is not None:
                 self.child_records = self.children.stop()
                 self.child_t0 = self.children.t0
-            profile = self.module.read(capture, self.options)
+            if self.memory:
+                profile = self._memray().read_both(self.module, capture, self.options)
+            else:
+                profile = self.module.read(capture, self.options)
         finally:
             self.close()
         run_delay = None if delay is None or self.t_delay is None else delay - self.t_delay
@@ -165,7 +235,9 @@ class Session:
                     before=frozenset(self.before), keep_all_threads=o.all_threads,
                     live_names={t.native_id: t.name for t in threading.enumerate() if t.native_id is not None},
                     file_names=self.file_names, mode=o.mode, unmeasured=dict(self.module.CAPS.unmeasured),
-                    wall=wall, cpu=cpu, run_delay=run_delay)
+                    awaits=tuple(self.tracker.waits) if self.tracker is not None else (),
+                    sees_awaits=self.module.CAPS.awaits, own=frozenset(threads.OWN),
+                    entries_above=self.entries_above, wall=wall, cpu=cpu, run_delay=run_delay)
 
     def processors(self) -> tuple:
         """The declared post-processing: the common processors, the backend's own, children, names."""
@@ -173,7 +245,8 @@ class Session:
         return transforms.PROCESSORS + tuple(own) + (self._with_children,) + transforms.FINAL
 
     def process(self, p: Profile, cell: Cell) -> Profile:
-        requested_rate = float(self.options.rate)
+        clocked = bool(self.module.CAPS.clocks)   # memray has no rate and no samples
+        requested_rate = float(self.options.rate) if clocked else None
         if self.children_method == "py-spy":
             p = transforms.group_processes(p, self._process_label)
         for step in self.processors():
@@ -181,19 +254,20 @@ class Session:
         thread = transforms.cell_thread(p, cell)
         rows = (p.stacks["thread"] == thread).to_numpy() if len(p.stacks) else []
         meta = dict(backend=self.name, backend_choice=self.why, requested_rate=requested_rate,
-                    rate=p.meta.get("rate") or requested_rate, cell_wall=cell.wall, cell_cpu=cell.cpu,
-                    cell_run_delay=cell.run_delay, duration=cell.wall, pid=self.options.pid, cell_thread=thread,
+                    rate=(p.meta.get("rate") or requested_rate) if clocked else None,
+                    cell_wall=cell.wall, cell_cpu=cell.cpu, cell_run_delay=cell.run_delay, duration=cell.wall, pid=self.options.pid, cell_thread=thread,
                     cell_thread_samples=int(p.stacks.loc[rows, "samples"].sum()) if len(p.stacks) else 0,
                     sample_count=p.sample_count, versions={**versions(), **dict(p.meta.versions)})
         if self.cell is not None:
             meta["cell"] = self.cell
         if self.error is not None:
             meta["partial"] = f"the code raised {type(self.error).__name__}; this profile covers it up to there"
+        warnings = list(p.meta.warnings) + [w for w in (self.nested, _clock_replaced()) if w]
+        if warnings:
+            meta["warnings"] = warnings
         p = p.replace(meta=p.meta.replace(**meta))
-        if p.is_empty:
-            self.message = no_samples_message(self.name, cell.wall, cell.cpu, meta["rate"], p.metric)
-            p = p.with_meta(message=self.message)
-        return p
+        self.message = sampling_message(p, self.name, cell, float(meta["rate"])) if clocked else None
+        return p.with_meta(message=self.message) if self.message else p
 
     def _process_label(self, pid: int, name: str | None = None) -> str:
         if pid == self.options.pid:
@@ -241,16 +315,32 @@ class Session:
         return merged.replace(meta=meta, metric=p.metric)
 
 
-def no_samples_message(backend: str, cell_wall: float, cell_cpu: float, rate: float, metric: str) -> str:
-    msg = (f"profmagic: no samples: the code ran {cell_wall * 1e3:.1f} ms wall ({cell_cpu * 1e3:.1f} ms CPU) "
-           f"and {backend} samples at {rate:g} Hz (every {1e3 / rate:.1f} ms).")
-    if backend == "py-spy" and cell_cpu > 2 / rate:
-        return (msg + f" The code used {cell_cpu * 1e3:.0f} ms of CPU, more than two sampling periods, so "
-                "py-spy should have seen it: py-spy could not read this stack (py-spy 0.4 records nothing "
-                "for very deep stacks, such as 10,000-deep recursion). Use --backend sampler instead.")
-    msg += " Run it longer (e.g. in a loop) or raise --rate."
-    if metric == "cpu" and cell_wall > 2 / rate:
-        msg += " This backend counted only CPU time here; add --idle for wall time."
+MIN_SAMPLES = 5   # fewer samples of the cell's thread than this, and the user is told
+
+
+def sampling_message(p: Profile, backend: str, cell: Cell, rate: float) -> str | None:
+    """What was measured and observed when the cell's thread has fewer than MIN_SAMPLES samples;
+    None when it has enough. It names causes only from what was seen, never guesses."""
+    thread = transforms.cell_thread(p, cell)
+    per = p.stacks.groupby("thread", observed=True)["samples"].sum() if len(p.stacks) else {}
+    mine = int(per.get(thread, 0)) if len(per) else 0
+    if mine >= MIN_SAMPLES or "calls" in p.stacks:   # a tracer (cProfile) has calls, not samples
+        return None
+    others = {t: int(n) for t, n in per.items() if t != thread and n}
+    head = "no samples" if not p.sample_count else f"too few samples ({mine} of the cell's thread)"
+    msg = (f"profmagic: {head}: the code ran {cell.wall * 1e3:.1f} ms wall ({cell.cpu * 1e3:.1f} ms CPU); "
+           f"{backend} sampled at {rate:g} Hz (every {1e3 / rate:.1f} ms) and recorded {mine} sample(s) of the "
+           f"cell's thread" + (f" and {sum(others.values())} of {len(others)} other thread(s)" if others else "") + ".")
+    seen = p.meta.get("tool_report")
+    if seen:
+        msg += f" {seen}."
+    if cell.wall < 5 / rate:
+        msg += " The code ran for fewer than five sampling periods: run it longer (e.g. in a loop) or raise --rate."
+    elif cell.mode == "cpu" and cell.cpu < 5 / rate:
+        msg += (" It used little CPU and this recording counts CPU time only: --mode both (the default) "
+                "or --mode wall counts the waiting too.")
+    elif seen:
+        msg += " --backend sampler reads the stacks from inside the process."
     return msg
 
 
@@ -263,9 +353,11 @@ def record(backend: str, options: Options, run_callable: Callable[[], object], *
     return profile
 
 
-def run(backend: str, options: Options, run_callable: Callable[[], object],
+def run(backend: str, options: Options, run_callable: Callable[[], object], started=None,
         **session_kw) -> tuple[Profile | None, BaseException | None]:
-    """(profile, the exception the code raised or None). KeyboardInterrupt included."""
+    """(profile, the exception the code raised or None). KeyboardInterrupt included. ``started``:
+    called with the Session once it records; what it returns is called before the Session finishes
+    (the live view)."""
     if options.mode == "both" and backend != "auto" and backends.get(backend).CAPS.one_clock_per_run:
         if not options.extra.get("rerun"):
             raise ProfilerError(rerun_refused(backend))
@@ -274,10 +366,15 @@ def run(backend: str, options: Options, run_callable: Callable[[], object],
     s.start()
     error = None
     try:
+        done = started(s) if started is not None else None
         try:
-            run_callable()
-        except BaseException as e:  # noqa: B902 - the partial profile is shown, then it is re-raised
-            error = e
+            try:
+                run_callable()
+            except BaseException as e:  # noqa: B902 - the partial profile is shown, then it is re-raised
+                error = e
+        finally:
+            if done is not None:
+                done()
         profile = s.finish(error)
     finally:
         s.close()

@@ -5,13 +5,17 @@ None of them mutates its input; each returns a new Profile whose meta records wh
 """
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping
 
 import numpy as np
 import pandas as pd
 
-from .model import TIME_METRICS, Profile, StackBuilder, thread_table, unique_labels
+from .awaits import AWAIT
+from .model import (KINDS, MEMORY_METRICS, TIME_METRICS, Profile, StackBuilder, make_frames, thread_table,
+                    unique_labels)
 from .threads import thread_label
 
 
@@ -168,6 +172,57 @@ def group_processes(profile: Profile, label: Callable[[int], str]) -> Profile:
 
 
 # -- the cell ------------------------------------------------------------------------------------
+# Where the interpreter starts a module-level code object (exec, eval, import, the main script): one
+# such native frame per ``<module>`` Python frame.
+EXEC_ENTRY = "PyEval_EvalCode"
+# A native stack that reaches one of these is whole (unwound to the thread's start).
+_THREAD_ROOTS = re.compile(r"^(_start|__libc_start_main\S*|__libc_start_call_main|main|Py_BytesMain|Py_RunMain"
+                           r"|start_thread|__clone3?|clone3?|thread_run|pythread_wrapper)$")
+
+
+def trim_native_to_cell(profile: Profile, thread: str, entries_above: int) -> Profile:
+    """Cut the native stacks of ``thread`` (the cell's) at the cell: the cell runs as module code
+    through the interpreter's ``PyEval_EvalCode``, and ``entries_above`` of those frames lie above
+    it (the kernel's, IPython's: one per ``<module>`` Python frame where the cell was started). So
+    the cell begins at the frame after the (``entries_above`` + 1)-th ``PyEval_EvalCode`` from the
+    root; what is above it folds away. For stacks that name no Python file (perf without CPython's
+    perf support, eu-stack's ``[python]``), where ``trim_to_cell`` has nothing to cut at.
+
+    A whole stack (unwound to the thread's start) with fewer such frames was sampled outside the
+    cell (the magic around it) and is dropped; a truncated one is kept as it is. Other threads are
+    kept whole. Nothing changes when no stack of ``thread`` reaches the cell (unwinding that never
+    gets to ``PyEval_EvalCode``), and ``meta["trim_note"]`` says so."""
+    fr = profile.frames
+    entry = set(fr.index[(fr["name"] == EXEC_ENTRY).to_numpy()].tolist())
+    roots = set(fr.index[fr["name"].astype(str).str.match(_THREAD_ROOTS).to_numpy()].tolist())
+    mine = _thread_rows(profile, [thread])
+    old = profile.stacks
+    new_stacks, keep, cut_any = [], np.ones(len(old), dtype=bool), False
+    for i, s in enumerate(old["stack"]):
+        if not mine[i]:
+            new_stacks.append(s)
+            continue
+        seen, cut = 0, None
+        for j, f in enumerate(s):
+            if f in entry:
+                seen += 1
+                if seen == entries_above + 1:
+                    cut = j + 1
+                    break
+        if cut is not None and cut < len(s):
+            new_stacks.append(tuple(s[cut:]))
+            cut_any = True
+        else:
+            new_stacks.append(s)
+            keep[i] = not any(f in roots for f in s)
+    if not cut_any:
+        return profile.with_meta(trim_note=f"native stacks not trimmed: no stack of {thread} reaches the cell's "
+                                           f"{EXEC_ENTRY}")
+    dropped = int(old["samples"].to_numpy()[~keep].sum())
+    return regroup(profile, profile.thread_ids(), new_stacks, keep,
+                   {"trimmed_native_to_cell": thread, "samples_outside_cell": dropped})
+
+
 def trim_to_cell(profile: Profile, cell_filename: str, threads: Iterable[str] | None = None) -> Profile:
     """Cut every stack above its first frame from ``cell_filename`` (IPython's and the kernel's own
     frames). In ``threads`` (default: all), stacks with no cell frame are dropped: they were
@@ -353,6 +408,123 @@ def merge_thread_sources(primary: Profile, secondary: Profile, offset: float = 0
     return b.build(metric="wall", meta=meta)
 
 
+# -- time beside memory ------------------------------------------------------------------------------
+MEMORY_SLOWS = ("wall and CPU time were measured while memray traced every allocation, which slows "
+                "allocation-heavy code (bench/RESULTS.md, memray)")
+
+
+def align_names(mem_p: Profile, time_p: Profile) -> Profile:
+    """memray names a Python function by its code's name (``run``; comprehensions qualified by their
+    caller, formats/memray.py); time backends by that name (py-spy) or the qualified one (the sampler:
+    ``Worker.run``). Give memray's frames the time profile's name for the same function: same file,
+    one name a dotted suffix of the other, and of several (``A.run``, ``B.run``), the one that starts
+    last at or before memray's line (time backends that qualify names give each function's first line)."""
+    by_file: dict[str, list[tuple[str, int]]] = {}
+    tf = time_p.frames
+    for name, file, line in zip(tf["name"], tf["file"], tf["line"]):
+        if file:
+            by_file.setdefault(file, []).append((str(name), -1 if pd.isna(line) else int(line)))
+    names = []
+    for name, file, line in zip(mem_p.frames["name"], mem_p.frames["file"], mem_p.frames["line"]):
+        cands = {n: ln for n, ln in sorted(by_file.get(file, []), key=lambda x: x[1])
+                 if n == name or n.endswith("." + name) or name.endswith("." + n)}
+        if len(cands) > 1 and not pd.isna(line):
+            before = [n for n, ln in cands.items() if ln <= int(line)]
+            cands = {max(before, key=cands.get): 0} if before else cands
+        names.append(next(iter(cands)) if len(cands) == 1 else name)
+    return mem_p.replace(frames=mem_p.frames.assign(name=pd.Series(names, dtype=object, index=mem_p.frames.index)))
+
+
+def _tids(p: Profile) -> list:
+    return [None if t is pd.NA else int(t) for t in p.thread_table["tid"]]
+
+
+def time_and_memory(time_p: Profile, mem_p: Profile, drop_tids: Iterable = (),
+                    time_started: float | None = None) -> Profile:
+    """One Profile from a time recording and a memray recording of the same run: per (thread, stack)
+    the time side's samples, wall and CPU beside the memory side's bytes, allocated and allocations.
+
+    Threads are one where both saw the same native id (the time side's label is kept); threads whose
+    native id is in ``drop_tids`` (the recorders' own helpers) leave. memray's frames get the time
+    side's function names (``align_names``), so ``functions(m)`` lines up across metrics. A metric is
+    0 on rows only the other recording has (they carry none of it), so every total is its recording's
+    own; a metric its recording did not measure stays NaN everywhere. Time-ordered samples are the time
+    side's. ``time_started`` (unix s): when the time recorder started, to put memray's timeline on its clock.
+    """
+    drop = set()
+    for t in drop_tids:
+        try:
+            drop.add(int(t))
+        except (TypeError, ValueError):
+            continue
+    if drop:
+        time_p, mem_p = (keep_threads(p, [lab for lab, tid in zip(p.threads, _tids(p)) if tid not in drop])
+                         for p in (time_p, mem_p))
+    mem_p = align_names(mem_p, time_p)
+    frame_ids: dict[tuple, int] = {}
+    table: list[dict] = []
+    by_tid: dict[int, int] = {}
+    by_label: dict[str, int] = {}
+    keys: dict[tuple, int] = {}
+    row_of: list[np.ndarray] = []
+    for p in (time_p, mem_p):
+        fmap = {f: frame_ids.setdefault(k, len(frame_ids)) for f, k in _key_frames(p).items()}
+        ids = []
+        for attrs, tid in zip(_thread_attrs(p), _tids(p)):
+            j = by_tid.get(tid) if tid is not None else by_label.get(attrs["label"])
+            if j is None:
+                j = len(table)
+                if attrs["label"] in by_label:   # the same label for another thread: keep both apart
+                    attrs = {**attrs, "label": f"{attrs['label']} (memray)"}
+                table.append(attrs)
+                by_label[attrs["label"]] = j
+                if tid is not None:
+                    by_tid[tid] = j
+            ids.append(j)
+        th = np.asarray(ids, dtype=np.int64)[p.thread_ids()] if len(p.stacks) else np.zeros(0, np.int64)
+        row_of.append(np.fromiter((keys.setdefault((int(t), tuple(fmap[f] for f in s)), len(keys))
+                                   for t, s in zip(th, p.stacks["stack"])), dtype=np.int64, count=len(th)))
+    n = len(keys)
+    cols: dict = {"thread": np.fromiter((k[0] for k in keys), dtype=np.int64, count=n),
+                  "stack": pd.Series([k[1] for k in keys], dtype=object)}
+    skip = ("thread", "stack", "process", "rank")
+    owners = [(time_p, row_of[0], [c for c in time_p.stacks if c not in skip and c not in MEMORY_METRICS]),
+              (mem_p, row_of[1], [c for c in MEMORY_METRICS if c in mem_p.stacks])]
+    for p, rows, names in owners:
+        for c in names:
+            vals = p.stacks[c].to_numpy()
+            if vals.dtype.kind not in "fiu":   # another column (eu-stack's on_cpu): the first value wins
+                out = [None] * n
+                for r, v in zip(rows, vals):
+                    out[r] = v if out[r] is None else out[r]
+                cols[c] = pd.Series(out, dtype=object)
+                continue
+            v = vals.astype(np.float64)
+            if c in p.meta.unknown or (len(v) and np.isnan(v).all()):
+                cols[c] = np.full(n, np.nan)   # not measured by its recording: unknown on every row
+                continue
+            acc = np.zeros(n)
+            np.add.at(acc, rows, v)
+            cols[c] = acc.astype(np.int64) if vals.dtype.kind in "iu" else acc
+    if "samples" not in cols:
+        cols["samples"] = np.zeros(n, dtype=np.int64)
+    frames = make_frames(*zip(*frame_ids)) if frame_ids else make_frames([], [], [], [])
+    samples = time_p.samples
+    if samples is not None:
+        samples = samples.assign(stack=row_of[0][samples["stack"].to_numpy(dtype=np.int64)])
+    m = mem_p.meta
+    tl = m.get("memory_timeline")
+    if tl and time_started and tl.get("t0_unix"):  # memray's clock against the time recorder's start (to a few ms)
+        tl = {**tl, "starts_after_time_recorder": tl["t0_unix"] - float(time_started)}
+    meta = time_p.meta.replace(
+        memray=m.get("memray"), memray_mode=m.get("memray_mode"), memory_timeline=tl, cost=m.get("cost"),
+        memory={k: v for k, v in m.items() if k not in ("memory_timeline", "processes", "unknown")},
+        unknown={**dict(time_p.meta.unknown), **dict(m.unknown)},
+        metric_labels={**dict(time_p.meta.get("metric_labels") or {}), **dict(m.get("metric_labels") or {})},
+        approximate="; ".join(x for x in (time_p.meta.get("approximate"), m.get("approximate"), MEMORY_SLOWS) if x))
+    return Profile(frames, pd.DataFrame(cols), samples, meta, None, time_p.metric, threads=thread_table(table))
+
+
 # -- narrowing --------------------------------------------------------------------------------------
 def focus(profile: Profile, function: str) -> Profile:
     """Only the stacks through ``function`` (a frame name), each cut to start at its first call."""
@@ -420,6 +592,10 @@ class Cell:
     file_names: Mapping[str, str] = field(default_factory=dict)   # cell file -> "In[N]"
     mode: str = "wall"
     unmeasured: Mapping[str, str] = field(default_factory=dict)   # clock -> why the backend cannot
+    awaits: tuple = ()                        # awaits.Wait of a top-level-await cell
+    own: frozenset = frozenset()              # native ids of profmagic's own threads (threads.OWN)
+    entries_above: int = 0                    # PyEval_EvalCode frames above the cell (exec_entries_above)
+    sees_awaits: bool = False                 # the backend samples awaiting coroutines itself
     wall: float = 0.0                         # measured around the code: seconds of wall time,
     cpu: float = 0.0                          # of the thread's CPU time,
     run_delay: float | None = None            # and of waiting for a core (None: unknown)
@@ -439,6 +615,105 @@ def only_users_threads(p: Profile, cell: Cell) -> Profile:
 
 def live_thread_names(p: Profile, cell: Cell) -> Profile:
     return name_threads(p, {**cell.live_names, cell.tid: cell.thread_name})
+
+
+def attribute_awaits(p: Profile, cell: Cell) -> Profile:
+    """A top-level-await cell: the cell thread's samples outside the cell (its event loop idle in
+    ``select`` while the cell's coroutines await) go to the coroutine chains that were awaiting, in
+    proportion to each wait's measured duration, ending in an ``[await]`` frame. Time-ordered
+    samples are dropped then (their stacks changed); the meta says so."""
+    if not cell.awaits or cell.sees_awaits or not cell.filename:
+        return p
+    th = _by_label(p, cell_thread(p, cell))
+    if th is None or not len(p.stacks):
+        return p
+    fr = p.frames
+    in_cell = set(fr.index[(fr["file"] == cell.filename).to_numpy()].tolist())
+    st = p.stacks
+    idle = (p.thread_ids() == th) & np.fromiter((not any(f in in_cell for f in s) for s in st["stack"]),
+                                                dtype=bool, count=len(st))
+    metric = "wall" if "wall" in st and st["wall"].notna().any() else "samples"
+    have = float(st.loc[idle, metric].sum())
+    waited = sum(w.end - w.start for w in cell.awaits)
+    if have <= 0 or waited <= 0:
+        return p
+    per_second = have / max(waited, have) if metric == "wall" else have / waited
+    keys = {(n, f, None if pd.isna(ln) else int(ln), str(k)): i
+            for i, n, f, ln, k in zip(fr.index, fr["name"], fr["file"], fr["line"], fr["kind"])}
+    new_frames: list[tuple] = []
+
+    def fid(key):
+        if key not in keys:
+            keys[key] = int(fr.index.max()) + 1 + len(new_frames) if len(fr) else len(new_frames)
+            new_frames.append(key)
+        return keys[key]
+
+    given: dict[tuple, float] = {}
+    for w in cell.awaits:
+        stack = tuple(fid((n, f, ln, "python")) for n, f, ln in w.chain) + (fid((AWAIT, "", None, "other")),)
+        given[stack] = given.get(stack, 0.0) + (w.end - w.start) * per_second
+    total_given = sum(given.values())
+    keep = 1.0 - total_given / have
+    rows = []
+    numeric = [c for c in st.columns if c not in ("thread", "stack", "process", "rank")
+               and st[c].dtype.kind in "fiu"]
+    for stack, amount in given.items():
+        share = amount / have
+        row = {"thread": th, "stack": stack}
+        for c in numeric:
+            row[c] = float(st.loc[idle, c].sum()) * share
+        rows.append(row)
+    scaled = st.drop(columns=[c for c in ("process", "rank") if c in st]).assign(thread=p.thread_ids())
+    for c in numeric:
+        scaled[c] = np.where(idle, st[c].to_numpy(dtype=np.float64) * keep, st[c].to_numpy(dtype=np.float64))
+    out = pd.concat([scaled, pd.DataFrame(rows)], ignore_index=True)
+    if "samples" in out:
+        out["samples"] = np.round(out["samples"].to_numpy(dtype=np.float64)).astype(np.int64)
+    frames = p.frames
+    if new_frames:
+        add = make_frames(*zip(*new_frames))
+        add.index = pd.RangeIndex(len(fr) and int(fr.index.max()) + 1, (len(fr) and int(fr.index.max()) + 1)
+                                  + len(new_frames), name="frame")
+        frames = pd.concat([fr, add])
+        frames["kind"] = pd.Categorical(frames["kind"].astype(object), categories=KINDS)
+    note = {"awaits": f"{len(cell.awaits)} awaits, {waited:.3f} s: the event loop's idle time was given to the "
+                      "awaiting coroutines in proportion to their measured waits"}
+    if p.samples is not None:
+        note["time_order_dropped"] = "await time was re-attributed by measured duration, not per sample"
+    return p.replace(frames=frames, stacks=out, samples=None, meta=p.meta.replace(**note))
+
+
+# profmagic's own code (not its case study): frames of it below the user's code are the profiler's.
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_OWN_EXEMPT = (os.path.join(_PACKAGE, "casestudy") + os.sep,)
+
+
+def hide_profmagic(p: Profile, cell: Cell) -> Profile:
+    """profmagic's own threads leave, and its frames below the user's code (a recording inside a
+    recording, or ``session.run(fn)`` calling back into the user's ``fn``) fold into their caller."""
+    own = {lab for lab, tid in zip(p.threads, p.thread_table["tid"]) if tid is not pd.NA and int(tid) in cell.own}
+    if own:
+        p = keep_threads(p, [t for t in p.threads if t not in own])
+    files = p.frames["file"].astype(str)
+    ours = set(p.frames.index[[f.startswith(_PACKAGE) and not f.startswith(_OWN_EXEMPT) for f in files]].tolist())
+    if not ours:
+        return p
+    new, changed = [], False
+    for s in p.stacks["stack"]:
+        kept = s[:1] + tuple(f for f in s[1:] if f not in ours) if s and s[0] not in ours else s
+        new.append(kept)
+        changed |= kept != s
+    if not changed:
+        return p
+    return regroup(p, p.thread_ids(), new, np.ones(len(new), dtype=bool), {"profmagic_frames": "folded into their caller"})
+
+
+def native_to_cell(p: Profile, cell: Cell) -> Profile:
+    """Stacks that name no frame of the cell's file (native stacks of perf or eu-stack): cut the cell's
+    thread at its ``PyEval_EvalCode`` (``trim_native_to_cell``)."""
+    if not cell.filename or (p.frames["file"] == cell.filename).any():
+        return p
+    return trim_native_to_cell(p, cell_thread(p, cell), cell.entries_above)
 
 
 def to_cell(p: Profile, cell: Cell) -> Profile:
@@ -473,6 +748,7 @@ def named_files(p: Profile, cell: Cell) -> Profile:
 
 
 # The processors every recording runs, in order (session.py adds the backend's own after `clocks`).
-PROCESSORS: tuple[Callable[[Profile, Cell], Profile], ...] = (only_users_threads, live_thread_names, to_cell,
-                                                                  clocks)
+PROCESSORS: tuple[Callable[[Profile, Cell], Profile], ...] = (only_users_threads, live_thread_names,
+                                                                  attribute_awaits, native_to_cell, to_cell,
+                                                                  hide_profmagic, clocks)
 FINAL: tuple[Callable[[Profile, Cell], Profile], ...] = (named_files,)

@@ -8,8 +8,11 @@ command -v perf >/dev/null 2>&1 || need+=(linux-perf)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v stap >/dev/null 2>&1 || need+=(systemtap)
 command -v gcc >/dev/null 2>&1 || need+=(gcc)
+command -v gcore >/dev/null 2>&1 || need+=(gdb)
 command -v g++ >/dev/null 2>&1 || need+=(g++)
 command -v perl >/dev/null 2>&1 || need+=(perl)
+command -v node >/dev/null 2>&1 || need+=(nodejs)   # speedscope's app, for tests/test_speedscope_app.py
+command -v npm >/dev/null 2>&1 || need+=(npm)
 if [ ${#need[@]} -eq 0 ]; then
   echo "system tools: all present"
   exit 0

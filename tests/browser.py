@@ -14,7 +14,6 @@ import json
 import re
 import os
 import secrets
-import shutil
 import signal
 import socket
 import subprocess
@@ -23,8 +22,10 @@ import time
 import urllib.request
 
 import nbformat
+import tools
 
-CHROMIUM = "/usr/bin/chromium"
+CHROMIUM = tools.find("chromium")
+JUPYTER_LAB = tools.find("jupyter-lab")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
 ARTIFACTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "artifacts")
@@ -32,19 +33,20 @@ ARTIFACTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "artifacts"
 
 def missing() -> str | None:
     """Why browser tests cannot run here, or None."""
-    if not os.path.exists(CHROMIUM):
-        return f"no Chromium at {CHROMIUM} (apt-get install chromium)"
+    if CHROMIUM is None:
+        return "no chromium next to the interpreter nor on PATH (apt-get install chromium)"
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
         return "playwright is not installed (pip install playwright)"
-    for app in APPS.values():
-        if not shutil.which(app, path=os.path.dirname(sys.executable)):
-            return f"{app} is not installed next to {sys.executable} (pip install jupyterlab notebook)"
+    for app, server in SERVERS.items():
+        if server is None:
+            return f"{APPS[app]} is not installed next to {sys.executable} nor on PATH (pip install jupyterlab notebook)"
     return None
 
 
 APPS = {"lab": "jupyter-lab", "notebook": "jupyter-notebook"}   # front end -> its server command
+SERVERS = {app: tools.find(command) for app, command in APPS.items()}
 URLS = {"lab": "/lab/tree/{}", "notebook": "/notebooks/{}"}
 
 
@@ -98,11 +100,36 @@ def jupyter_lab(root: str):
     return jupyter_server(root, "lab")
 
 
+def _answers(lab) -> bool:
+    try:
+        with urllib.request.urlopen(f"{lab.base}/api/status?token={lab.token}", timeout=2) as r:
+            json.load(r)
+        return True
+    except OSError:
+        return False
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGTERM (the server shuts its kernels down), then its whole session group."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)  # any kernel left in the server's session
+
+
 @contextlib.contextmanager
 def jupyter_server(root: str, app: str = "lab"):
-    """JupyterLab (``app="lab"``) or Notebook 7 (``"notebook"``) on a random free port with a
-    token, in its own config and runtime dirs."""
-    port, token = free_port(), secrets.token_hex(16)
+    """JupyterLab (``app="lab"``) or Notebook 7 (``"notebook"``) on a random free port with a token,
+    in its own config and runtime dirs. A port found free can be taken by another process before the
+    server binds it: then it starts again on another (three tries in all). Its kernels stay on TCP:
+    with --KernelManager.transport=ipc the lab's kernel never became idle in the browser
+    (jupyter_server 2)."""
+    token = secrets.token_hex(16)
     home = os.path.join(root, ".jupyter-home")
     os.makedirs(home, exist_ok=True)
     env = dict(os.environ, JUPYTER_CONFIG_DIR=os.path.join(home, "config"),
@@ -116,40 +143,34 @@ def jupyter_server(root: str, app: str = "lab"):
         json.dump({"fetchNews": "false", "checkForUpdates": False}, f)  # no news toast over the page
     env["JUPYTERLAB_SETTINGS_DIR"] = os.path.join(home, "settings")
     log = os.path.join(home, "lab.log")
-    cmd = [os.path.join(os.path.dirname(sys.executable), APPS[app]), "--no-browser",
-           "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
-           f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
-           "--LabApp.news_url=",
-           *(["--allow-root"] if os.geteuid() == 0 else []), "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=root,
-                                start_new_session=True)
-    lab = Lab(root, port, token, proc, log, app)
-    try:
+    for attempt in range(3):
+        port = free_port()
+        cmd = [SERVERS[app], "--no-browser",
+               "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
+               f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
+               "--LabApp.news_url=",
+               *(["--allow-root"] if os.geteuid() == 0 else []),
+               "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=root,
+                                    start_new_session=True)
+        lab = Lab(root, port, token, proc, log, app)
         deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"{APPS[app]} exited with {proc.returncode}:\n{lab.logs()}")
-            try:
-                with urllib.request.urlopen(f"{lab.base}/api/status?token={token}", timeout=2) as r:
-                    json.load(r)
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"{APPS[app]} did not answer in 60 s:\n{lab.logs()}") from None
-                time.sleep(0.3)
+        while proc.poll() is None and not _answers(lab):
+            if time.monotonic() > deadline:
+                _stop(proc)
+                raise RuntimeError(f"{APPS[app]} did not answer in 60 s:\n{lab.logs()}")
+            time.sleep(0.3)
+        if proc.poll() is None:
+            break
+        if "already in use" not in lab.logs() or attempt == 2:
+            _stop(proc)
+            raise RuntimeError(f"{APPS[app]} exited with {proc.returncode}:\n{lab.logs()}")
+        _stop(proc)
+    try:
         yield lab
     finally:
-        # The server shuts its kernels down on SIGTERM; its session group goes after it.
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)  # any kernel left in the server's session
+        _stop(proc)
 
 
 @contextlib.contextmanager

@@ -11,6 +11,15 @@ from jupyter_client.manager import KernelManager
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def ipc_address() -> str:
+    """A socket path of the kernel's own (see notebooks/run.py's ipc_address)."""
+    import uuid
+    from jupyter_core.paths import jupyter_runtime_dir
+    d = jupyter_runtime_dir()
+    os.makedirs(d, exist_ok=True)
+    return os.path.join(d, f"kernel-{uuid.uuid4()}-ipc")
+
+
 @dataclass
 class Reply:
     status: str
@@ -31,12 +40,14 @@ class Reply:
 class Kernel:
     """One ipykernel process. ``run(code)`` executes a cell and collects what it printed and displayed."""
 
-    def __init__(self, python: str = sys.executable, extra_env: dict | None = None):
+    def __init__(self, python: str = sys.executable, extra_env: dict | None = None, cwd: str = ROOT):
         env = dict(os.environ)
         env.update(extra_env or {})
-        self.km = KernelManager(kernel_name="python3")
+        # ZMQ over a fresh socket path: free TCP ports picked here can be taken by another
+        # process before the kernel binds them.
+        self.km = KernelManager(kernel_name="python3", transport="ipc", ip=ipc_address())
         self.km.kernel_spec.argv[0] = python
-        self.km.start_kernel(env=env, cwd=ROOT)
+        self.km.start_kernel(env=env, cwd=cwd)
         self.kc = self.km.client()
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=60)
@@ -45,14 +56,21 @@ class Kernel:
     def pid(self) -> int:
         return self.km.provisioner.process.pid
 
-    def run(self, code: str, timeout: float = 120, interrupt_after: float | None = None) -> Reply:
+    def run(self, code: str, timeout: float = 120, interrupt_after: float | None = None,
+            interrupt_on=None) -> Reply:
+        """Execute ``code``. ``interrupt_on``: send SIGINT once the cell is where the test wants it, as
+        the workload marks it: a text it prints, or a callable that turns true (a file it writes);
+        ``interrupt_after``: after so many seconds."""
+        ready = (interrupt_on if callable(interrupt_on) or interrupt_on is None
+                 else (lambda: interrupt_on in rep.stdout))
         msg_id = self.kc.execute(code, store_history=True)
         rep = Reply(status="?")
         import time
         t0 = time.monotonic()
         interrupted = False
         while True:
-            if interrupt_after is not None and not interrupted and time.monotonic() - t0 > interrupt_after:
+            if not interrupted and ((interrupt_after is not None and time.monotonic() - t0 > interrupt_after)
+                                    or (ready is not None and ready())):
                 self.km.interrupt_kernel()
                 interrupted = True
             try:
@@ -80,7 +98,8 @@ class Kernel:
                 rep.error = c
             elif t == "status" and c["execution_state"] == "idle":
                 break
-        while True:   # skip replies to earlier requests (kernel_info from wait_for_ready)
+        # This request's own reply: under load, wait_for_ready() leaves extra kernel_info replies queued.
+        while True:
             reply = self.kc.get_shell_msg(timeout=timeout)
             if reply["parent_header"].get("msg_id") == msg_id:
                 break

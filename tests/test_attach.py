@@ -7,7 +7,8 @@ import sys
 import pytest
 
 from profmagic import multi
-from profmagic.attaching import attach, parse_pids
+from profmagic.attaching import attach
+from profmagic.validate import pids as parse_pids
 from profmagic.errors import ProfilerError
 
 pytestmark = pytest.mark.timeout(120)
@@ -42,6 +43,7 @@ def procs():
         p.stdin.close()
 
 
+@pytest.mark.requires("py-spy", "ptrace")
 def test_attach_one_second_records_known_function(procs):
     p = procs(60)
     prof = attach([p.pid], 1.0, backend="py-spy")
@@ -56,6 +58,7 @@ def test_attach_one_second_records_known_function(procs):
     assert prof.meta["attached"] == [p.pid] and prof.meta["backend"] == "py-spy"
 
 
+@pytest.mark.requires("py-spy", "ptrace")
 def test_attach_two_one_ends_during_recording(procs):
     # The short one spins 0.5 s from when both py-spy sample (announce): started before, it ended
     # while a loaded machine was still starting py-spy, which then could not attach.
@@ -86,6 +89,7 @@ def test_attach_errors():
 
 @pytest.mark.kernel
 @pytest.mark.timeout(300)
+@pytest.mark.requires("py-spy", "ptrace")
 def test_line_magic_pid(procs):
     from kernel import Kernel
     p = procs(60)

@@ -13,11 +13,9 @@ import browser as B
 import profmagic
 from profmagic.model import StackBuilder
 
-pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(300),
+              pytest.mark.requires("chromium", "playwright", "jupyter-lab", "jupyter-notebook")]
 
-why = B.missing()
-if why:
-    pytest.skip(why, allow_module_level=True)
 
 WORKLOAD = '''\
 %load_ext profmagic

@@ -15,11 +15,9 @@ import pytest
 import browser as B
 import workloads
 
-pytestmark = [pytest.mark.browser, pytest.mark.timeout(400)]
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(400),
+              pytest.mark.requires("chromium", "playwright", "jupyter-lab")]
 
-why = B.missing()
-if why:
-    pytest.skip(why, allow_module_level=True)
 
 SETUP = "%load_ext profmagic\nimport profmagic\n" + workloads.SOURCE + '''
 def busy_more(t=0.3):

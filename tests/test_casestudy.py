@@ -10,9 +10,10 @@ import pytest
 
 from profmagic import casestudy as cs
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.requires("g++")]
 
 
+@pytest.mark.requires("nm")
 def test_builds_once_and_exports_clear_names():
     so = cs.build()
     assert so.exists() and cs.build() == so  # cached: same path, no rebuild

@@ -10,8 +10,7 @@ from native.cbuild import build_cthread, load_cthread
 from profmagic.backends import combined
 from profmagic.backends.base import Options
 
-pytestmark = [pytest.mark.timeout(180),
-              pytest.mark.skipif(not combined.available()[0], reason=f"cannot record: {combined.available()[1]}")]
+pytestmark = [pytest.mark.timeout(180), pytest.mark.requires("py-spy", "eu-stack", "gcc", "ptrace")]
 
 
 def _names(p, thread):
@@ -25,12 +24,12 @@ def test_python_waiter_and_c_worker_in_one_profile(tmp_path):
     def wait_for_c_worker():
         lib.cthread_join()  # ctypes releases the GIL while the C call waits
 
-    assert lib.cthread_start(20, 20, 60) == 0  # about 2.4 s of work
     waiter = threading.Thread(target=wait_for_c_worker, name="waiter")
     rec = combined.Recorder(Options(pid=os.getpid(), rate=50))
     try:
+        rec.start()          # both tools sample before the work starts, however long they took to start
+        assert lib.cthread_start(20, 20, 60) == 0  # about 2.4 s of work
         waiter.start()
-        rec.start()
         waiter.join()
         cap = rec.stop()
     finally:

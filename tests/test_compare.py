@@ -244,6 +244,7 @@ def test_calibrate_both_uses_the_wall_factor_for_a_thread_that_barely_ran():
     assert w.loc["worker", "wall"] == pytest.approx(1.25)
     assert w.loc["worker", "cpu"] == pytest.approx(0.9 * 1.25)   # not 0.9 * 0.001 / 0.02
     assert "cpu weighted at the wall rate" in q.meta["cpu_calibration_note"]
+    assert w.loc["cell", "cpu"] == pytest.approx(0.001)   # the cell's own thread: its measured CPU
     # Enough CPU on the cell thread: its own factor.
     b2 = StackBuilder()
     b2.add(b2.stack("cell", [b2.frame("spin", "a.py", 1, "python")]), samples=100, wall=1.0, cpu=0.5)

@@ -6,6 +6,7 @@ import sys
 import textwrap
 
 import pytest
+import tools
 
 import profmagic
 from profmagic.backends import cprofile
@@ -14,7 +15,7 @@ from profmagic.formats import pstats as pstats_format
 from test_sampler import BUSY_CPU, by_name, check_wall_shares, clean_tmp, record, work  # noqa: F401  (clean_tmp is a fixture)
 
 pytestmark = pytest.mark.timeout(120)
-PY312 = "/root/.pyenv/versions/3.12.1/bin/python3.12"
+PY312 = tools.find("python3.12")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -82,7 +83,7 @@ def test_close_after_an_exception_disables_the_profiler(clean_tmp):
     assert sys.getprofile() is None and cprofile.active_profiler() is None
 
 
-@pytest.mark.skipif(not os.path.exists(PY312), reason=f"needs Python 3.12 at {PY312}")
+@pytest.mark.requires("python3.12")
 def test_312_another_profiling_tool_is_already_active():
     # python3.12 here has no pandas, so the script maps the profmagic package path without running
     # profmagic/__init__.py (which imports the model). The backend and the conflict are real.

@@ -5,7 +5,6 @@ import ctypes
 import importlib.util
 import math
 import os
-import shutil
 import time
 
 import numpy as np
@@ -117,11 +116,6 @@ def _check(cpu, wall, label, wall_rel=0.10):
     assert wall.get("nap", 0.0) == pytest.approx(0.6, rel=wall_rel), f"{label}: wall(nap)"
 
 
-def _sampler_ready():
-    return importlib.util.find_spec("profmagic.backends.sampler") is not None
-
-
-@pytest.mark.skipif(not _sampler_ready(), reason="backends/sampler.py has not landed")
 def test_sampler_mode_both_spin_and_sleep():
     with profmagic.profile("sampler", mode="both", rate=100, announce=lambda s: None) as rec:
         spin(0.3)
@@ -139,12 +133,7 @@ def test_sampler_mode_both_spin_and_sleep():
     assert nap_row["off-CPU s"] == pytest.approx(nap_row["wall s"], rel=0.05)
 
 
-def _pyspy_ok():
-    from profmagic.backends import pyspy
-    return pyspy.available()
-
-
-@pytest.mark.skipif(not _pyspy_ok()[0], reason="py-spy cannot attach here: " + _pyspy_ok()[1])
+@pytest.mark.requires("py-spy", "ptrace")
 def test_pyspy_two_recordings_combined():
     """Method (a): py-spy --idle and py-spy without --idle at once, combined per stack.
 
@@ -204,16 +193,6 @@ def _cworker():
     return ctypes.CDLL(mod.build_cworker())
 
 
-def _eustack_ok():
-    if shutil.which("eu-stack") is None or shutil.which("gcc") is None:
-        return False, "eu-stack or gcc missing"
-    try:
-        from profmagic.backends import eustack
-    except ImportError as e:
-        return False, f"backends/eustack.py has not landed ({e})"
-    return eustack.available()
-
-
 def _eustack_c_thread():
     """eu-stack sees a pure C thread's native frames; its CPU comes from /proc schedstat per sample.
     A 30-70 Hz sampler needs longer phases than the sampler: busy 0.6 s CPU, then sleep 1.2 s."""
@@ -232,20 +211,20 @@ def _eustack_c_thread():
     return _fn_totals(q, "cpu"), _fn_totals(q, "wall"), out
 
 
-@pytest.mark.skipif(not _eustack_ok()[0], reason=str(_eustack_ok()[1]))
+@pytest.mark.requires("eu-stack", "gcc", "ptrace")
 def test_eustack_mode_both_cpu_on_a_pure_c_thread():
     cpu, wall, out = _eustack_c_thread()
     assert cpu.get("c_busy", 0.0) == pytest.approx(out[1], rel=0.10)
     assert cpu.get("c_sleep", 0.0) < 0.1 * out[1]
 
 
-@pytest.mark.skipif(not _eustack_ok()[0], reason=str(_eustack_ok()[1]))
+@pytest.mark.requires("eu-stack", "gcc", "ptrace")
 def test_eustack_mode_both_wall_on_a_pure_c_thread():
     cpu, wall, out = _eustack_c_thread()
     assert wall.get("c_sleep", 0.0) == pytest.approx(out[2], rel=0.10)
 
 
-@pytest.mark.skipif(not _pyspy_ok()[0], reason="py-spy cannot attach here: " + _pyspy_ok()[1])
+@pytest.mark.requires("py-spy", "ptrace")
 def test_pyspy_pair_recorder_cleans_up_and_calibrates():
     """The Recorder-shaped pair that --mode both uses for py-spy: both children reaped, temp files gone,
     and after calibration the cell thread sums to its measured wall and CPU time."""

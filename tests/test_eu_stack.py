@@ -6,7 +6,9 @@ import sys
 import textwrap
 import time
 
+import procs
 import pytest
+from procs import wait_for
 
 from native.cbuild import build_cthread, load_cthread
 from profmagic.backends import eustack
@@ -104,14 +106,19 @@ def test_errors_name_the_place(text, where):
     assert "bad.txt" in str(e.value) and where in str(e.value)
 
 
+@pytest.mark.requires("eu-stack", "ptrace")
 def test_real_eu_stack_capture_of_a_live_process():
-    child = subprocess.Popen([sys.executable, "-c", "import time\ndef snooze():\n time.sleep(60)\nsnooze()"])
+    child = subprocess.Popen([sys.executable, "-c", "import time\ndef snooze():\n print('ready', flush=True)\n"
+                              " time.sleep(60)\nsnooze()"], stdout=subprocess.PIPE)
     try:
-        time.sleep(0.5)
+        # Ready: it said so, then went to sleep (S: nothing but the sleep blocks after the print).
+        assert child.stdout.readline() == b"ready\n"
+        assert wait_for(lambda: procs.state(child.pid) == "S", timeout=30)
         out = subprocess.run(["eu-stack", "-p", str(child.pid)], capture_output=True, check=True).stdout
     finally:
         child.kill()
         child.wait()
+        child.stdout.close()
     p = eu_stack.read(out, source="live")
     assert sniff(out) == "eu-stack"
     assert p.threads == [f"Thread {child.pid}"]
@@ -130,19 +137,10 @@ def _leaf_names(p, rows):
 
 
 def _children():
-    me = str(os.getpid())
-    out = []
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as f:
-                    if f.read().rsplit(")", 1)[1].split()[1] == me:
-                        out.append(int(d))
-            except (OSError, IndexError):
-                pass
-    return out
+    return [pid for pid, _ in procs.children()]
 
 
+@pytest.mark.requires("eu-stack", "gcc", "ptrace")
 def test_recorder_native_thread_own_root_shares_and_labels(cthread):
     before = set(_children())
     assert cthread.cthread_start(80, 80, 0) == 0
@@ -199,6 +197,7 @@ def test_recorder_native_thread_own_root_shares_and_labels(cthread):
     assert main and main[0] in p.meta["python_threads"]
 
 
+@pytest.mark.requires("eu-stack", "gcc", "ptrace")
 def test_keep_interpreter_frames_option(cthread):
     rec = eustack.Recorder(Options(pid=os.getpid(), rate=50))
     try:
@@ -210,9 +209,14 @@ def test_keep_interpreter_frames_option(cthread):
     kept = eustack.read(cap, Options(extra={"keep_interpreter_frames": True}))
     names = set(kept.frames["name"])
     assert "_PyEval_EvalFrameDefault" in names and "[python]" not in names
-    assert "[python]" in set(eustack.read(cap, Options()).frames["name"])
+    # By default the interpreter's runs fold away: into the Python frames they ran (read from this
+    # process's memory around each unwind), here this very test function.
+    folded = eustack.read(cap, Options()).frames
+    assert "_PyEval_EvalFrameDefault" not in set(folded["name"])
+    assert "test_keep_interpreter_frames_option" in set(folded.loc[folded["kind"] == "python", "name"])
 
 
+@pytest.mark.requires("eu-stack")
 def test_start_fails_loudly_for_a_missing_pid():
     from profmagic.errors import ProfilerError
     child = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -224,3 +228,121 @@ def test_start_fails_loudly_for_a_missing_pid():
     finally:
         rec.close()
     assert rec.tmp.path is None
+
+
+# A C++ program with a second thread, an inlined function and a demangled method, that aborts
+# (dumping core) or, given an argument, waits to be dumped by gcore.
+CRASH_CPP = r"""
+#include <cstdlib>
+#include <pthread.h>
+#include <unistd.h>
+namespace app {
+struct Worker { static void crash(int depth); };
+static inline __attribute__((always_inline)) void inlined_step(int d) { if (d > 0) abort(); }
+void Worker::crash(int depth) { inlined_step(depth); }
+}
+static void *waiter(void *) { pause(); return 0; }
+int main(int argc, char **) {
+    pthread_t t;
+    pthread_create(&t, 0, waiter, 0);
+    usleep(100000);
+    if (argc > 1) pause();
+    app::Worker::crash(1);
+}
+"""
+
+
+def _build_crash(d) -> str:
+    (d / "crash.cpp").write_text(CRASH_CPP)
+    exe = str(d / "crash")
+    subprocess.run(["g++", "-O1", "-g", "-o", exe, str(d / "crash.cpp"), "-lpthread"], check=True)
+    return exe
+
+
+def _gcore(exe, d) -> str:
+    """A core of the program while it waits, dumped by gdb's gcore."""
+    import glob
+    child = subprocess.Popen([exe, "wait"], cwd=d)
+    try:
+        time.sleep(0.5)
+        subprocess.run(["gcore", "-o", str(d / "core"), str(child.pid)], check=True, capture_output=True)
+    finally:
+        child.kill()
+        child.wait()
+    return glob.glob(str(d / "core.*"))[0]
+
+
+@pytest.fixture(scope="module")
+def core(tmp_path_factory):
+    """(executable, core file) made here: the program aborts with core dumps on, or, where the
+    kernel sends cores elsewhere (core_pattern |... or a directory), gcore dumps it while it waits."""
+    import glob
+    import resource
+    d = tmp_path_factory.mktemp("core")
+    exe = _build_crash(d)
+    with open("/proc/sys/kernel/core_pattern") as f:
+        pattern = f.read().strip()
+    if not pattern.startswith("|") and "/" not in pattern:
+        subprocess.run([exe], cwd=d, preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_CORE, (-1, -1)))
+        cores = glob.glob(str(d / "core*"))
+        if cores:
+            return exe, cores[0]
+    return exe, _gcore(exe, d)
+
+
+@pytest.mark.requires("eu-stack", "g++", "gcore")
+def test_eu_stack_of_a_gcore_core_file(tmp_path):
+    exe = _build_crash(tmp_path)
+    out, p = _core_profile((exe, _gcore(exe, tmp_path)), "-m", "-s")
+    assert p.meta["target"] == "core" and p.sample_count == 2
+    stacks = _thread_names_of(p)
+    assert all(any("pause" in n for n in st) for st in stacks)
+    assert sum("main" in st for st in stacks) == 1 and sum("start_thread" in st for st in stacks) == 1
+
+
+def _core_profile(core, *flags):
+    exe, path = core
+    out = subprocess.run(["eu-stack", *flags, f"--core={path}", "-e", exe], capture_output=True).stdout
+    assert out.startswith(b"PID "), out[:200]
+    assert sniff(out) == "eu-stack"
+    return out, eu_stack.read(out, source="core")
+
+
+def _thread_names_of(p):
+    return [[p.frames.at[f, "name"] for f in st] for st in p.stacks["stack"]]
+
+
+@pytest.mark.parametrize("flags", [(), ("-m",), ("-s",), ("-i",), ("-d",), ("-r",), ("-a",), ("-b",), ("-v",),
+                                   ("-l", "-m"), ("-q",)])
+@pytest.mark.requires("eu-stack", "g++", "gcore")
+def test_eu_stack_of_a_real_core_file(core, flags):
+    out, p = _core_profile(core, *flags)
+    assert b" - core" in out.split(b"\n")[0]
+    assert p.meta["target"] == "core" and p.metric == "samples" and p.sample_count == 2
+    assert len(p.threads) == 2
+    stacks = _thread_names_of(p)
+    if "-q" in flags:  # addresses only
+        assert all(n == "[unknown]" for st in stacks for n in st)
+        return
+    aborting = next(st for st in stacks if any("abort" in n for n in st))
+    waiting = next(st for st in stacks if st is not aborting)
+    # -d alone names main's frame by the DWARF function at its address: the inlined one.
+    assert ("inlined_step" if flags == ("-d",) else "main") in aborting and aborting[0] == "_start"
+    assert any("pause" in n for n in waiting) and "start_thread" in waiting
+    # No activation marks, module suffixes or build ids left in the names.
+    assert not any(n.startswith("- ") or " - " in n or "@0x" in n for st in stacks for n in st), stacks
+    waiter = next(n for n in waiting if "waiter" in n or "waiterPv" in n)
+    assert waiter == {"-r": "_ZL6waiterPv", "-d": "waiter", "-i": "waiter", "-v": "waiter"}.get(
+        next((f for f in flags if f in ("-r", "-d", "-i", "-v")), ""), "waiter(void*)")
+    if {"-i", "-v"} & set(flags):  # inlined callers are frames of their own, at main's address
+        i = aborting.index("main")
+        assert aborting[i + 1:i + 3] == ["app::Worker::crash(int)", "inlined_step"]
+    files = {p.frames.at[f, "name"]: (p.frames.at[f, "file"], p.frames.at[f, "line"]) for f in p.frames.index}
+    if {"-s", "-v"} & set(flags):  # source lines go to the frame above them
+        assert files["main"][0].endswith("crash.cpp") and files["main"][1] > 0
+        if "-v" in flags:
+            assert files["inlined_step"][0].endswith("crash.cpp") and files["inlined_step"][1] == 7
+    elif "-m" in flags:  # the module: a core prints bare file names, -l's map gives their paths
+        libc = next(f for n, (f, _) in files.items() if "pause" in n)
+        assert libc.endswith("libc.so.6") and (libc.startswith("/") == ("-l" in flags))
+        assert os.path.basename(files["main"][0]) == "crash"

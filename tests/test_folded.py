@@ -12,7 +12,7 @@ import profmagic
 from profmagic import ProfileFormatError
 from profmagic.formats import folded
 
-RESULTS = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "corpus", "flamegraph", "test", "results")
+RESULTS = os.path.join(os.path.dirname(__file__), "data", "flamegraph", "test", "results")
 RESULT_FILES = sorted(glob.glob(os.path.join(RESULTS, "*")))
 
 

@@ -17,7 +17,7 @@ from profmagic.formats import eu_stack, folded, perf_script, pstats, pyinstrumen
 from profmagic.model import Profile
 
 pytestmark = pytest.mark.timeout(300)
-CORPUS = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "shared", "corpus", "flamegraph"))
+CORPUS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "flamegraph")
 MAX = 64 * 1024  # bytes of input per example
 FUZZ = settings(max_examples=120, derandomize=True, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -152,3 +152,39 @@ def test_folded_speedscope_round_trip(rows):
     assert sorted(back.functions("samples")["total"]) == sorted(p.functions("samples")["total"])
     again = folded.read(p.to_folded().encode(), source="gen")
     assert again.sample_count == p.sample_count
+
+
+# -- Chrome trace and gecko (issue 18): seeds from our writers and a py-spy-shaped trace ---------------
+from profmagic.formats import chrome_trace, gecko  # noqa: E402
+from profmagic.model import StackBuilder  # noqa: E402
+
+
+def _timeline_seeds() -> dict:
+    b = StackBuilder()
+    m, f, g = b.frame("main", "app.py", 1, "python"), b.frame("f", "app.py", 5, "python"), b.frame("g", "lib.so")
+    for i in range(40):
+        st = ((m,), (m, f), (m, f, g), (m, g))[i % 4]
+        b.add(b.stack(f'Thread {11 + i % 2} "t{i % 2}"', st), time=i * 0.01, wall=0.01, cpu=0.004 * (i % 3))
+    p = b.build(metric="wall", meta={"pid": 5})
+    pyspy = b"[" + b",".join(
+        b'{"args":{"filename":"w.py","line":%d},"cat":"py-spy","name":"%s","ph":"%s","pid":9,"tid":1,"ts":%d}'
+        % (ln, nm, ph, ts) for ln, nm, ph, ts in
+        ((1, b"main", b"B", 0), (2, b"f", b"B", 0), (2, b"f", b"E", 10), (3, b"g", b"B", 10), (3, b"g", b"E", 30),
+         (1, b"main", b"E", 30))) + b"]"
+    return {"chrome_trace": (chrome_trace, [chrome_trace.write(p), pyspy]), "gecko": (gecko, [gecko.write(p)])}
+
+
+TIMELINE_SEEDS = _timeline_seeds()
+
+
+@pytest.mark.parametrize("name", sorted(TIMELINE_SEEDS))
+def test_timeline_mutated_inputs(name):
+    reader, seed_list = TIMELINE_SEEDS[name]
+    for s in seed_list:
+        assert isinstance(reader.read(s, source="seed"), Profile)
+
+    @FUZZ
+    @given(mutated(seed_list))
+    def run(data):
+        check(reader, data)
+    run()

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-pytestmark = [pytest.mark.kernel, pytest.mark.timeout(400)]
+pytestmark = [pytest.mark.kernel, pytest.mark.timeout(400), pytest.mark.requires("py-spy", "ptrace")]
 BACKENDS = ["py-spy", "sampler", "pyinstrument", "cprofile"]
 CELLS = 200
 SECTION = "## Long-session stability (issue 8)"

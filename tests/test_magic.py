@@ -1,12 +1,14 @@
 """%%profile in a real ipykernel, with the real profilers (issue 3)."""
 from __future__ import annotations
 
-import importlib.util
 import json
+import re
 import os
 import tempfile
 
+import procs
 import pytest
+import retries
 import workloads
 
 pytestmark = [pytest.mark.kernel, pytest.mark.timeout(300)]
@@ -58,25 +60,8 @@ def k():
     shutil.rmtree(tmp, ignore_errors=True)
 
 
-def children(pid: int) -> list[str]:
-    """Command names of the live children of ``pid``."""
-    out = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == pid:
-            out.append(stat[stat.index("(") + 1:stat.rindex(")")])
-    return out
-
-
 def assert_clean(k):
-    assert children(k.pid) == [], "a profiler child of the kernel was left running"
+    assert procs.children(k.pid) == [], "a profiler child of the kernel was left running"
     left = [n for n in os.listdir(k.tmp) if n.startswith("profmagic-")]
     assert left == [], f"temp dirs left behind: {left}"
 
@@ -117,11 +102,18 @@ def assert_cell_only(s):
         assert not any(n in t for n in KERNEL_THREAD_NAMES), f"kernel thread left: {t}"
 
 
+# Counted tries (tests/retries.py): py-spy's samples carry no time and jitter on a loaded machine; the
+# misses under load are busy's share read low (0.21 for 0.33). Noise: `PROFMAGIC_MEASURE_NOISE=40 pytest
+# tests/test_magic.py::test_pyspy_idle_shares_trim_threads_calibration`, three runs on 2026-12-01 at load
+# 4-11 on 2 cores: 7, 8 and 3 misses of 40 (the cell waited for a core 18-31 % of its time). Rule: at most
+# 8 misses in 24 tries (false failure 0.8 %; a regression making 30 % of tries miss still passes 72 %).
+KERNEL_IDLE = retries.plan(18, 120, "load 4-11 on 2 cores, 2026-12-01")
+
+
+@pytest.mark.requires("py-spy", "ptrace")
 def test_pyspy_idle_shares_trim_threads_calibration(k):
-    """py-spy's samples carry no time and jitter on a loaded machine (a busy share's error had sd
-    0.05 over 40 recordings at load 3): the shares are checked on the best of three, the rest on each."""
-    misses = []
-    for _ in range(3):
+    """The shares are counted under the rule above; everything else is checked on every try."""
+    def once():
         r, s = profile_cell(k, "-b py-spy --idle", TIMED)
         assert "recording with py-spy at 100 Hz (pid" in r.text()
         assert s["metric"] == "wall" and s["backend"] == "py-spy"
@@ -132,13 +124,39 @@ def test_pyspy_idle_shares_trim_threads_calibration(k):
         assert s["requested_rate"] == 100.0 and s["meta_rate"] == pytest.approx(s["samples"] / s["cell_wall"])
         assert any(f.startswith("In[") for f in s["files"])
         assert_clean(k)
-        miss = measured_shares_miss(k, s)
-        if miss is None:
-            return
-        misses.append(miss)
-    pytest.fail(f"py-spy shares off in three recordings: {misses}")
+        overloaded = retries.waited(k.value("_profile.meta['cell_run_delay']"), s["cell_wall"])
+        return overloaded or measured_shares_miss(k, s)
+    retries.run(KERNEL_IDLE, once)
 
 
+@pytest.mark.requires("py-spy", "ptrace")
+def test_pyspy_timing_timed_is_not_calibrated(k):
+    """--timing timed: py-spy's timestamps, nothing scaled. The cell thread's seconds are the time its
+    code ran, measured from its first line to its last (not the magic's cell_wall, which also holds
+    the magic's own start-up that the profile trims away); 5%: within 1.5% in four runs of the same
+    reader under load 13. A thread the cell started keeps its own seconds, not the cell thread's factor;
+    its end is put on py-spy's clock through py-spy's start (bench/bench_pyspy_clock.py: off by up to
+    12 ms at load 10), and its first sample comes up to one interval plus py-spy's wait for a core
+    after its start, so its bound is 50 ms."""
+    body = ("def sleeper(out):\n    s0 = time.perf_counter(); nap(0.3); out.append(time.perf_counter() - s0)\n"
+            "c0 = time.perf_counter(); slept = []\n"
+            "t = threading.Thread(target=sleeper, args=(slept,), name='sleeper')\n"
+            "t.start(); t.join()\n" + TIMED + "c1 = time.perf_counter()\n")
+    r, s = profile_cell(k, "-b py-spy --mode wall --timing timed", body)
+    assert k.value("(_profile.meta['timing'], bool(_profile.meta.get('calibrated')))") == \
+        ("timed (py-spy chrometrace)", False)
+    ran = k.value("c1 - c0")
+    assert abs(s["cell_seconds"] - ran) <= 0.05 * ran, (ran, s)
+    sleeper = k.value("float(_profile.stacks.loc[_profile.stacks.thread.str.endswith('\"sleeper\"'), 'wall'].sum())")
+    assert sleeper == pytest.approx(k.value("slept[0]"), abs=0.05)
+    assert_measured_shares(k, s)
+    assert_cell_only(s)
+    assert_clean(k)
+    r = k.run("%%profile -b py-spy --mode cpu --timing timed\nnap(0.1)\n")
+    assert "timed format needs wall time" in r.text()
+
+
+@pytest.mark.requires("py-spy", "ptrace")
 def test_pyspy_mode_cpu_is_cpu(k):
     _, s = profile_cell(k, "-b py-spy --mode cpu")
     assert s["metric"] == "cpu"
@@ -148,6 +166,7 @@ def test_pyspy_mode_cpu_is_cpu(k):
     assert_clean(k)
 
 
+@pytest.mark.requires("py-spy", "ptrace")
 def test_thread_started_by_cell_is_kept(k):
     body = ("t = threading.Thread(target=busy, args=(0.4,), name='worker')\n"
             "t.start(); nap(0.5); t.join()\n")
@@ -160,12 +179,14 @@ def test_thread_started_by_cell_is_kept(k):
     assert_clean(k)
 
 
+@pytest.mark.requires("py-spy", "ptrace")
 def test_all_threads_keeps_kernel_threads(k):
     _, s = profile_cell(k, "-b py-spy --idle --all-threads", "busy(0.2)\n")
     assert any("IOPub" in t or "Heartbeat" in t for t in s["threads"]), s["threads"]
     assert_clean(k)
 
 
+@pytest.mark.requires("py-spy", "ptrace")
 def test_cell_raises_partial_profile_then_same_exception(k):
     k.run("_profile = None")
     r = k.run("%%profile -b py-spy --idle\nbusy(0.2)\nraise ValueError('boom 42')\n")
@@ -178,9 +199,14 @@ def test_cell_raises_partial_profile_then_same_exception(k):
     assert_clean(k)
 
 
-def test_ctrl_c_partial_profile_and_keyboardinterrupt(k):
+@pytest.mark.requires("py-spy", "ptrace")
+def test_ctrl_c_partial_profile_and_keyboardinterrupt(k, tmp_path):
     k.run("_profile = None")
-    r = k.run("%%profile -b py-spy --idle\nbusy(0.3)\ntime.sleep(60)\n", interrupt_after=2.0, timeout=60)
+    # Interrupted once the cell has written its marker file, after busy() (the cell starts once py-spy
+    # samples). A file, not a print: printing runs ipykernel's own code on the cell's thread.
+    mark = tmp_path / "busy-done"
+    r = k.run(f"%%profile -b py-spy --idle\nbusy(0.3)\nopen({str(mark)!r}, 'w').close()\ntime.sleep(60)\n",
+              interrupt_on=mark.exists, timeout=120)
     assert r.status == "error" and r.error["ename"] == "KeyboardInterrupt", r.error
     s = summary(k)
     assert "KeyboardInterrupt" in s["partial"]
@@ -189,6 +215,7 @@ def test_ctrl_c_partial_profile_and_keyboardinterrupt(k):
     assert_clean(k)
 
 
+@pytest.mark.requires("py-spy", "ptrace")
 def test_zero_samples_message(k):
     r = k.run("%%profile -b py-spy --idle --rate 1\nx = 1\n")
     assert r.status == "ok"
@@ -204,15 +231,19 @@ def test_unknown_backend(k):
     assert k.value("ran") is False
 
 
-def test_returns_profile_underscore_and_line_magic(k):
+@pytest.mark.requires("py-spy", "ptrace")
+def test_profile_in_underscore_profile_and_line_magic_returns_it(k):
+    # The cell magic shows the report as a display and leaves Out/_ to the cell's own value.
     r = k.run("%%profile -b py-spy --idle\nbusy(0.2)\n")
-    assert r.result is not None
-    assert k.value("type(_).__name__") == "Profile"
+    assert r.result is None and any("application/vnd.jupyter.widget-view+json" in d or "text/html" in d
+                                    for d in r.data), r.data
+    assert k.value("type(_profile).__name__") == "Profile"
     r = k.run("p = %profile -b py-spy --idle busy(0.25)\nprint(type(p).__name__, p.meta['cell'])")
     assert r.stdout.split() == ["Profile", "busy(0.25)"], r.text()
     assert_clean(k)
 
 
+@pytest.mark.requires("py-spy", "ptrace")
 def test_output_writes_speedscope(k, tmp_path):
     out = tmp_path / "cell.speedscope.json"
     r = k.run(f"%%profile -b py-spy --idle -q -o {out}\nbusy(0.2)\n")
@@ -224,6 +255,7 @@ def test_output_writes_speedscope(k, tmp_path):
     assert "busy" in set(p.frames["name"]) and p.meta["backend"] == "py-spy"
 
 
+@pytest.mark.requires("py-spy", "ptrace")
 def test_top_level_await(k):
     r, s = profile_cell(k, "-b py-spy --idle", "await asyncio.sleep(0.4)\nbusy(0.2)\n")
     assert s["busy"] > 0.2
@@ -231,6 +263,7 @@ def test_top_level_await(k):
     assert_clean(k)
 
 
+@pytest.mark.requires("py-spy", "ptrace")
 def test_gil_overrides_idle_warns(k):
     r = k.run("%%profile -b py-spy --idle --gil\nbusy(0.2)\nnap(0.3)\n")
     assert r.status == "ok" and "--gil overrides --idle" in r.stderr
@@ -241,16 +274,8 @@ def test_gil_overrides_idle_warns(k):
 INPROCESS = ["sampler", "pyinstrument", "cprofile"]
 
 
-def need(backend):
-    mod = {"sampler": "sampler", "pyinstrument": "pyinstrument", "cprofile": "cprofile"}[backend]
-    path = os.path.join(os.path.dirname(__file__), "..", "profmagic", "backends", mod + ".py")
-    if importlib.util.find_spec("profmagic") is None or not os.path.exists(path):
-        pytest.skip(f"profmagic/backends/{mod}.py is not written yet (helper H4b builds it)")
-
-
 @pytest.mark.parametrize("backend", INPROCESS)
 def test_inprocess_backends_wall(k, backend):
-    need(backend)
     _, s = profile_cell(k, f"-b {backend} --mode wall", TIMED)
     assert s["backend"] == backend and s["metric"] == "wall"
     assert_measured_shares(k, s)
@@ -260,7 +285,6 @@ def test_inprocess_backends_wall(k, backend):
 
 @pytest.mark.parametrize("backend", INPROCESS)
 def test_inprocess_backends_cpu(k, backend):
-    need(backend)
     _, s = profile_cell(k, f"-b {backend} --mode cpu")
     assert s["metric"] == "cpu"
     # ≈ 0: a sample or two lands on the call into sleep (0.6 s of sleep would be 2/3).
@@ -270,9 +294,41 @@ def test_inprocess_backends_cpu(k, backend):
 
 
 def test_sampler_keeps_cell_thread(k):
-    need("sampler")
     body = ("t = threading.Thread(target=busy, args=(0.4,), name='worker')\n"
             "t.start(); nap(0.5); t.join()\n")
     _, s = profile_cell(k, "-b sampler --mode wall", body)
     assert [t for t in s["threads"] if t.endswith('"worker"')], s["threads"]
     assert_cell_only(s)
+
+
+def test_cell_value_is_displayed_and_lands_in_out(k):
+    """The cell runs as IPython runs it: the last expression is shown (after the report) and stored
+    in Out; input transformers (a %line magic inside the cell) apply; the profile covers the cell."""
+    r = k.run("%%profile -b sampler\nbusy(0.1)\n%time _t = 1\n40 + 2\n")
+    assert r.status == "ok", r.text()
+    assert r.result == {"text/plain": "42"}
+    n = k.value("len(In) - 2")
+    assert k.value(f"Out[{n}]") == 42
+    assert "Wall time" in r.stdout                     # %time ran inside the profiled cell
+    assert k.value("_profile.meta['cell_thread'] in _profile.threads")
+    names = k.value("sorted(set(_profile.frames['name']))")
+    assert "busy" in names and "<module>" in names
+
+
+def test_traceback_points_at_the_cells_own_line(k):
+    r = k.run("%%profile -b sampler -q\nx = 1\n\ny = 1 / 0\n")
+    assert r.status == "error" and r.error["ename"] == "ZeroDivisionError"
+    tb = "\n".join(r.error["traceback"])
+    assert "----> 3 y = 1 / 0" in re.sub(r"\x1b\[[0-9;]*m", "", tb)
+
+
+def test_default_records_wall_and_cpu_of_a_waiting_cell(k):
+    """%%profile with no options on a cell that mostly sleeps: wall and CPU from one run, the wall
+    total within 5% of the cell's measured wall time, and at least 90% of it off-CPU."""
+    r = k.run("%%profile\nspin(0.03)\nnap(1.0)\n")
+    assert r.status == "ok" and "no samples" not in r.stderr, r.text()
+    s = k.value("dict(metrics=_profile.metrics, wall=_profile.total('wall'), cpu=_profile.total('cpu'), "
+                "cell_wall=_profile.meta['cell_wall'], mode=_profile.meta['mode'])")
+    assert s["mode"] == "both" and {"wall", "cpu", "off_cpu"} <= set(s["metrics"])
+    assert s["wall"] == pytest.approx(s["cell_wall"], rel=0.05)
+    assert (s["wall"] - s["cpu"]) / s["wall"] >= 0.9, s

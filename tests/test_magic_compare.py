@@ -1,12 +1,9 @@
 """Issue 6 in a real ipykernel: --mode both on every backend, --compare, --backends, --rerun."""
 from __future__ import annotations
 
-import shutil
-
 import pytest
+import retries
 import workloads
-
-from profmagic.backends import eustack, perf, pyspy
 
 pytestmark = [pytest.mark.kernel, pytest.mark.timeout(300)]
 
@@ -72,33 +69,42 @@ def test_sampler_mode_both(k):
     _check(s, "sampler")
 
 
-@pytest.mark.skipif(not pyspy.available()[0], reason="py-spy cannot attach here: " + pyspy.available()[1])
+# Counted tries (tests/retries.py): py-spy's samples carry no time stamps, and two py-spy beside the cell
+# need cores of their own. Noise: `PROFMAGIC_MEASURE_NOISE=40 pytest
+# tests/test_magic_compare.py::test_pyspy_mode_both_pair_calibrated`, 2026-12-01 at load 7-14 on 2 cores:
+# of 130 tries, 125 ran with the cell waiting for a core over half its time (92 of them missed, wall(nap)
+# read 0.4-2.4 s for 0.6 s); 1 of the 5 counted missed; in a full `make test` at load 8-12, 6 of 12
+# counted tries missed (wall(nap) 13-17 % off). So 7 of 17: the rule below (at most 16 misses in 24) is
+# nearly toothless until the check is measured, or made steadier, on a machine with a core to spare.
+PAIR = retries.plan(7, 17, "load 7-14 on 2 cores, 2026-12-01")
+
+
+@pytest.mark.requires("py-spy", "ptrace")
 def test_pyspy_mode_both_pair_calibrated(k):
-    """Two py-spy at once (--idle and without), calibrated on the cell thread's wall and CPU time.
-    py-spy's samples carry no time stamps and jitter on this loaded machine: the best of three."""
-    fails = []
-    for _ in range(3):
+    """Two py-spy at once (--idle and without), calibrated on the cell thread's wall and CPU time;
+    the measured split is counted under the rule above, the rest checked on every try."""
+    def once():
         r, s = _both(k, "py-spy")
         meta = k.value("{k: _profile.meta.get(k) for k in ('rate', 'requested_rate', 'calibrated', "
-                       "'cpu_method', 'cell_thread_samples', 'cell_wall')}")
+                       "'cpu_method', 'cell_thread_samples', 'cell_wall', 'cell_run_delay')}")
         assert "two py-spy recordings" in meta["cpu_method"] and meta["calibrated"] is True, meta
         assert meta["requested_rate"] == 100.0
         assert meta["rate"] == pytest.approx(meta["cell_thread_samples"] / meta["cell_wall"]), meta
-        try:
-            _check(s, "py-spy")
-            return
-        except AssertionError as e:
-            fails.append(str(e))
-    pytest.fail("py-spy --mode both off in three runs: " + "\n".join(fails))
+        overloaded = retries.waited(meta["cell_run_delay"], meta["cell_wall"])
+        if overloaded:
+            return overloaded
+        t = s["truth"]
+        assert {"wall", "cpu", "off_cpu"} <= set(s["metrics"]), s
+        off = [f"{what} {got:.3f} vs {want:.3f}" for what, got, want in (
+            ("cpu(spin)", s["spin_cpu"], t["spin_cpu"]), ("wall(nap)", s["nap_wall"], t["nap_wall"]))
+            if abs(got - want) > 0.10 * want]
+        if s["nap_cpu"] >= 0.1 * t["spin_cpu"]:
+            off.append(f"cpu(nap) {s['nap_cpu']:.3f}, should be about 0")
+        return "; ".join(off) or None
+    retries.run(PAIR, once)
 
 
-def _eustack_ok():
-    if shutil.which("eu-stack") is None:
-        return False, "eu-stack is not installed"
-    return eustack.available()
-
-
-@pytest.mark.skipif(not _eustack_ok()[0], reason=str(_eustack_ok()[1]))
+@pytest.mark.requires("eu-stack", "ptrace")
 def test_eustack_mode_both(k):
     """eu-stack sees native frames only: the spin is the cell thread's CPU, the sleep is clock_nanosleep."""
     r = k.run("%%profile --backend eu-stack --mode both -q\nwork()\n", timeout=180)
@@ -113,46 +119,52 @@ def test_eustack_mode_both(k):
     assert s["sleep_wall"] == pytest.approx(t["nap_wall"], rel=0.10), s
 
 
-@pytest.mark.skipif(not perf.available()[0], reason=str(perf.available()[1]))
-def test_perf_mode_both_wall_unknown_never_zero(k):
+@pytest.mark.requires("perf", "perf_event")
+def test_perf_mode_both_measures_wall_from_sched_switch(k):
+    """perf --mode both: cpu-clock for on-CPU time, sched_switch for off-CPU time, one session."""
     r = k.run("%%profile --backend perf --mode both -q\nwork()\n", timeout=180)
     assert r.status == "ok", r.text() + str(r.error)
-    s = k.value("dict(metrics=_profile.metrics, wall_nan=bool(_profile.stacks['wall'].isna().all()), "
-                "unknown=_profile.meta.get('unknown'), cpu=float(_profile.stacks['cpu'].sum()), truth=TRUTH)")
-    assert s["wall_nan"] and "wall" not in s["metrics"] and "cpu" in s["metrics"], s
-    assert "on-CPU time only" in s["unknown"]["wall"], s
-    assert s["cpu"] > 0.5 * s["truth"]["spin_cpu"], s
+    s = k.value("dict(metrics=_profile.metrics, unknown=_profile.meta.get('unknown'), truth=TRUTH, "
+                "cpu=float(_profile.stacks.loc[_profile.stacks.thread == _profile.meta['cell_thread'], 'cpu'].sum()), "
+                "sleep_cpu=totals(_profile, 'cpu', 'nanosleep'), sleep_wall=totals(_profile, 'wall', 'nanosleep'))")
+    t = s["truth"]
+    assert {"wall", "cpu", "off_cpu"} <= set(s["metrics"]) and s["unknown"] is None, s
+    assert s["cpu"] == pytest.approx(t["spin_cpu"], rel=0.10), s
+    assert s["sleep_cpu"] < 0.1 * t["spin_cpu"], s
+    assert s["sleep_wall"] == pytest.approx(t["nap_wall"], rel=0.10), s
 
 
 def test_compare_shows_two_icicles_table_and_verdict(k):
     r = k.run("%%profile --compare --backend sampler\nwork()\nevil()\n")
     assert r.status == "ok", r.text() + str(r.error)
-    figs = [d[PLOTLY] for d in r.data if PLOTLY in d]
-    assert len(figs) == 1, [list(d) for d in r.data]
+    shown = r.data + r.updates      # the comparison replaces the live view in place: one output
+    figs = [d[PLOTLY] for d in shown if PLOTLY in d]
+    assert len(figs) == 1, [list(d) for d in shown]
     traces = figs[0]["data"]
     assert [t["type"] for t in traces] == ["icicle", "icicle", "table"]   # CPU, wall (one scale), off-CPU table
-    html = "".join(d.get("text/html", "") for d in r.data)
+    html = "".join(d.get("text/html", "") for d in shown if PLOTLY in d)
     assert "% of wall time off-CPU, mostly in" in html
     for col in ("cpu s", "off-CPU s", "wall s", "on-CPU %"):
         assert f"<th>{col}</th>" in html, col
     assert html.count("<svg") == 2          # the static twin: CPU and wall icicles
     assert "<img src=x" not in html and "&lt;img src=x onerror=alert(1)&gt;" in html
     assert all("<img" not in str(lab) for t in traces if t["type"] == "icicle" for lab in t["labels"])
-    # still the Profile: returned (shown as one line) and in _profile
-    assert r.result is not None and r.result["text/plain"].startswith("<Profile")
-    assert k.value("type(_).__name__ + ' ' + _profile.meta['mode']") == "QuietProfile both"
+    # one output per cell: no Out[n] under the comparison; the Profile is in _profile
+    assert r.result is None
+    assert k.value("type(_profile).__name__ + ' ' + _profile.meta['mode']") == "Profile both"
     for cdn in ("cdn.", "unpkg", "https://cdn"):
         assert cdn not in html
 
 
+@pytest.mark.requires("py-spy", "ptrace")
 def test_backends_side_by_side_returns_dict_and_warns(k):
-    names = ["sampler", "pyinstrument"] + (["py-spy"] if pyspy.available()[0] else [])
+    names = ["sampler", "pyinstrument", "py-spy"]
     before = k.value("RUNS")
     r = k.run(f"%%profile --backends {','.join(names)}\nwork()\n")
     assert r.status == "ok", r.text() + str(r.error)
     assert f"runs the cell {len(names)} times" in r.stderr
     assert k.value("RUNS") - before == len(names)
-    assert k.value("sorted((n, type(p).__name__) for n, p in _.items())") == sorted((n, "Profile") for n in names)
+    assert k.value("sorted((n, type(p).__name__) for n, p in _profiles.items())") == sorted((n, "Profile") for n in names)
     figs = [d[PLOTLY] for d in r.data if PLOTLY in d]
     assert len(figs) == 1 and len(figs[0]["data"]) == len(names)
     html = "".join(d.get("text/html", "") for d in r.data)
@@ -184,12 +196,12 @@ def test_one_clock_backend_rerun_gives_both_and_warns(k, backend):
     assert s["nap_wall"] == pytest.approx(0.6, rel=0.10), s
 
 
-@pytest.mark.skipif(not pyspy.available()[0], reason="py-spy cannot attach here: " + pyspy.available()[1])
+@pytest.mark.requires("py-spy", "ptrace")
 def test_pyspy_no_samples_on_a_deep_stack_points_to_sampler(k):
     """py-spy 0.4 records nothing for a 10,000-deep stack although the cell is busy for 0.3 s."""
     r = k.run("import sys\nsys.setrecursionlimit(30000)\n"
               "def deep(n):\n    return spin(0.3) if n == 0 else deep(n - 1)\n")
     assert r.status == "ok", r.text()
     r = k.run("%%profile --backend py-spy --idle\ndeep(10000)\n")
-    assert "no samples" in r.stderr, r.text()
-    assert "--backend sampler" in r.stderr and "Run it longer" not in r.stderr, r.stderr
+    assert "samples" in r.stderr and "py-spy reported" in r.stderr, r.text()
+    assert "--backend sampler" in r.stderr and "run it longer" not in r.stderr, r.stderr

@@ -91,3 +91,106 @@ def test_functions_of_a_both_profile_have_wall_cpu_off_cpu_and_a_readable_index(
     one = profmagic.load("a;b 2\n").functions()   # one clock: no per-clock columns
     assert list(one.columns) == ["id", "name", "file", "self", "total"] and list(one.index) == ["b", "a"] or \
         list(one.index) == ["a", "b"]
+
+
+def _memory_profile(meta=None):
+    """Two stacks with memory weights, as formats/memray.py builds them: no samples, integer bytes."""
+    b = StackBuilder()
+    cell, alloc, strs = (b.frame(n, "cell.py", i, "python") for i, n in enumerate(("cell", "alloc", "strs")))
+    b.add(b.stack("t", (cell, alloc)), samples=0, bytes=21_313_384, allocated=23_310_808, allocations=59_804)
+    b.add(b.stack("t", (cell, strs)), samples=0, bytes=0, allocated=25_333_852, allocations=399_817)
+    return b.build(metric="bytes", meta={"backend": "memray", "memray": "1.20.0", "duration": 0.5, **(meta or {})})
+
+
+def test_memory_metrics_total_functions_and_label():
+    p = _memory_profile()
+    assert p.metrics == ["samples", "bytes", "allocated", "allocations"]
+    assert p.total() == 21_313_384 and isinstance(p.total(), int)
+    assert p.total("allocated") == 48_644_660
+    fn = p.functions().set_index("name")
+    assert fn.loc["alloc", "total"] == 21_313_384 and fn.loc["strs", "total"] == 0
+    assert fn["total"].dtype == np.int64
+    assert p.functions("allocations").set_index("name").loc["strs", "self"] == 399_817
+    d = p.describe()
+    assert d.startswith("bytes alive at the memory high-water mark · backend memray 1.20.0 · 459,621 allocations")
+    assert "Hz" not in d and "samples" not in d
+    assert not p.is_empty
+    # Leaks mode: the same column, named for what it holds.
+    leaks = _memory_profile({"metric_labels": {"bytes": "bytes still alive at the end"}})
+    assert leaks.describe().startswith("bytes still alive at the end · backend memray 1.20.0")
+
+
+def test_memory_profile_round_trips_through_speedscope():
+    from profmagic.formats import speedscope
+    p = _memory_profile()
+    doc = speedscope.to_dict(p)
+    assert {q["unit"] for q in doc["profiles"]} == {"bytes"}
+    q = speedscope.read(speedscope.write(p))
+    assert q.metric == "bytes"
+    for m in ("bytes", "allocated", "allocations", "samples"):
+        assert q.total(m) == p.total(m), m
+    a = q.replace(metric="allocations")
+    assert {q_["unit"] for q_ in speedscope.to_dict(a)["profiles"]} == {"none"}
+    assert speedscope.read(speedscope.write(a)).total("allocations") == 459_621
+
+
+def test_memory_views_say_bytes():
+    from profmagic import report
+    from profmagic.views import fmt, icicle
+    p = _memory_profile()
+    assert fmt("bytes", 21_313_384) == "20.33 MiB" and fmt("allocations", 59_804) == "59,804 allocations"
+    tr = icicle.figure(p).data[0]
+    assert max(tr.values) == 21_313_384  # byte counts, not microseconds
+    assert " B (" in tr.hovertemplate and "samples" not in tr.hovertemplate
+    html = report.static_html(p)
+    assert "20.33 MiB" in html and "bytes alive at the memory high-water mark" in html
+
+
+def test_time_and_memory_profile_round_trips_through_speedscope():
+    """Time rows with time-ordered samples beside memory rows (transforms.time_and_memory): each metric's
+    total is its recording's own, one function across both; written per stack, nothing lost."""
+    from profmagic import transforms
+    from profmagic.formats import speedscope
+    b = StackBuilder()
+    cell, busy = (b.frame(n, "cell.py", i, "python") for i, n in enumerate(("cell", "busy")))
+    for i in range(3):
+        b.add(b.stack("t", (cell, busy)), samples=1, time=0.01 * i, wall=0.01, cpu=0.01)
+    t = b.build(metric="wall")
+    m = _memory_profile()
+    both = transforms.time_and_memory(t, m)
+    assert both.threads == ["t"] and both.metric == "wall" and len(both.samples) == 3
+    for metric in ("wall", "cpu", "samples"):
+        assert both.total(metric) == pytest.approx(t.total(metric)), metric
+    for metric in ("bytes", "allocated", "allocations"):
+        assert both.total(metric) == m.total(metric), metric
+    fn = both.functions("bytes").set_index("name")
+    assert fn.loc["cell", "total"] == 21_313_384 and fn.loc["busy", "total"] == 0
+    assert both.functions("wall").set_index("name").loc["cell", "total"] == pytest.approx(0.03)
+    q = speedscope.read(speedscope.write(both))
+    for metric in ("wall", "cpu", "bytes", "allocated", "allocations", "samples"):
+        assert q.total(metric) == pytest.approx(both.total(metric)), metric
+    # A metric memray did not record (an aggregated capture) stays unknown, not 0 on the time rows.
+    agg = m.replace(stacks=m.stacks.assign(allocated=np.nan, allocations=np.nan))
+    agg = agg.with_meta(unknown={"allocated": "aggregated", "allocations": "aggregated"})
+    assert transforms.time_and_memory(t, agg).metrics == ["samples", "wall", "cpu", "off_cpu", "bytes"]
+
+
+def test_add_samples_in_bulk_with_per_sample_columns():
+    b = StackBuilder()
+    f, g = b.frame("f"), b.frame("g")
+    a, c = b.stack("A", (f,)), b.stack("A", (f, g))
+    b.add(a, time=0.0, wall=0.1)  # a single sample first: the bulk columns start after it
+    b.add_samples([c, a, c], time=[0.1, 0.2, 0.3], wall=[0.1, 0.2, 0.3], cpu=[0.1, 0.0, 0.3],
+                  columns={"state": ["R", "S", "R"], "on_cpu": np.array([True, False, True])})
+    p = b.build()
+    assert p.stacks["samples"].tolist() == [2, 2]
+    assert p.stacks["wall"].tolist() == pytest.approx([0.3, 0.4])
+    assert p.stacks["cpu"].tolist() == pytest.approx([0.0, 0.4])
+    assert p.samples["state"].tolist() == [None, "R", "S", "R"]
+    assert p.samples["cpu"].isna().tolist() == [True, False, False, False]
+    only_bulk = StackBuilder()
+    s = only_bulk.stack("A", (only_bulk.frame("f"),))
+    only_bulk.add_samples([s, s], time=[0.0, 0.1], columns={"on_cpu": np.array([True, False])})
+    assert only_bulk.build().samples["on_cpu"].dtype == bool
+    with pytest.raises(ValueError, match="column 'x' has 1 values for 2 samples"):
+        only_bulk.add_samples([s, s], time=[0.2, 0.3], columns={"x": [1]})

@@ -50,7 +50,7 @@ def check_clean(kernel):
     assert children_dirs() == []
 
 
-@pytest.mark.parametrize("backend", ["py-spy", "sampler"])
+@pytest.mark.parametrize("backend", [pytest.param("py-spy", marks=pytest.mark.requires("py-spy", "ptrace")), "sampler"])
 def test_four_workers_each_spin_time(kernel, backend):
     cell = f'''%%profile -b {backend} --subprocesses --idle -q
 ws = [mp.get_context("fork").Process(target=spin, args=(d,), name=f"w{{d}}") for d in {SPINS!r}]
@@ -97,6 +97,7 @@ time.sleep(0.3)
     check_clean(kernel)
 
 
+@pytest.mark.requires("py-spy", "ptrace")
 def test_subprocess_python_recorded_by_env_hook(kernel):
     code = ("import time\\ndef known_child():\\n    t = time.perf_counter()\\n"
             "    while time.perf_counter() - t < 0.5: pass\\nknown_child()\\n")

@@ -2,7 +2,6 @@
 import glob
 import os
 import re
-import shutil
 import subprocess
 
 import pytest
@@ -281,7 +280,7 @@ int main(void) { busy_loop(); struct timespec ts = {0, 100000000}; nanosleep(&ts
 """
 
 
-@pytest.mark.skipif(shutil.which("perf") is None or shutil.which("gcc") is None, reason="needs perf and gcc")
+@pytest.mark.requires("perf", "gcc")
 def test_real_perf_script(tmp_path):
     src = tmp_path / "busy.c"
     src.write_text(BUSY_C)
@@ -321,3 +320,74 @@ def test_real_perf_script(tmp_path):
 def test_error_line_numbers_count_blank_lines(text, line):
     with pytest.raises(ProfileFormatError, match=rf"^f\.txt: line {line}: expected an event header"):
         perf_script.read(text, strict=True, source="f.txt")
+
+
+# perf script with scheduler records, written by hand in perf's layout (perf 6.1), with times chosen
+# so every second is known: thread 11 runs 10.0-10.3 (one cpu-clock sample at 10.2, another at 10.29),
+# sleeps in nanosleep 10.3-10.8 (woken by thread 12), runs 10.8-11.0; thread 12 sleeps 10.0-10.5 (its
+# first event is a switch-in: asleep since before the recording), runs 10.5-11.0; thread 13 has no event.
+SCHED_TEXT = b"""\
+# profmagic perf-sched start=10.000000 end=11.000000 pid=11 threads=11:app,12:waker,13:idle%20one
+app 11/11 10.200000:   10000000 cpu-clock: 
+\t    1111 busy (/app)
+\t    1000 main (/app)
+
+app 11/11 10.290000:   10000000 cpu-clock: 
+\t    1111 busy (/app)
+\t    1000 main (/app)
+
+app 11/11 10.300000:          1 sched:sched_switch: prev_comm=app prev_pid=11 prev_prio=120 prev_state=S ==> next_comm=swapper/0 next_pid=0 next_prio=120
+\tffffffff82265908 __schedule ([kernel.kallsyms])
+\t    2222 nanosleep (/libc)
+\t    1000 main (/app)
+
+app 11/11 10.300000: PERF_RECORD_SWITCH OUT
+waker 11/12 10.500000: PERF_RECORD_SWITCH IN
+waker 11/12 10.700000:          1 sched:sched_wakeup: comm=app pid=11 prio=120 target_cpu=000
+\tffffffff81111111 try_to_wake_up ([kernel.kallsyms])
+\tffffffff81222222 futex_wake ([kernel.kallsyms])
+
+app 11/11 10.800000: PERF_RECORD_SWITCH IN
+"""
+
+
+def _by_stack(p):
+    return {(t, tuple(p.frames.at[f, "name"] for f in st)): (round(w, 6), round(c, 6))
+            for t, st, w, c in zip(p.stacks["thread"], p.stacks["stack"], p.stacks["wall"], p.stacks["cpu"])}
+
+
+def test_sched_records_give_wall_and_cpu_per_thread():
+    from profmagic.formats import perf_sched
+    p = perf_script.read(SCHED_TEXT, source="sched.txt")
+    assert p.metric == "wall" and p.meta["window"] == [10.0, 11.0]
+    got = _by_stack(p)
+    # Thread 11: CPU 10.0-10.2 and 10.2-10.29 to its two samples; 10.29-10.3 and 10.8-11.0 are on-CPU
+    # after its last sample: to that sample. Off-CPU 10.3-10.8 to the nanosleep stack.
+    assert got[("app-11/11", ("app", "main", "busy"))] == (0.5, 0.5)
+    assert got[("app-11/11", ("app", "main", "nanosleep", "__schedule"))] == (0.5, 0.0)
+    assert got[("waker-11/12", (perf_sched.OFF_BEFORE,))] == (0.5, 0.0)
+    assert got[("waker-11/12", (perf_sched.ON_UNSAMPLED,))] == (0.5, 0.5)
+    assert got[("idle one-11/13", (perf_sched.NOT_SEEN,))] == (1.0, 0.0)
+    # wall = CPU + off-CPU, and every thread's wall is the recording's second.
+    for t in p.threads:
+        assert p.stacks.loc[p.stacks["thread"] == t, "wall"].sum() == pytest.approx(1.0)
+    s = p.samples.set_index("time")
+    assert s.at[10.3, "state"] == "S" and s.at[10.3, "woken_by"] == "waker-11/12"
+    assert p.meta["uncovered"][perf_sched.NOT_SEEN] == {"idle one-11/13": 1.0}
+
+
+def test_sched_records_lost_switch_in_is_labelled():
+    from profmagic.formats import perf_sched
+    text = SCHED_TEXT.replace(b"app 11/11 10.800000: PERF_RECORD_SWITCH IN\n", b"")
+    text += b"\napp 11/11 10.900000:   10000000 cpu-clock: \n\t    1111 busy (/app)\n\t    1000 main (/app)\n\n"
+    p = perf_script.read(text)
+    got = _by_stack(p)
+    # Running at 10.9 without a switch-in since 10.3: the stretch from the switch-out is unknown.
+    assert got[("app-11/11", (perf_sched.LOST,))] == (0.6, 0.0) and p.meta["inconsistent_switches"] == 1
+    assert p.stacks.loc[p.stacks["thread"] == "app-11/11", "wall"].sum() == pytest.approx(1.0)
+
+
+def test_sched_records_without_times_are_an_error():
+    text = b"app 11/11: PERF_RECORD_SWITCH OUT\napp 11 1: sched:sched_switch: prev_state=S\n\n"
+    with pytest.raises(ProfileFormatError, match="sched.txt: byte offset 0: perf script with switch records but no timestamps"):
+        perf_script.read(text, source="sched.txt")

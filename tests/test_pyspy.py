@@ -6,12 +6,14 @@ import subprocess
 import sys
 
 import pytest
+import retries
+import tools
 
 from profmagic.backends import pyspy
 from profmagic.backends.base import Options
 from profmagic.errors import ProfilerError
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.requires("py-spy", "ptrace")]
 
 WORKLOAD = r'''
 import sys, time
@@ -51,7 +53,7 @@ def go(p, line="go"):
 def test_available_and_binary():
     ok, reason = pyspy.available()
     assert ok, reason
-    assert pyspy.binary() == os.path.join(os.path.dirname(sys.executable), "py-spy")
+    assert pyspy.binary() == tools.find("py-spy")   # next to the interpreter, else on PATH
     assert pyspy.version().startswith("0.")
 
 
@@ -81,11 +83,16 @@ def record_child(child, idle):
     return p, float(busy_wall), float(nap_wall)
 
 
+# Counted tries (tests/retries.py): py-spy's samples carry no time and jitter on a loaded machine.
+# Noise: `PROFMAGIC_MEASURE_NOISE=40 pytest tests/test_pyspy.py::test_record_child_idle` missed 0 of 40
+# (2026-12-01, load average 5 on 2 cores). Rule: at most 2 misses in 16 tries (false failure 0.6 %;
+# a regression making 30 % of tries miss passes 9.9 %).
+CHILD_IDLE = retries.plan(0, 40, "load 5 on 2 cores, 2026-12-01")
+
+
 def test_record_child_idle():
-    """py-spy's samples carry no time and jitter on a loaded machine (a share's error had sd 0.05 in
-    40 recordings at load 3): nap's share is checked on the best of three children."""
-    misses = []
-    for _ in range(3):
+    """nap's share within 10 points of the share measured in the child, under the counted rule above."""
+    def once():
         child = start_child()
         try:
             p, busy_wall, nap_wall = record_child(child, idle=True)
@@ -95,10 +102,8 @@ def test_record_child_idle():
         fn = p.functions().set_index("name")["total"]
         share = fn["nap"] / (fn["nap"] + fn["busy"])
         truth = nap_wall / (nap_wall + busy_wall)   # measured in the child
-        if abs(share - truth) < 0.1:
-            return
-        misses.append((round(share, 3), round(truth, 3)))
-    pytest.fail(f"nap's share (profiled, measured) off in three recordings: {misses}")
+        return None if abs(share - truth) < 0.1 else f"nap's share {share:.3f}, measured {truth:.3f}"
+    retries.run(CHILD_IDLE, once)
 
 
 def test_record_child_cpu(child):
@@ -135,3 +140,50 @@ def test_stop_is_sigint_and_file_complete(child):
         rec.close()
     assert cap.meta["exit"] == 0 and "Wrote speedscope file" in cap.meta["status"]
     assert cap.data.startswith(b"{") and cap.data.rstrip().endswith(b"}")
+
+
+def test_timed_in_a_session_every_thread_keeps_its_own_seconds():
+    """--timing timed through the Session (as %%profile runs it): nothing calibrated; the block's
+    thread sums to its measured wall time, and a thread that ended during the block to its own (its
+    end is known from the thread watch: py-spy writes nothing when a thread exits). Bound 5%: within
+    1.5% in 4 runs under load 13 (test_cli's record test, same reader)."""
+    import threading
+    import time
+
+    import profmagic
+    from workloads import busy, nap
+    early = {}
+
+    def worker():
+        t0 = time.perf_counter()
+        busy(0.1)
+        nap(0.2)
+        early["wall"] = time.perf_counter() - t0
+        early["tid"] = threading.get_native_id()
+
+    with profmagic.profile("py-spy", mode="wall", timing="timed", announce=lambda text: None) as rec:
+        t0 = time.perf_counter()
+        t = threading.Thread(target=worker, name="early")
+        t.start()
+        t.join()
+        busy(0.2)
+        nap(0.4)
+        wall = time.perf_counter() - t0
+    p = rec.profile
+    assert p.meta["timing"] == pyspy.TIMED and not p.meta.get("calibrated")
+    st, table = p.stacks, p.thread_table
+    mine = (st["thread"] == p.meta["cell_thread"]).to_numpy()
+    assert float(st.loc[mine, "wall"].sum()) == pytest.approx(wall, rel=0.05)
+    label = table.loc[table["tid"] == early["tid"], "label"].item()
+    assert label == f'Thread {early["tid"]} "early"'
+    # Its end is put on py-spy's clock through py-spy's start (off by up to 12 ms at load 10:
+    # bench/bench_pyspy_clock.py); its first sample is up to an interval plus a wait for a core late.
+    assert float(st.loc[(st["thread"] == label).to_numpy(), "wall"].sum()) == pytest.approx(early["wall"], abs=0.05)
+    names = p.frames["name"]
+    assert not any("_bootstrap_inner" in names[f] and "_hook" in names[f] for s in st["stack"] for f in s)
+
+
+def test_timed_refuses_cpu_and_gil():
+    for kw in ({"mode": "cpu"}, {"mode": "wall", "gil": True}):
+        with pytest.raises(ProfilerError, match="timed format needs wall time"):
+            pyspy.recorder(Options(extra={"timing": "timed"}, **kw))

@@ -68,9 +68,11 @@ def record(name: str, **opts):
     ("sampler", {"mode": "both"}),
     ("pyinstrument", {"mode": "wall"}),
     ("cprofile", {"mode": "cpu"}),
-    ("py-spy", {"mode": "wall"}),
-    ("py-spy", {"mode": "cpu"}),
-    ("py-spy", {"mode": "both"}),
+    pytest.param("py-spy", {"mode": "wall"}, marks=pytest.mark.requires("py-spy", "ptrace")),
+    pytest.param("py-spy", {"mode": "cpu"}, marks=pytest.mark.requires("py-spy", "ptrace")),
+    pytest.param("py-spy", {"mode": "both"}, marks=pytest.mark.requires("py-spy", "ptrace")),
+    pytest.param("py-spy", {"mode": "wall", "extra": {"timing": "timed"}}, marks=pytest.mark.requires("py-spy", "ptrace")),
+    pytest.param("py-spy", {"mode": "both", "extra": {"timing": "timed"}}, marks=pytest.mark.requires("py-spy", "ptrace")),
 ])
 def test_load_raw_gives_back_the_backends_profile(name, opts):
     p = record(name, **opts)

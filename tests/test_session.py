@@ -5,7 +5,9 @@ import os
 import threading
 import time
 
+import procs
 import pytest
+import retries
 from workloads import busy, nap, spin
 
 import profmagic
@@ -13,8 +15,6 @@ from profmagic import backends, session
 from profmagic.errors import ProfilerError
 
 pytestmark = pytest.mark.timeout(120)
-
-
 
 
 def shares(p):
@@ -25,26 +25,23 @@ def shares(p):
 
 
 def my_children():
-    me = str(os.getpid())
-    out = []
-    for d in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                st = f.read()
-        except OSError:
-            continue
-        if st.rsplit(")", 1)[1].split()[1] == me:
-            out.append(d)
-    return out
+    return procs.children()
 
 
+# Counted tries (tests/retries.py): py-spy's samples carry no time: when py-spy waits for a core it
+# catches up with quick samples of whatever runs then (a 0.6 s nap read 0.32-0.75 s at load 4-8).
+# Noise: `PROFMAGIC_MEASURE_NOISE=40 pytest tests/test_recording.py::test_context_manager_pyspy_idle`, three
+# runs on 2026-12-01 at load 4-11 on 2 cores: 3, 5 and 4 misses of 40 (the thread waited for a core 11-34 %
+# of its time, misses unrelated to it). Rule: at most 7 misses in 24 tries (false failure 0.3 %; a regression
+# making 30 % of tries miss still passes 56 %: this check cannot tell 11 % from 30 % in fewer tries).
+IN_PROCESS_IDLE = retries.plan(12, 120, "load 4-11 on 2 cores, 2026-12-01")
+
+
+@pytest.mark.requires("py-spy", "ptrace")
 def test_context_manager_pyspy_idle():
-    """py-spy's samples carry no time: when py-spy waits for a core it catches up with quick samples
-    of whatever runs then (a 0.6 s nap read 0.32-0.75 s at load 4-8). The shares are checked against
-    busy's and nap's wall times measured in the block, on the best of three recordings; everything
-    else on each."""
-    misses = []
-    for _ in range(3):
+    """The shares against busy's and nap's wall times measured in the block, counted under the rule
+    above; everything else on every try."""
+    def once():
         lines = []
         with profmagic.profile("py-spy", idle=True, announce=lines.append) as rec:
             w0 = time.perf_counter()
@@ -63,14 +60,18 @@ def test_context_manager_pyspy_idle():
             assert key in p.meta, key
         assert p.meta["cell_cpu"] < p.meta["cell_wall"]
         assert my_children() == []
+        overloaded = retries.waited(p.meta["cell_run_delay"], p.meta["cell_wall"])
+        if overloaded:
+            return overloaded
         b, n = shares(p)
         tb, tn = (w1 - w0) / p.meta["cell_wall"], (w2 - w1) / p.meta["cell_wall"]   # measured shares
         if abs(n - tn) < 0.1 and abs(b - tb) < 0.1:
-            return
-        misses.append((b, tb, n, tn))
-    pytest.fail(f"busy/nap shares (profiled, measured) off in three recordings: {misses}")
+            return None
+        return f"busy {b:.3f} vs {tb:.3f}, nap {n:.3f} vs {tn:.3f} (profiled vs measured)"
+    retries.run(IN_PROCESS_IDLE, once)
 
 
+@pytest.mark.requires("py-spy", "ptrace")
 def test_auto_says_what_it_chose():
     with profmagic.profile(announce=lambda s: None) as rec:
         busy(0.2)
@@ -78,6 +79,7 @@ def test_auto_says_what_it_chose():
     assert rec.profile.meta["backend_choice"].startswith("auto chose py-spy")
 
 
+@pytest.mark.requires("py-spy", "ptrace")
 def test_run_returns_partial_profile_and_the_exception():
     err = ValueError("boom")
 
@@ -94,6 +96,7 @@ def test_run_returns_partial_profile_and_the_exception():
     assert my_children() == []
 
 
+@pytest.mark.requires("py-spy", "ptrace")
 def test_context_manager_propagates_and_keeps_profile():
     with pytest.raises(KeyError):
         with profmagic.profile("py-spy", idle=True, announce=lambda s: None) as rec:
@@ -102,6 +105,7 @@ def test_context_manager_propagates_and_keeps_profile():
     assert rec.profile is not None and "KeyError" in rec.profile.meta["partial"]
 
 
+@pytest.mark.requires("py-spy", "ptrace")
 def test_thread_started_inside_is_kept():
     with profmagic.profile("py-spy", idle=True, announce=lambda s: None) as rec:
         t = threading.Thread(target=busy, args=(0.3,), name="inner")
@@ -110,6 +114,7 @@ def test_thread_started_inside_is_kept():
     assert any(th.endswith('"inner"') for th in rec.profile.threads), rec.profile.threads
 
 
+@pytest.mark.requires("py-spy", "ptrace")
 def test_zero_samples_message():
     code = compile("x = 1", "<zero-cell>", "exec")
     s = session.Session("py-spy", session.make_options(idle=True, rate=10, cell_filename="<zero-cell>"))
@@ -148,6 +153,7 @@ def _spinners(n=4, seconds=0.3) -> float:
     return sum(cpu)
 
 
+@pytest.mark.requires("py-spy", "ptrace")
 def test_pyspy_rate_is_the_cell_threads_rate_not_all_threads():
     """4 threads at --rate 100 once showed "317 Hz": the rate shown is the cell thread's calibrated
     per-thread rate (its samples over its measured time), the requested one beside it."""
@@ -163,6 +169,7 @@ def test_pyspy_rate_is_the_cell_threads_rate_not_all_threads():
     assert mine["wall"].sum() == pytest.approx(m["cell_wall"])
 
 
+@pytest.mark.requires("py-spy", "ptrace")
 def test_pyspy_cpu_not_calibrated_on_a_thread_that_only_waits():
     """Without --idle, the cell thread that only joins its threads used ~1 ms of CPU: calibrating on
     it gave thousands of Hz and every thread's CPU time divided by 50. It is left at 1/requested rate."""

@@ -3,19 +3,18 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+import tools
 
 import profmagic
 from profmagic import ProfileFormatError
 from profmagic.formats import speedscope
 from profmagic.model import StackBuilder
 
-VENV_BIN = os.path.dirname(sys.executable)
 
 
 @pytest.fixture(autouse=True, params=["plain", "fast"])
@@ -180,6 +179,7 @@ def pd_na():
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.requires("py-spy")
 def test_real_py_spy_file(tmp_path):
     out = tmp_path / "spin.speedscope.json"
     code = ("import time\n"
@@ -188,7 +188,7 @@ def test_real_py_spy_file(tmp_path):
             "    while time.perf_counter() - t < 0.5:\n"
             "        pass\n"
             "spin()\n")
-    r = subprocess.run([os.path.join(VENV_BIN, "py-spy"), "record", "-f", "speedscope", "-r", "100",
+    r = subprocess.run([tools.find("py-spy"), "record", "-f", "speedscope", "-r", "100",
                         "-o", str(out), "--", sys.executable, "-c", code],
                        capture_output=True, text=True, timeout=50)
     assert r.returncode == 0, r.stderr

@@ -13,6 +13,7 @@ CAN_LOAD = os.path.exists("/proc/modules") and os.path.exists(f"/lib/modules/{os
 
 
 @pytest.mark.skipif(CAN_LOAD, reason="this kernel has module support and a build tree: the failure case cannot be shown")
+@pytest.mark.requires("stap")
 def test_unavailable_says_why_and_the_fix():
     ok, reason = systemtap.available()
     assert not ok

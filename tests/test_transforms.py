@@ -117,3 +117,30 @@ def test_rename_files_to_cells():
     q = T.rename_files(p, T.cell_names({CELL: 7, "/tmp/ipykernel_1/99.py": 3}))
     assert set(q.frames["file"]) >= {"In[7]", "In[3]"}
     assert CELL not in set(q.frames["file"]) and CELL in set(p.frames["file"])
+
+
+def test_trim_native_to_cell_cuts_at_the_cells_exec():
+    """Native stacks without Python names (perf on 3.11): the cell starts after the (k+1)-th
+    PyEval_EvalCode from the root, k being the <module> frames above where the cell was started."""
+    b = StackBuilder()
+    f = {n: b.frame(n, kind="native") for n in ("_start", "Py_BytesMain", "PyEval_EvalCode", "_PyEval_EvalFrameDefault",
+                                                 "builtin_exec", "cthread_join", "pthread_join", "task_step_impl",
+                                                 "start_thread", "cthread_busy")}
+    root = [f["_start"], f["Py_BytesMain"], f["PyEval_EvalCode"], f["_PyEval_EvalFrameDefault"],  # runpy
+            f["builtin_exec"], f["PyEval_EvalCode"], f["_PyEval_EvalFrameDefault"]]             # IPython's exec
+    cell = [f["builtin_exec"], f["PyEval_EvalCode"], f["_PyEval_EvalFrameDefault"], f["cthread_join"]]
+    b.add(b.stack(MAIN, root + cell + [f["pthread_join"]]), wall=1.0, time=0.0)
+    b.add(b.stack(MAIN, root + [f["task_step_impl"]]), wall=0.25, time=1.0)           # the magic, outside
+    b.add(b.stack(MAIN, [f["task_step_impl"], f["_PyEval_EvalFrameDefault"]]), wall=0.5, time=1.5)  # truncated
+    b.add(b.stack(WORKER, [f["start_thread"], f["cthread_busy"]]), wall=2.0, time=0.0)
+    p = b.build(metric="wall")
+    q = T.trim_native_to_cell(p, MAIN, entries_above=2)
+    names = {tuple(q.frames.at[i, "name"] for i in s): w for s, w, t in zip(q.stacks["stack"], q.stacks["wall"],
+                                                                          q.stacks["thread"])}
+    assert names == {("_PyEval_EvalFrameDefault", "cthread_join", "pthread_join"): 1.0,
+                     ("task_step_impl", "_PyEval_EvalFrameDefault"): 0.5,  # cannot be placed: kept
+                     ("start_thread", "cthread_busy"): 2.0}
+    assert q.meta["samples_outside_cell"] == 1 and q.meta["trimmed_native_to_cell"] == MAIN
+    # No stack reaching the cell (the unwinding stopped short everywhere): nothing changes, and it says so.
+    r = T.trim_native_to_cell(p, MAIN, entries_above=5)
+    assert r.stacks.equals(p.stacks) and "not trimmed" in r.meta["trim_note"]

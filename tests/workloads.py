@@ -22,3 +22,18 @@ def nap(t=0.6):
 
 
 SOURCE = "import time\n" + inspect.getsource(busy) + inspect.getsource(spin) + inspect.getsource(nap)
+
+# The memory cell of issue 20: alloc() keeps 20,000 x 1 kB bytearrays alive; strs() makes 100,000 short
+# strings and drops them before the peak.
+MEMORY_SOURCE = '''\
+def alloc():
+    return [bytearray(1000) for _ in range(20000)]
+
+def strs():
+    x = [str(i) * 3 for i in range(100000)]
+    del x
+
+def cell():
+    strs()
+    return alloc()
+'''

@@ -15,6 +15,7 @@ MODULES = {
     "eu-stack": "eustack",
     "systemtap": "systemtap",
     "py-spy+eu-stack": "combined",
+    "memray": "memray",
 }
 # auto: the first of these that can record here.
 AUTO = ("py-spy", "sampler")

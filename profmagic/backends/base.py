@@ -37,7 +37,8 @@ class Capabilities:
     ``attach``: it can record another running process; ``streams``: samples exist during the run;
     ``threads``: which threads it sees ("python", "all", or "cell": the cell's thread only);
     ``one_clock_per_run``: both clocks need two runs of the code (``--rerun``); ``both_excludes``:
-    options that cannot be combined with both clocks in one run (option -> why)."""
+    options that cannot be combined with both clocks in one run (option -> why). A backend with no
+    ``clocks`` (memray) measures memory, not time: it has no rate and no mode."""
     clocks: tuple = ("wall", "cpu")
     unmeasured: Mapping = field(default_factory=dict)
     weights: str = "measured"
@@ -47,13 +48,18 @@ class Capabilities:
     threads: str = "python"
     one_clock_per_run: bool = False
     native: bool = False          # names native (C/C++) frames
+    default: str | None = None    # the mode without --mode, when not both clocks (see default_mode)
+    awaits: bool = False          # samples a suspended coroutine chain itself (see awaits.py)
     both_excludes: Mapping = field(default_factory=dict)
+    forks: bool = False           # records forked children itself under --subprocesses (memray's follow_fork)
 
 
 def default_mode(caps: Capabilities, options: "Options") -> str:
     """The clock when none was asked for: both where one run measures both, else the one it has."""
     if options.gil:
         return "cpu"
+    if caps.default:
+        return caps.default
     excluded = any(getattr(options, k, False) for k in caps.both_excludes)
     if len(caps.clocks) >= 2 and not caps.one_clock_per_run and not excluded:
         return "both"
@@ -101,6 +107,32 @@ class Capture:
 # autogroup scheduling a new session is a new CPU group, and on this kernel (6.18) such a group
 # got 7 ms of CPU in 5 s while six CPU-bound threads ran elsewhere, so the profiler never started.
 OWN_GROUP = {"process_group": 0}
+
+
+PR_SET_PTRACER = 0x59616D61
+
+
+def allow_tracer(pid: int) -> bool:
+    """Let ``pid`` ptrace this process under Yama ptrace_scope 1 (a child may not trace its parent)."""
+    if ptrace_scope() != 1:
+        return False
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_PTRACER, ctypes.c_ulong(pid), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def tool_version(argv: list[str], pattern: str = r"(\d+\.\d+\S*)") -> str | None:
+    """A profiler's version from ``argv`` (``["perf", "--version"]``): the first match of ``pattern``."""
+    import re
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(pattern, out)
+    return m.group(1) if m else None
 
 
 def ptrace_scope() -> int | None:

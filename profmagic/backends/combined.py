@@ -34,7 +34,10 @@ def available() -> tuple[bool, str]:
 class Recorder:
     def __init__(self, options: Options):
         self.options = options
-        self.py = pyspy.Recorder(replace(options, mode="wall", gil=False))
+        # py-spy's speedscope recording, as this backend was built and measured: its timed format is
+        # not merged here (its sample times would need py-spy's first sample on eu-stack's clock).
+        self.py = pyspy.Recorder(replace(options, mode="wall", gil=False,
+                                         extra={**options.extra, "timing": "calibrated"}))
         self.eu = eustack.Recorder(options)
         self.t_py = self.t_eu = None
 

@@ -1,10 +1,7 @@
 """eu-stack (elfutils) as a wall-clock sampler of every thread, native threads included.
 
-A helper process (``python -m profmagic.backends.eustack``) loops: it calls ``eu-stack -q -p PID``
-(full unwind, raw addresses, 1-2 ms) and then reads each thread's
-``/proc/PID/task/TID/{stat,schedstat,wchan,syscall}`` (state, CPU delta, what it waits in). On SIGINT it resolves the unique addresses once with
-``eu-addr2line -p PID -f -i -a`` (caller frames are return addresses: it resolves pc-1) while the
-target is still alive, and writes the sampled capture that ``formats/eu_stack.py`` reads.
+The recorder starts the helper process (``backends/eustack_helper.py``), which snapshots the target
+with ``eu-stack`` in a loop; on stop it sends SIGINT and reads the sampled capture the helper wrote.
 """
 from __future__ import annotations
 
@@ -19,25 +16,16 @@ import threading
 import time
 from urllib.parse import quote
 
+from .. import procfs
 from ..errors import ProfilerError
 from ..tempdirs import TempDir
-from .base import OWN_GROUP, Capabilities, Capture, Options, ptrace_scope, reap
+from .base import OWN_GROUP, Capabilities, Capture, Options, allow_tracer, ptrace_scope, reap, tool_version
 
 NAME = "eu-stack"
 CAPS = Capabilities(clocks=("wall", "cpu"), weights="measured", inside=False, attach=True, streams=True,
                     threads="all", native=True)
 FORMAT = "eu-stack"
 READY_TIMEOUT = 30.0
-MIN_SLEEP = 0.2  # the helper sleeps at least this share of the interval after every snapshot
-PR_SET_PTRACER = 0x59616d61
-
-_SYSCALLS = {  # x86_64 numbers of the calls a waiting thread usually sits in
-    0: "read", 1: "write", 7: "poll", 16: "ioctl", 23: "select", 35: "nanosleep", 44: "sendto",
-    45: "recvfrom", 46: "sendmsg", 47: "recvmsg", 61: "wait4", 202: "futex", 230: "clock_nanosleep",
-    232: "epoll_wait", 270: "pselect6", 271: "ppoll", 281: "epoll_pwait", 17: "pread64", 19: "readv",
-    43: "accept", 288: "accept4", 247: "waitid", 34: "pause", 128: "rt_sigtimedwait",
-    219: "restart_syscall",  # a timed wait (nanosleep, poll, futex) resumed after eu-stack stopped it
-}
 
 
 def available() -> tuple[bool, str]:
@@ -56,12 +44,7 @@ def available() -> tuple[bool, str]:
 
 
 def _version() -> str:
-    try:
-        out = subprocess.run(["eu-stack", "--version"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        return "?"
-    m = re.search(r"(\d+\.\d+)", out)
-    return m.group(1) if m else "?"
+    return tool_version(["eu-stack", "--version"], r"(\d+\.\d+)") or "?"
 
 
 def python_threads(pid: int) -> dict[int, str]:
@@ -69,6 +52,8 @@ def python_threads(pid: int) -> dict[int, str]:
     if pid != os.getpid():
         return {}
     return {t.native_id: t.name for t in threading.enumerate() if t.native_id is not None}
+
+STOP_TIMEOUT = 120.0   # seconds the helper may take to resolve addresses once stopped
 
 
 class Recorder:
@@ -87,16 +72,16 @@ class Recorder:
         o = self.options
         self.py_threads = python_threads(o.pid)
         self.py_threads.update({int(k): v for k, v in o.extra.get("python_threads", {}).items()})
-        env = dict(os.environ)
-        pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        # Run as a script, not as part of the package: importing profmagic (pandas) took the helper
+        # 2-4 s on a loaded machine before its first snapshot.
+        helper = os.path.join(os.path.dirname(os.path.abspath(__file__)), "eustack_helper.py")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "profmagic.backends.eustack", "--pid", str(o.pid),
+            [sys.executable, helper, "--pid", str(o.pid),
              "--rate", str(o.rate), "--out", self.out],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-            **OWN_GROUP, env=env)
+            **OWN_GROUP)
         if o.pid == os.getpid() and ptrace_scope() == 1:
-            _allow_ptrace(self.proc.pid)
+            allow_tracer(self.proc.pid)   # Yama ptrace_scope=1: the helper may trace its parent
         # Wait for the helper's first snapshot: only then is it really sampling.
         line = b""
         deadline = time.monotonic() + READY_TIMEOUT
@@ -123,11 +108,7 @@ class Recorder:
             raise ProfilerError("eu-stack recorder was not started")
         self.py_threads.update(python_threads(self.options.pid))
         self.proc.send_signal(signal.SIGINT)
-        try:
-            rc = self.proc.wait(120)  # it resolves addresses before it exits
-        except subprocess.TimeoutExpired:
-            rc = None
-        err = self.proc.stderr.read().decode(errors="replace") if rc is not None else "timed out"
+        rc, err = self._wait_helper()
         reap(self.proc, signal.SIGKILL)
         if rc != 0 or not os.path.exists(self.out):
             raise ProfilerError(f"the eu-stack sampler failed (exit {rc}): {err.strip()[-2000:]}")
@@ -139,6 +120,24 @@ class Recorder:
         meta = {"backend": NAME, "pid": self.options.pid, "target_rate": self.options.rate,
                 "python_threads": dict(self.py_threads), "version": _version()}
         return Capture(data, FORMAT, meta)
+
+    def _wait_helper(self) -> tuple[int | None, str]:
+        """The helper's exit status and stderr. It resolves addresses before it exits (up to
+        STOP_TIMEOUT s); a helper that was stopped (SIGSTOP) is not waited for."""
+        deadline, stopped_since = time.monotonic() + STOP_TIMEOUT, None
+        while time.monotonic() < deadline:
+            try:
+                rc = self.proc.wait(0.25)
+                return rc, self.proc.stderr.read().decode(errors="replace")
+            except subprocess.TimeoutExpired:
+                pass
+            if procfs.process_state(self.proc.pid) == "T":
+                stopped_since = stopped_since or time.monotonic()
+                if time.monotonic() - stopped_since > 2.0:
+                    return None, "the eu-stack helper was stopped (SIGSTOP) and did not finish"
+            else:
+                stopped_since = None
+        return None, f"the eu-stack helper did not finish in {STOP_TIMEOUT:g} s"
 
     def close(self) -> None:
         if self.proc is not None:
@@ -152,274 +151,8 @@ class Recorder:
 def read(capture: Capture, options: Options | None = None):
     from ..formats import eu_stack
     keep = bool(options and options.extra.get("keep_interpreter_frames"))
-    p = eu_stack.read(capture.data, source="eu-stack capture", fold=not keep)
     meta = {k: v for k, v in capture.meta.items() if k != "python_threads"}
-    return p.replace(meta=p.meta.replace(**{**meta, "backend": NAME}))
+    return eu_stack.read(capture.data, source="eu-stack capture", fold=not keep, meta={**meta, "backend": NAME})
 
 
-def _allow_ptrace(child: int) -> None:
-    """Yama ptrace_scope=1: let the helper trace its parent (this process)."""
-    import ctypes
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PTRACER, child, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
 
-
-# -- the helper process ---------------------------------------------------------------------
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path) as f:
-            return f.read()
-    except OSError:
-        return None
-
-
-def thread_facts(pid: int, tid: str) -> dict | None:
-    """state, comm, run_ns (schedstat, else utime+stime), wchan and syscall of one thread."""
-    base = f"/proc/{pid}/task/{tid}/"
-    stat = _read(base + "stat")
-    if stat is None:
-        return None
-    close = stat.rfind(")")
-    comm = stat[stat.find("(") + 1:close]
-    fields = stat[close + 2:].split()
-    sched = _read(base + "schedstat")
-    if sched:
-        run_ns = int(sched.split()[0])
-    else:
-        run_ns = (int(fields[11]) + int(fields[12])) * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
-    wchan = (_read(base + "wchan") or "").strip() or "0"
-    sc = (_read(base + "syscall") or "").split()
-    if not sc:
-        syscall = "?"
-    elif sc[0].lstrip("-").isdigit():
-        n = int(sc[0])
-        syscall = _SYSCALLS.get(n, str(n)) if n >= 0 else "none"
-    else:
-        syscall = sc[0]
-    return {"state": fields[0], "comm": comm, "run_ns": run_ns, "wchan": wchan, "syscall": syscall}
-
-
-_FRAME = re.compile(rb"^#(\d+)\s+0x([0-9a-fA-F]+)")
-SYSCALL_INSN = b"\x0f\x05"  # x86_64 `syscall`: a thread stopped inside a call has its pc just after it
-
-
-def raise_priority() -> str:
-    """Give this process (and the eu-stack children it spawns, which inherit it) a core as soon as
-    its timer fires, whatever the target does: realtime SCHED_RR at the lowest priority (1), else a
-    negative nice. Returns what was set, for the capture's header."""
-    if os.environ.get("PROFMAGIC_EUSTACK_PRIORITY") == "normal":
-        return "normal(asked)"
-    try:
-        os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(1))
-        return "SCHED_RR:1"
-    except (OSError, AttributeError):
-        pass
-    try:
-        os.setpriority(os.PRIO_PROCESS, 0, -10)
-        return "nice:-10"
-    except (OSError, AttributeError):
-        return "normal(not_permitted)"
-
-
-def drop_priority() -> None:
-    try:
-        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
-    except (OSError, AttributeError):
-        pass
-
-
-class SyscallCheck:
-    """Was a thread stopped inside a system call? True when the two bytes before its leaf pc are
-    the `syscall` instruction (cached per address; None when the target's memory cannot be read).
-    Measured on a C thread alternating 10 ms busy / nanosleep: all 109 nanosleep samples were
-    stopped after `syscall`, none of the 91 busy ones. A busy loop making fast calls is stopped
-    after `syscall` too: the reader tells the two apart by call site."""
-
-    def __init__(self, pid: int):
-        self.cache: dict[int, bool | None] = {}
-        try:
-            self.mem = open(f"/proc/{pid}/mem", "rb", buffering=0)
-        except OSError:
-            self.mem = None
-
-    def __call__(self, pc: int) -> bool | None:
-        if pc not in self.cache:
-            try:
-                self.mem.seek(pc - 2)
-                self.cache[pc] = self.mem.read(2) == SYSCALL_INSN
-            except (OSError, ValueError, AttributeError, OverflowError):
-                self.cache[pc] = None
-        return self.cache[pc]
-
-    def close(self) -> None:
-        if self.mem is not None:
-            self.mem.close()
-
-
-def _parse_q(out: bytes) -> dict[str, list[int]]:
-    """eu-stack -q output -> tid -> addresses, leaf first."""
-    threads: dict[str, list[int]] = {}
-    cur = None
-    for line in out.split(b"\n"):
-        if line.startswith(b"TID "):
-            cur = threads.setdefault(line[4:].rstrip(b":\r ").decode(), [])
-        elif cur is not None:
-            m = _FRAME.match(line)
-            if m:
-                cur.append(int(m.group(2), 16))
-    return threads
-
-
-def resolve(pid: int, addrs: list[int], chunk: int = 2000) -> dict[int, list[tuple[str, str | None, int | None]]]:
-    """address -> [(function, file, line)] innermost first (inlined callers follow)."""
-    out: dict[int, list] = {}
-    for i in range(0, len(addrs), chunk):
-        part = addrs[i:i + chunk]
-        try:
-            res = subprocess.run(["eu-addr2line", "-p", str(pid), "-f", "-i", "-a", "-C"]
-                                 + [hex(a) for a in part], capture_output=True, timeout=120)
-        except (OSError, subprocess.SubprocessError):
-            continue
-        cur = None
-        pending = None
-        for line in res.stdout.decode(errors="replace").split("\n"):
-            if re.fullmatch(r"0x[0-9a-fA-F]+", line):
-                cur = out.setdefault(int(line, 16), [])
-                pending = None
-            elif cur is None or not line:
-                continue
-            elif pending is None:
-                pending = line.split(" inlined at ")[0]
-            else:
-                m = re.match(r"^(.*?):(\d+)(?::\d+)?$", line)
-                if m and m.group(1) != "??":
-                    cur.append((pending, m.group(1), int(m.group(2)) or None))
-                else:
-                    cur.append((pending, None, None))
-                pending = None
-    return out
-
-
-def _maps(pid: int) -> list[tuple[int, int, str]]:
-    out = []
-    for line in (_read(f"/proc/{pid}/maps") or "").split("\n"):
-        parts = line.split(None, 5)
-        if len(parts) == 6 and parts[5].startswith(("/", "[")):
-            lo, hi = parts[0].split("-")
-            out.append((int(lo, 16), int(hi, 16), parts[5].strip()))
-    return out
-
-
-def _module(maps, addr: int) -> str | None:
-    for lo, hi, path in maps:
-        if lo <= addr < hi:
-            return path
-    return None
-
-
-def _sample_main(argv: list[str]) -> int:
-    import argparse
-    ap = argparse.ArgumentParser(prog="profmagic.backends.eustack")
-    ap.add_argument("--pid", type=int, required=True)
-    ap.add_argument("--rate", type=float, default=100.0)
-    ap.add_argument("--out", required=True)
-    a = ap.parse_args(argv)
-    stop = threading.Event()
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    pid, interval = a.pid, 1.0 / a.rate
-    sched = raise_priority()
-    in_syscall = SyscallCheck(pid)
-    task_dir = f"/proc/{pid}/task"
-    # Baseline CPU counters: a thread born later counts all of its CPU time.
-    last_run: dict[str, int] = {}
-    for tid in os.listdir(task_dir):
-        f = thread_facts(pid, tid)
-        if f:
-            last_run[tid] = f["run_ns"]
-    snaps = []  # (t, {tid: facts}, {tid: [addr]})
-    t0_wall, t0 = time.time(), time.monotonic()
-    next_t = t0
-    while not stop.is_set():
-        res = subprocess.run(["eu-stack", "-q", "-p", str(pid)], capture_output=True)
-        # The snapshot's time is when the stacks and the CPU counters below were read: the reader
-        # weighs each sample by the time since its thread's previous snapshot, and the CPU delta
-        # covers the same interval.
-        t = time.monotonic() - t0
-        stacks = _parse_q(res.stdout)
-        # Thread states are read right after eu-stack detaches: measured against the leaf frame
-        # of a busy/sleeping C thread with 10 ms phases, reading them just before the call
-        # matched 60% of samples (eu-stack attaches ~5 ms after it is spawned), just after 87%.
-        facts = {}
-        for tid in stacks:
-            f = thread_facts(pid, tid)
-            if f:
-                f["cpu_ns"] = f["run_ns"] - last_run.get(tid, 0)
-                last_run[tid] = f["run_ns"]
-                insys = in_syscall(stacks[tid][0]) if stacks[tid] else None
-                if insys is not None:
-                    f["insys"] = int(insys)
-                facts[tid] = f
-        if not stacks:
-            if not os.path.isdir(task_dir):
-                break  # the target is gone
-            if not snaps:
-                sys.stderr.write(res.stderr.decode(errors="replace"))
-                return 2
-        else:
-            snaps.append((t, facts, stacks))
-            if len(snaps) == 1:
-                sys.stdout.write("ready\n")
-                sys.stdout.flush()
-        next_t += interval
-        delay = next_t - time.monotonic()
-        if delay < MIN_SLEEP * interval:  # behind: do not burst to catch up; never spin at realtime
-            delay = MIN_SLEEP * interval
-            next_t = time.monotonic() + delay
-        stop.wait(delay)
-    duration = time.monotonic() - t0
-    in_syscall.close()
-    drop_priority()  # resolving addresses is bulk work: not at realtime priority
-    # Resolve every unique (address, is-caller) once; callers' return addresses as pc-1.
-    want = set()
-    for _, _, stacks in snaps:
-        for addrs in stacks.values():
-            for i, ad in enumerate(addrs):
-                want.add(ad - 1 if i else ad)
-    names = resolve(pid, sorted(want))
-    maps = _maps(pid)
-    mod_cache: dict[int, str | None] = {}
-    lines = [f"# profmagic eu-stack sampler pid={pid} interval={interval:.6f} duration={duration:.6f} "
-             f"snapshots={len(snaps)} rate={len(snaps) / duration if duration else 0:.3f} "
-             f"target_rate={a.rate:g} t0_unix={t0_wall:.6f} sched={sched}"]
-    for t, facts, stacks in snaps:
-        lines.append(f"# t={t:.6f}")
-        lines.append(f"PID {pid} - process")
-        for tid, addrs in stacks.items():
-            f = facts.get(tid) or {"state": "?", "cpu_ns": 0, "comm": "?", "wchan": "0", "syscall": "?"}
-            comm = re.sub(r"\s", "_", f["comm"]) or "?"
-            lines.append(f"TID {tid}: state={f['state']} cpu_ns={f['cpu_ns']} comm={comm} "
-                         f"wchan={f['wchan']} syscall={f['syscall']}"
-                         + (f" insys={f['insys']}" if "insys" in f else ""))
-            n = 0
-            for i, ad in enumerate(addrs):
-                key = ad - 1 if i else ad
-                if key not in mod_cache:
-                    mod_cache[key] = _module(maps, key)
-                mod = mod_cache[key]
-                for fn, file, ln in names.get(key) or [("??", None, None)]:
-                    name = fn if fn and fn != "??" else f"0x{ad:x}"
-                    lines.append(f"#{n:<2} 0x{ad:016x} {name}" + (f" - {mod}" if mod else ""))
-                    if file:
-                        lines.append(f"    {file}:{ln or 0}")
-                    n += 1
-    with open(a.out, "w", encoding="utf-8", errors="surrogateescape") as fh:
-        fh.write("\n".join(lines) + "\n")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_sample_main(sys.argv[1:]))

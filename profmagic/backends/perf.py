@@ -1,20 +1,29 @@
-"""perf (Linux perf_events): on-CPU samples of every thread of a process, native frames included.
+"""perf (Linux perf_events): every thread of a process, native frames included. On-CPU samples
+(``--mode cpu``, the default); with ``--mode wall``/``both``, off-CPU time too, from the same session.
 
 Measured with perf 6.1 on this machine kind:
 
 * ``-e cpu-clock`` (no hardware events here), ``--call-graph dwarf`` (CPython has no frame
-  pointers), ``--no-bpf-event`` (stops in 0-10 ms instead of ~0.6 s), ``-D -1
+  pointers; 32 KB of stack per sample, see ``STACK_BYTES``), ``--no-bpf-event`` (stops in 0-10 ms instead of ~0.6 s), ``-D -1
   --control=fifo:CTL,ACK``: perf starts disabled; ``enable`` is written right before the cell and
   its ``ack`` awaited (~120 ms after start), ``disable`` right after. perf runs in its own process
   group and is stopped with SIGINT; ``perf script`` turns the data into text for ``formats/perf_script``.
+* ``--mode wall``/``both``: ``cpu-clock/period=P/`` (a -F would put the tracepoints on a frequency
+  too, and record 1 switch in 3), ``sched:sched_switch`` (the stack as a thread leaves its core),
+  ``sched:sched_wakeup`` (who woke it), ``--switch-events`` (exact switch in/out times) on
+  CLOCK_MONOTONIC; the capture starts with the recording's window and threads (``formats/perf_sched.py``).
+  Tracepoints need root/CAP_PERFMON or perf_event_paranoid -1, and tracefs: refused, one message
+  says which and names eu-stack. Each switch costs a stack copy: a thread switching thousands of
+  times a second slows more than under eu-stack (bench/RESULTS.md).
 * Python frames, by what the target interpreter allows (``meta["python_mode"]``):
   ``perf_jit`` (3.13 started with ``-X perf_jit``): ``perf record -k 1`` + ``perf inject --jit``
   give mixed Python and C stacks. CPython buffers its ``/tmp/jit-PID.dump``, so code jitted
   recently by a still-running process is missing until the buffer fills or the process exits
   (measured: names appear for a child that has exited). ``trampoline`` (3.12+, perf trampoline
-  active, or activated by us in this process): ``py::`` frames from ``/tmp/perf-PID.map``, only
-  for code first run after activation, and the unwind stops at the innermost Python frame.
-  ``native``: interpreter frames only.
+  active, or activated by us in this process): ``py::`` frames from ``/tmp/perf-PID.map`` (written
+  as each function first runs after activation). In this process a jitdump of the trampolines
+  (``perf_jitdump.py``) lets the unwind go on through them to the thread's root; in another
+  process it stops at the innermost Python frame. ``native`` (3.11): interpreter frames only.
 * perf inject writes ``/tmp/jitted-PID-N.so`` files: removed on close, with ``/tmp/jit-PID.dump``
   once the target has exited.
 """
@@ -35,15 +44,29 @@ import pandas as pd
 from ..errors import ProfilerError
 from ..threads import thread_label
 from ..tempdirs import TempDir
-from .base import OWN_GROUP, Capabilities, Capture, Options, reap
+from .base import OWN_GROUP, Capabilities, Capture, Options, reap, tool_version
+from .perf_jitdump import JitDump
 
 NAME = "perf"
-CAPS = Capabilities(clocks=("cpu",), weights="measured", inside=False, attach=True, streams=False, threads="all",
-                    native=True, unmeasured={"wall": "perf samples cpu-clock, which counts on-CPU time only: a "
-                                                     "waiting thread is never sampled, so wall time is unknown"})
+# cpu-clock alone by default (perf's own view, as cheap as perf gets); --mode wall/both add
+# sched_switch for the off-CPU time (formats/perf_sched.py), where tracepoints are allowed.
+CAPS = Capabilities(clocks=("wall", "cpu"), weights="measured", inside=False, attach=True, streams=False,
+                    threads="all", native=True, default="cpu")
 FORMAT = "perf_script"
 ACK_TIMEOUT = 20.0
 SCRIPT_FIELDS = "comm,pid,tid,time,period,event,ip,sym,dso"
+# --mode wall/both: off-CPU time from the scheduler. Tracepoints keep period 1 (every switch) only
+# when no -F is given, so cpu-clock's rate goes in its own event terms.
+SCHED_EVENTS = ("sched:sched_switch", "sched:sched_wakeup")
+SCHED_SCRIPT = ["-F", SCRIPT_FIELDS + ",trace", "--show-switch-events", "--show-task-events",
+                "--show-lost-events"]
+# User stack copied per sample for DWARF unwinding. A cell in ipykernel runs below asyncio, IPython
+# and two exec()s: with perf's default 8 KB the unwind stopped at task_step_impl, before the cell's
+# PyEval_EvalCode (which trim_native_to_cell cuts at); 32 KB reached _start.
+STACK_BYTES = 32768
+# Ring buffer per CPU (4 KB pages): with 32 KB per sample perf's default 512 KB holds 16 samples, and
+# perf, starved of a core on a loaded machine, drops what it cannot drain in time (PERF_RECORD_LOST).
+MMAP_PAGES = 1024
 
 
 def _paranoid() -> int | None:
@@ -55,12 +78,7 @@ def _paranoid() -> int | None:
 
 
 def version() -> str | None:
-    try:
-        out = subprocess.run(["perf", "--version"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    m = re.search(r"(\d+\.\d+\S*)", out)
-    return m.group(1) if m else None
+    return tool_version(["perf", "--version"])
 
 
 def available() -> tuple[bool, str]:
@@ -76,6 +94,32 @@ def available() -> tuple[bool, str]:
                        "with perf. Fix: `sudo sysctl kernel.perf_event_paranoid=1` (or run as root; in Docker "
                        "add --cap-add PERFMON or SYS_ADMIN); or use --backend eu-stack")
     return True, f"perf {version() or '?'} (perf_event_paranoid={par})"
+
+
+def offcpu_refused(reason: str, paranoid: int | None) -> str:
+    """The one message for "perf cannot record scheduler tracepoints here": the cause, the fix and
+    the fallback."""
+    if reason == "tracefs":
+        return ("perf cannot record off-CPU time here: the sched:sched_switch tracepoint is not visible "
+                "(tracefs is not mounted at /sys/kernel/tracing, or this kernel lacks CONFIG_FTRACE). Fix: "
+                "`sudo mount -t tracefs nodev /sys/kernel/tracing` (in Docker, mount it into the container); "
+                "or use --backend eu-stack for wall time, or --mode cpu for on-CPU time only")
+    return (f"perf cannot record off-CPU time here: perf_event_paranoid setting is {paranoid} and perf runs "
+            "without CAP_PERFMON/CAP_SYS_ADMIN, so scheduler tracepoints (sched:sched_switch) are refused. "
+            "Fix: run as root (in Docker add --cap-add PERFMON), or `sudo sysctl kernel.perf_event_paranoid=-1` "
+            "with a readable /sys/kernel/tracing; or use --backend eu-stack for wall time, or --mode cpu for "
+            "on-CPU time only")
+
+
+def offcpu_available() -> tuple[bool, str]:
+    """Can perf record sched_switch here (--mode wall/both)? Unprivileged users need
+    perf_event_paranoid -1 and a readable tracefs; root gets tracefs mounted by perf itself."""
+    par = _paranoid()
+    if os.geteuid() != 0 and par is not None and par > -1:
+        return False, offcpu_refused("paranoid", par)
+    if os.geteuid() != 0 and not os.access("/sys/kernel/tracing/events/sched/sched_switch", os.R_OK):
+        return False, offcpu_refused("tracefs", par)
+    return True, "sched_switch: perf may record it"
 
 
 def _cmdline_env(pid: int) -> tuple[list[str], dict[str, str]]:
@@ -121,7 +165,12 @@ class Recorder:
         self.activated = False
         self.enabled_at = None
         self.disabled_at = None
+        self.window = None            # CLOCK_MONOTONIC (start, end) of the recording (--mode wall/both)
+        self.alive: dict[int, str] = {}
         self.status = ""
+        self.offcpu = options.mode in ("wall", "both")
+        self.jitdump: JitDump | None = None
+        self.jit_entries = 0
 
     def _ctl(self, cmd: str, exited_ok: bool = False) -> float:
         """Write a control command and wait for perf's ack; returns when it was acknowledged.
@@ -141,6 +190,10 @@ class Recorder:
                 break
         err = self._stderr()
         m = re.search(r"perf_event_paranoid setting is (-?\d+)", err)
+        if self.offcpu and (m or "No permission to enable sched:" in err):
+            raise ProfilerError(offcpu_refused("paranoid", int(m.group(1)) if m else _paranoid()))
+        if self.offcpu and re.search(r"unknown tracepoint|events/sched/sched_switch not found", err):
+            raise ProfilerError(offcpu_refused("tracefs", _paranoid()))
         if m:  # perf's own explanation is a page long: say it in one line
             raise ProfilerError(
                 f"perf may not sample here: perf_event_paranoid setting is {m.group(1)} and perf runs without "
@@ -158,6 +211,8 @@ class Recorder:
 
     def start(self) -> None:
         ok, reason = available()
+        if ok and self.offcpu:
+            ok, reason = offcpu_available()
         if not ok:
             raise ProfilerError(reason)
         o = self.options
@@ -170,26 +225,45 @@ class Recorder:
                 self.mode = "trampoline"
             except (ValueError, RuntimeError):
                 pass
+        if self.mode == "trampoline" and o.pid == os.getpid():
+            # Our own trampolines get unwind info (perf_jitdump.py): whole stacks, not cut at the
+            # innermost Python frame. Mapped now, so that perf sees it when it starts.
+            jd = JitDump()
+            self.jitdump = jd if jd.open() else None
         ctl, ack = self.tmp.file("ctl"), self.tmp.file("ack")
         os.mkfifo(ctl)
         os.mkfifo(ack)
         # O_RDWR: opening a FIFO this way does not block waiting for perf.
         self.ctl = os.open(ctl, os.O_RDWR)
         self.ack = os.open(ack, os.O_RDWR | os.O_NONBLOCK)
-        cmd = ["perf", "record", "-e", "cpu-clock", "-F", str(max(1, int(round(o.rate)))),
-               "--call-graph", "dwarf", "--no-bpf-event", "-D", "-1", f"--control=fifo:{ctl},{ack}",
-               "-p", str(o.pid), "-o", self.tmp.file("perf.data")]
-        if self.mode == "perf_jit":
-            cmd[2:2] = ["-k", "1"]
+        rate = max(1, int(round(o.rate)))
+        if self.offcpu:
+            events = ["-e", f"cpu-clock/period={10 ** 9 // rate},name=cpu-clock/"]
+            # sched_wakeup's stack serves only to tell a wakeup in an interrupt (a timer's) from one by
+            # the running thread: its kernel part is enough, so no user stack copy for it.
+            events += ["-e", "sched:sched_switch", "-e", "sched:sched_wakeup/call-graph=fp/"]
+            events += ["--switch-events", "-k", "CLOCK_MONOTONIC"]
+        else:
+            events = ["-e", "cpu-clock", "-F", str(rate)] + (
+                ["-k", "CLOCK_MONOTONIC"] if self.mode == "perf_jit" or self.jitdump else [])
+        if os.geteuid() == 0:  # (an unprivileged user may lock only perf_event_mlock_kb, 516 KB)
+            events += ["--mmap-pages", str(MMAP_PAGES)]
+        cmd = (["perf", "record"] + events + ["--call-graph", f"dwarf,{STACK_BYTES}", "--no-bpf-event", "-D", "-1",
+               f"--control=fifo:{ctl},{ack}", "-p", str(o.pid), "-o", self.tmp.file("perf.data")])
         with open(self.tmp.file("perf.err"), "wb") as err:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
                                          **OWN_GROUP)
         self.enabled_at = self._ctl("enable")
+        if self.offcpu:
+            self.window = (time.monotonic(), None)
+            self.alive = _threads(o.pid)
 
     def stop(self) -> Capture:
         if self.proc is None:
             raise ProfilerError("perf was not started")
         # perf ends by itself when the target process exits.
+        if self.offcpu:
+            self.window = (self.window[0], time.monotonic())
         self.disabled_at = self._ctl("disable", exited_ok=True)
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
@@ -202,23 +276,34 @@ class Recorder:
         data_file = self.tmp.file("perf.data")
         if not os.path.exists(data_file):
             raise ProfilerError(f"perf wrote no data (exit {rc}): {self.status}")
-        if self.mode == "perf_jit":
+        if self.jitdump is not None:
+            self.jit_entries = self.jitdump.write()
+        if self.mode == "perf_jit" or self.jitdump is not None:
             jit_file = self.tmp.file("perf.jit.data")
             res = subprocess.run(["perf", "inject", "--jit", "-i", data_file, "-o", jit_file],
                                  capture_output=True)
             if res.returncode != 0:
                 raise ProfilerError("perf inject --jit failed: " + res.stderr.decode(errors="replace")[-2000:])
             data_file = jit_file
-        res = subprocess.run(["perf", "script", "-F", SCRIPT_FIELDS, "-i", data_file],
-                             capture_output=True)
+        res = subprocess.run(["perf", "script"] + (SCHED_SCRIPT if self.offcpu else ["-F", SCRIPT_FIELDS])
+                             + ["-i", data_file], capture_output=True)
         if res.returncode != 0:
             raise ProfilerError("perf script failed: " + res.stderr.decode(errors="replace")[-2000:])
         m = re.search(r"\((\d+) samples\)", self.status)
         meta = {"backend": NAME, "python_mode": self.mode, "pid": self.options.pid, "event": "cpu-clock",
                 "call_graph": "dwarf", "perf_samples": int(m.group(1)) if m else None,
                 "duration": (self.disabled_at - self.enabled_at) if self.enabled_at else None,
-                "trampoline_activated_by_profmagic": self.activated}
-        return Capture(res.stdout, FORMAT, meta)
+                "trampoline_activated_by_profmagic": self.activated,
+                "trampoline_unwind": (f"jitdump of {self.jit_entries} trampolines (perf_jitdump.py)"
+                                      if self.jitdump is not None else None)}
+        data = self.jitdump.rename(res.stdout) if self.jitdump is not None else res.stdout
+        if self.offcpu:
+            from ..formats.perf_sched import header_line
+            data = header_line(self.window[0], self.window[1], self.options.pid, self.alive).encode() + data
+            meta.update(events=["cpu-clock", *SCHED_EVENTS], mode=self.options.mode,
+                        metric_note=("wall = on-CPU (cpu-clock samples) + off-CPU (sched_switch: each stretch "
+                                     "off a core goes to the stack the thread left it in)"))
+        return Capture(data, FORMAT, meta)
 
     def close(self) -> None:
         if self.proc is not None:
@@ -230,6 +315,9 @@ class Recorder:
                 except OSError:
                     pass
         self.ctl = self.ack = None
+        if self.jitdump is not None:
+            self.jitdump.close()
+            self.jitdump = None
         if self.activated and hasattr(sys, "deactivate_stack_trampoline"):
             sys.deactivate_stack_trampoline()
             self.activated = False
@@ -247,18 +335,28 @@ class Recorder:
         self.tmp.close()
 
 
+def _threads(pid: int) -> dict[int, str]:
+    """tid -> comm of every thread of ``pid`` now."""
+    out = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for t in tids:
+        try:
+            with open(f"/proc/{pid}/task/{t}/comm") as f:
+                out[int(t)] = f.read().strip()
+        except OSError:
+            pass
+    return out
+
+
 def read(capture: Capture, options: Options | None = None):
     from ..formats import perf_script
-    from ..transforms import relabel_threads
-    p = perf_script.read(capture.data, source="perf capture")
-    # perf names threads comm-PID/TID; use the label every backend shares so thread filters match.
-    t = p.thread_table
-    p = relabel_threads(p, {lab: thread_label(int(tid), name) for lab, tid, name in zip(t["label"], t["tid"], t["name"])
-                            if tid is not pd.NA})
-    meta = dict(capture.meta, backend=NAME, versions={"perf": version()},
-                metric_note="perf cpu-clock samples: on-CPU time only; a sleeping thread is not sampled")
+    meta = {"metric_note": "perf cpu-clock samples: on-CPU time only; a sleeping thread is not sampled",
+            **capture.meta, "backend": NAME, "versions": {"perf": version()}}
     if options is not None:
         meta["rate"] = float(options.rate)
-    return p.replace(meta=p.meta.replace(**meta))
-
-
+    # Threads get the label every backend shares (not perf's comm-PID/TID), so thread filters match.
+    return perf_script.read(capture.data, source="perf capture", meta=meta,
+                            thread_labels="threads")

@@ -43,8 +43,6 @@ class Recorder:
         if options.mode not in ("wall", "cpu"):
             raise ProfilerError(f"pyinstrument measures one clock per run: use --mode wall or --mode cpu, "
                                 f"not {options.mode!r} (--backend sampler gives both from one run)")
-        if not options.rate or options.rate <= 0:
-            raise ProfilerError(f"--rate must be a positive number of Hz, got {options.rate!r}")
         self.options = options
         self._prof = None
         self._timer_set = False

@@ -6,13 +6,27 @@ and writes its file on SIGINT (SIGTERM writes none), and names each speedscope p
 so its weights approximate CPU time; with ``--idle`` they are wall time. ``--mode both`` runs
 two py-spy at once, with and without ``--idle`` (``PairRecorder``), stored as one container.
 
-py-spy's samples carry no time, so each weighs 1/rate; ``calibrate_to_cell`` (a processor)
-scales them so the cell's thread sums to its measured time.
+Two timings (``options.extra["timing"]``, labelled in ``meta["timing"]``):
+
+* ``calibrated`` (the magic's default up to TIMED_ABOVE Hz): py-spy writes speedscope, whose samples
+  carry no time, so each weighs 1/rate; ``calibrate_to_cell`` (a processor) scales them so the cell's
+  thread sums to its measured time. Without a cell (attaching) they stay 1/rate.
+* ``timed`` (attaching, ``profmagic record``, the magic above TIMED_ABOVE Hz): py-spy writes its
+  timed format (chrometrace), read with each sample weighing the time to the next one on its thread;
+  nothing is scaled. Only for wall time without ``--gil``: without ``--idle`` a waiting thread's
+  stack would stay open across its wait. py-spy 0.4 names threads by pthread id there, so the
+  recorder maps them to native ids and names (a ``threads.Watch``, a thread log, ``py-spy dump``).
+  Its timestamps count from py-spy's start; put on this process's clock (``trace_options``), they
+  cut the trace to the recorded code's run (``bounds``, else first sample to stop) and each thread
+  at its end (py-spy writes nothing when a thread exits). Under ``--mode both`` the wall recording
+  is timed and the cpu one stays speedscope: cpu = on-CPU samples x the timed recording's seconds
+  per sample of the same thread (``transforms.combine_idle``).
 """
 from __future__ import annotations
 
-import ctypes
+import json
 import os
+import re
 import select
 import shutil
 import signal
@@ -24,11 +38,12 @@ from dataclasses import replace
 
 import numpy as np
 
+from .. import procfs, threads
 from ..errors import ProfilerError
 from ..model import Profile, Raw
 from ..transforms import Cell, calibrate, cell_thread
 from ..tempdirs import TempDir
-from .base import OWN_GROUP, Capabilities, Capture, Options, ptrace_scope, reap
+from .base import OWN_GROUP, Capabilities, Capture, Options, allow_tracer, ptrace_scope, reap, tool_version
 
 NAME = "py-spy"
 CAPS = Capabilities(clocks=("wall", "cpu"), weights="nominal", inside=False, attach=True, streams=False,
@@ -36,10 +51,35 @@ CAPS = Capabilities(clocks=("wall", "cpu"), weights="nominal", inside=False, att
                         "native": "py-spy --native stops the process to read its stacks, and two py-spy (one per "
                                   "clock) cannot stop it at once",
                         "gil": "--gil keeps only samples that hold the GIL, neither clock"})
-PR_SET_PTRACER = 0x59616D61
 READY = b"Sampling process"
 START_TIMEOUT = 20.0
 MIN_RUN = 0.05
+TIMED = "timed (py-spy chrometrace)"
+CALIBRATED = "calibrated to the cell (speedscope)"
+NOMINAL = "1/rate per sample (speedscope; not calibrated)"
+TIMED_NEEDS = ("py-spy's timed format needs wall time (--mode wall or both, i.e. --idle) without --gil: "
+               "without --idle a waiting thread's stack stays open across its wait")
+
+
+# Above this rate the timed format is the default (bench/RESULTS.md, "py-spy timed against py-spy
+# calibrated": at 250 and 500 Hz calibrating put the other thread's seconds off by up to 5.5%, within 1%
+# in 0 of 18 in the last run; timed kept them within 1%. At 100 Hz the two were within sampling noise).
+TIMED_ABOVE = 100.0
+
+
+def timing(options: Options) -> str:
+    """"timed" or "calibrated": as asked (``extra["timing"]``), else timed above TIMED_ABOVE Hz where
+    it can be (wall time, no --gil)."""
+    asked = options.extra.get("timing")
+    if asked:
+        return asked
+    can = options.mode in ("wall", "both") and not options.gil
+    return "timed" if can and float(options.rate) > TIMED_ABOVE else "calibrated"
+
+
+def timed(options: Options) -> bool:
+    """Does this (single) py-spy write its timed format: timed, wall time, no --gil."""
+    return timing(options) == "timed" and options.mode == "wall" and not options.gil
 
 
 def binary() -> str | None:
@@ -69,24 +109,7 @@ def available() -> tuple[bool, str]:
 
 def version() -> str | None:
     exe = binary()
-    if not exe:
-        return None
-    try:
-        out = subprocess.run([exe, "--version"], capture_output=True, timeout=10).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.decode(errors="replace").strip().removeprefix("py-spy ").strip() or None
-
-
-def allow_tracer(pid: int) -> bool:
-    """Let ``pid`` ptrace this process under Yama ptrace_scope 1 (a child may not trace its parent)."""
-    if ptrace_scope() != 1:
-        return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(PR_SET_PTRACER, ctypes.c_ulong(pid), 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
+    return tool_version([exe, "--version"]) if exe else None
 
 
 def attach_help(stderr: str, pid: int | None = None) -> str:
@@ -98,6 +121,11 @@ def attach_help(stderr: str, pid: int | None = None) -> str:
         return (f"py-spy could not attach to process {pid}: {cause}\n"
                 f"Cause: process {pid} does not exist (it exited, or the pid is wrong).\n"
                 "Fix: give the pid of a running Python process; or use --backend sampler in that process.")
+    if procfs.is_python(pid) is not True and "executable" in cause:
+        return (f"py-spy could not attach to process {pid} ({procfs.cmdline(pid)}): {cause}\n"
+                f"Cause: process {pid} does not look like a Python program (its command is not python and "
+                "/proc does not show a libpython), and py-spy reads Python stacks.\n"
+                "Fix: give the pid of a Python process; for a native one use --backend perf or eu-stack.")
     return (f"py-spy could not attach to process {pid}: {cause}\n"
             f"Cause: reading another process's memory needs ptrace permission: py-spy must run as the same "
             f"user as the process, or with CAP_SYS_PTRACE "
@@ -107,18 +135,48 @@ def attach_help(stderr: str, pid: int | None = None) -> str:
             "Way out: `%%profile --backend sampler` needs no ptrace.")
 
 
+def thread_labels(pid: int) -> dict[int, dict]:
+    """pthread id -> {"tid", "name", "start", "end"} of another process's threads alive now, from
+    ``py-spy dump --json`` ({} when it cannot say)."""
+    exe = binary()
+    if exe is None or procfs.ended(pid):
+        return {}
+    try:
+        out = subprocess.run([exe, "dump", "--pid", str(pid), "--json", "--nonblocking"], capture_output=True,
+                             timeout=20, stdin=subprocess.DEVNULL).stdout
+        doc = json.loads(out)
+        return {int(t["thread_id"]): {"tid": t.get("os_thread_id"), "name": t.get("thread_name"),
+                                      "start": None, "end": None}
+                for t in doc if isinstance(t, dict) and t.get("pid", pid) == pid}
+    except (OSError, subprocess.SubprocessError, ValueError, TypeError, KeyError):
+        return {}
+
+
 class Recorder:
     def __init__(self, options: Options):
         self.options = options
+        self.timed = timed(options)
         self.tmp: TempDir | None = None
         self.proc: subprocess.Popen | None = None
         self.output: str | None = None
         self.status = b""
-        self.ready_at = 0.0
+        self.spawned_at = self.ready_at = 0.0   # time.monotonic()
+        self.started_at: float | None = None   # the recorded code's run, time.monotonic()
+        self.ended_at: float | None = None
+        self.known: dict[int, dict] = {}      # pthread id -> what is known of the thread
+        self.watch: threads.Watch | None = None
+
+    def bounds(self, start: float | None = None, end: float | None = None) -> None:
+        """The recorded code ran from ``start`` to ``end`` (time.monotonic()): the timed trace is cut
+        to it. Unset, it runs from py-spy's first sample to ``stop()``."""
+        if start is not None:
+            self.started_at = start
+        if end is not None:
+            self.ended_at = end
 
     def command(self) -> list[str]:
         o = self.options
-        cmd = [binary() or "py-spy", "record", "--pid", str(o.pid), "-f", "speedscope",
+        cmd = [binary() or "py-spy", "record", "--pid", str(o.pid), "-f", "chrometrace" if self.timed else "speedscope",
                "-r", str(max(1, int(round(o.rate)))), "-o", self.output, "--full-filenames"]
         if o.mode == "both":
             raise ProfilerError("one py-spy records one clock; --mode both runs two (PairRecorder)")
@@ -138,7 +196,8 @@ class Recorder:
         if binary() is None:
             raise ProfilerError("py-spy is not installed: `pip install py-spy`; or use --backend sampler")
         self.tmp = TempDir()
-        self.output = self.tmp.file("py-spy.speedscope.json")
+        self.output = self.tmp.file("py-spy.trace.json" if self.timed else "py-spy.speedscope.json")
+        self.spawned_at = time.monotonic()
         self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, **OWN_GROUP)
         allow_tracer(self.proc.pid)
@@ -167,6 +226,8 @@ class Recorder:
         self.status = line
         if READY in line:
             self.ready_at = time.monotonic()
+            if self.timed:
+                self._watch_threads()
             return
         try:
             self.proc.wait(2)  # it is exiting: read its stderr before reap() closes the pipe
@@ -176,10 +237,30 @@ class Recorder:
         reap(self.proc, signal.SIGKILL)
         raise ProfilerError(attach_help(err or line.decode(errors="replace"), self.options.pid))
 
+    def _watch_threads(self) -> None:
+        """Where the thread names and ends come from: in this process, a ``threads.Watch``; in one
+        profmagic started, its thread log (``extra["thread_log"]``); else ``py-spy dump``."""
+        if self.options.pid == os.getpid():
+            self.watch = threads.Watch()
+            self.watch.start()
+        elif not self.options.extra.get("thread_log"):
+            self.known = thread_labels(self.options.pid)
+
+    def _threads_at_stop(self) -> None:
+        if self.watch is not None:
+            self.known, self.watch = self.watch.stop(), None
+        elif self.options.extra.get("thread_log"):
+            self.known = threads.read_log(self.options.extra["thread_log"])
+        else:   # the threads alive at the start and at the end
+            self.known = {**self.known, **thread_labels(self.options.pid)}
+
     def stop(self) -> Capture:
         proc, self.proc = self.proc, None
         if proc is None:
             raise ProfilerError("py-spy was not started")
+        stop_at = time.monotonic()
+        if self.watch is not None:
+            self._threads_at_stop()
         # py-spy installs its SIGINT handler just after saying it samples; a SIGINT before that kills
         # it without a file. Give it that moment (only a cell shorter than MIN_RUN waits).
         wait = self.ready_at + MIN_RUN - time.monotonic()
@@ -205,11 +286,22 @@ class Recorder:
                                 "(set TMPDIR elsewhere); or use --backend sampler, which writes no file")
         with open(self.output, "rb") as f:
             data = f.read()
-        return Capture(data, "speedscope", {"status": (self.status + out).decode(errors="replace"),
-                                            "exit": proc.returncode})
+        status = (self.status + out).decode(errors="replace")
+        meta = {"status": status, "exit": proc.returncode}
+        if not self.timed:
+            return Capture(data, "speedscope", meta)
+        if self.options.pid != os.getpid():
+            self._threads_at_stop()
+        end = stop_at if self.ended_at is None else min(self.ended_at, stop_at)
+        meta["reader_options"] = trace_options(data, status, self.known, (self.spawned_at, self.ready_at),
+                                               self.started_at, end, float(self.options.rate))
+        return Capture(data, "chrome_trace", meta)
 
     def close(self) -> None:
         proc, self.proc = self.proc, None
+        if self.watch is not None:
+            watch, self.watch = self.watch, None
+            watch.stop()
         if proc is not None:
             reap(proc)
         if self.tmp is not None:
@@ -233,12 +325,20 @@ class PairRecorder:
         except BaseException:
             self.close()
             raise
+        self.bounds(start=time.monotonic())   # the code runs once both sample
+
+    def bounds(self, start: float | None = None, end: float | None = None) -> None:
+        for r in self.recorders:
+            r.bounds(start, end)
 
     def stop(self) -> Capture:
         from ..formats import container
         wall, cpu = (r.stop() for r in self.recorders)
-        data = container.write([("wall.speedscope.json", wall.data, "speedscope", "wall", {"metric": "wall"}),
-                                ("cpu.speedscope.json", cpu.data, "speedscope", "cpu", {"metric": "cpu"})],
+        if wall.format == "chrome_trace":
+            first = ("wall.trace.json", wall.data, "chrome_trace", "wall", wall.meta["reader_options"])
+        else:
+            first = ("wall.speedscope.json", wall.data, "speedscope", "wall", {"metric": "wall"})
+        data = container.write([first, ("cpu.speedscope.json", cpu.data, "speedscope", "cpu", {"metric": "cpu"})],
                                combine="idle-pair", meta={"backend": NAME})
         return Capture(data, container.NAME, {"wall": wall.meta, "cpu": cpu.meta})
 
@@ -249,21 +349,97 @@ class PairRecorder:
 
 def recorder(options: Options):
     """The recorder for ``options``: one py-spy, or a pair for ``--mode both``."""
+    if options.extra.get("timing") == "timed" and (options.mode == "cpu" or options.gil):
+        raise ProfilerError(TIMED_NEEDS)
     return PairRecorder(options) if options.mode == "both" else Recorder(options)
+
+
+def trace_options(data: bytes, status: str, known: dict, clock: tuple[float, float], started_at: float | None,
+                  ended_at: float, rate: float) -> dict:
+    """``chrome_trace.read`` options for py-spy's timed trace: thread labels (pthread id -> native id
+    and name), the window of the recorded code's run and the ends of threads that ended, on the
+    trace's clock, and the effective rate (py-spy's own sample count over the seconds its threads
+    were sampled) that turns each stretch's length into a sample count.
+
+    ``clock``: (when py-spy was started, when it said it samples), time.monotonic(). Its timestamps
+    count from a moment just after its start; its first sample comes after it says it samples, by up
+    to a sampling interval (its timer waits an exponential delay first) plus however long it waits
+    for a core. Both put a moment on the trace too late, never too early (bench/bench_pyspy_clock.py
+    measures it): the earlier of the two is taken."""
+    from ..threads import thread_label
+    opts: dict = {"metric": "wall", "weigh": "interval", "rate": rate}
+    labels = {str(i): {"label": thread_label(k.get("tid"), k.get("name")), "tid": k.get("tid"), "name": k.get("name")}
+              for i, k in known.items() if k.get("tid") is not None}
+    if labels:
+        opts["labels"] = labels
+    try:   # the reader reports a damaged file; here only what can be measured is taken
+        doc = json.loads(data)
+        ts: dict = {}   # each thread's first sample
+        for ev in doc:
+            if ev.get("ph") == "B":
+                ts[ev["tid"]] = min(ts.get(ev["tid"], float("inf")), float(ev["ts"]))
+        last = max(float(ev["ts"]) for ev in doc)
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return opts
+    if not ts:
+        return opts
+    first = min(ts.values())
+
+    spawned_at, ready_at = clock
+
+    def on_trace(t: float) -> float:   # time.monotonic() -> the trace's microseconds
+        return min(first + (t - ready_at) * 1e6, (t - spawned_at) * 1e6)
+
+    lo = on_trace(started_at) if started_at is not None else first
+    hi = on_trace(ended_at)
+    opts["window"] = [lo, hi]
+    ends = {str(i): on_trace(k["end"]) for i, k in known.items() if k.get("end") is not None}
+    if ends:
+        opts["ends"] = ends
+    m = _COUNTS.search(status.encode())
+    sampled = sum(max(0.0, min(last, float(ends.get(str(tid), last))) - t0) for tid, t0 in ts.items()) * 1e-6
+    if m and int(m.group(1)) and sampled > 0:
+        opts["rate"] = int(m.group(1)) / sampled
+    return opts
 
 
 def read(capture: Capture, options: Options) -> Profile:
     from .. import formats
     metric = "both" if options.mode == "both" else ("wall" if options.wall and not options.gil else "cpu")
+    is_timed = timing(options) == "timed" and metric != "cpu"
     if capture.format == "speedscope":
         raw = Raw(capture.data, "speedscope", filename="py-spy.speedscope.json", options={"metric": metric})
         p = formats.load(raw)
+    elif capture.format == "chrome_trace":
+        raw = Raw(capture.data, "chrome_trace", filename="py-spy.trace.json",
+                  options=capture.meta.get("reader_options") or {"metric": "wall", "rate": float(options.rate)})
+        p = formats.load(raw)
     else:
         p = formats.read(capture.data, capture.format, source="py-spy")
-    meta = dict(backend=NAME, rate=float(options.rate), requested_rate=float(options.rate),
-                versions={"py-spy": version()}, pid=options.pid,
+    rate = float(options.rate)
+    if is_timed:
+        got = (capture.meta.get("wall") or {}).get("reader_options") if metric == "both" else \
+            capture.meta.get("reader_options")
+        rate = float((got or {}).get("rate") or rate)
+    meta = dict(backend=NAME, rate=rate, requested_rate=float(options.rate),
+                versions={"py-spy": version()}, pid=options.pid, tool_report=reported(capture.meta),
+                timing=TIMED if is_timed else NOMINAL,
                 py_spy_flags={"mode": options.mode, "gil": options.gil, "native": options.native,
                               "subprocesses": options.subprocesses})
+    if is_timed:
+        meta["timing_note"] = (
+            "each sample weighs the time to py-spy's next sample of its thread (py-spy stamps a sample when "
+            "it takes it, and writes events where a stack changes); sample counts are that time x py-spy's "
+            f"effective rate ({rate:.4g} Hz: its own sample count over the seconds it sampled)")
+        meta["approximate"] = "sample counts estimated from each stack's time x py-spy's effective rate"
+        if metric == "both":
+            meta["cpu_method"] = ("two py-spy at once: --idle in its timed format (wall) and speedscope without "
+                                  "--idle (cpu); cpu = on-CPU samples x the timed recording's seconds per sample "
+                                  "of the same thread")
+            meta["time_order"] = ("not kept under --mode both: the cpu recording has no times (--mode wall keeps "
+                                  "the timed recording's order)")
+            meta["approximate"] = ("py-spy's idle detection decides on/off-CPU; wall sample counts estimated from "
+                                   "time x py-spy's effective rate")
     if options.gil:
         meta["metric_note"] = ("--gil: only samples holding the GIL; weights approximate the GIL-holding "
                                "time (1/rate each)")
@@ -273,6 +449,21 @@ def read(capture: Capture, options: Options) -> Profile:
     # A capture without samples has no time column: keep the reader's metric then.
     out_metric = "wall" if metric == "both" else metric
     return p.replace(meta=p.meta.replace(**meta), metric=out_metric if out_metric in p.metrics else p.metric)
+
+
+_COUNTS = re.compile(rb"Samples: (\d+) Errors: (\d+)")
+_BEHIND = re.compile(rb"([\d.]+)s behind in sampling")
+
+
+def reported(meta: dict) -> str | None:
+    """What py-spy itself said about its sampling: stack read errors and falling behind."""
+    status = "".join(m.get("status", "") for m in ([meta.get("wall") or {}, meta.get("cpu") or {}]
+                                                   if "wall" in meta else [meta])).encode()
+    errors = sum(int(e) for _, e in _COUNTS.findall(status))
+    behind = max((float(b) for b in _BEHIND.findall(status)), default=0.0)
+    said = ([f"py-spy reported {errors} error(s) reading stacks"] if errors else []) + \
+        ([f"py-spy fell {behind:g} s behind in sampling"] if behind else [])
+    return "; ".join(said) or None
 
 
 # -- seconds that add up: py-spy's weights are 1/requested rate -----------------------------------------
@@ -295,6 +486,8 @@ def calibrate_to_cell(p: Profile, cell: Cell) -> Profile:
     """Weigh py-spy's samples by the inverse of the cell thread's effective rate (its samples over
     its measured time), so the seconds agree with %%time; the raw counts stay in ``samples``.
     ``rate`` becomes that per-thread rate, the requested one stays in ``requested_rate``."""
+    if p.meta.get("timing") == TIMED:   # real times: nothing is scaled
+        return p.with_meta(calibrated=False)
     requested = float(p.meta.get("requested_rate") or p.meta.get("rate") or 100.0)
     thread = cell_thread(p, cell)
     if thread not in p.threads:
@@ -313,10 +506,10 @@ def calibrate_to_cell(p: Profile, cell: Cell) -> Profile:
             f"not calibrated: the cell's thread has {n} samples over {against * 1e3:.1f} ms of CPU time, "
             "too little CPU to calibrate on (it mostly waited); weights are 1/requested rate"))
     p = calibrate(p, thread, against)
-    if not p.meta.get("calibrated"):
-        p = p.with_meta(rate=requested, calibration_note=(
-            f"not calibrated: the cell's thread has {n} samples (under 5); weights are 1/requested rate"))
-    return p
+    if p.meta.get("calibrated"):
+        return p.with_meta(timing=CALIBRATED)
+    return p.with_meta(rate=requested, calibration_note=(
+        f"not calibrated: the cell's thread has {n} samples (under 5); weights are 1/requested rate"))
 
 
 def calibrate_both(profile: Profile, thread: str, wall_s: float, cpu_s: float,
@@ -350,10 +543,12 @@ def calibrate_both(profile: Profile, thread: str, wall_s: float, cpu_s: float,
     else:
         k_cpu = k_wall
         meta["cpu_calibration_note"] = (
-            f"cpu weighted at the wall rate: the cell's thread has {n_cpu:.0f} on-CPU samples for "
-            f"{cpu_s:.3f} s of CPU, too few or too many to calibrate on")
-    st = st.assign(wall=st["wall"] * k_wall, cpu=st["cpu"] * k_cpu)
-    meta.update(calibrated=True, calibrated_wall=float(wall_s), rate=eff, calibrated_rate=eff)
+            f"cpu weighted at the wall rate (other threads): the cell's thread has {n_cpu:.0f} on-CPU "
+            f"samples for {cpu_s:.3f} s of CPU, too few or too many to calibrate on")
+    # The cell's own thread sums to its measured CPU time, spread over its on-CPU samples.
+    k_mine = cpu_s / have_cpu if have_cpu > 0 and cpu_s is not None else k_cpu
+    st = st.assign(wall=st["wall"] * k_wall, cpu=st["cpu"] * np.where(mine, k_mine, k_cpu))
+    meta.update(calibrated=True, calibrated_wall=float(wall_s), rate=eff, calibrated_rate=eff, timing=CALIBRATED)
     return profile.replace(stacks=st, meta=profile.meta.replace(**meta))
 
 

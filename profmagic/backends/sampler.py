@@ -7,11 +7,8 @@ Binder, Colab and in Docker. The GIL switch interval caps the rate it can reach:
 thread keeps the GIL for up to ``sys.getswitchinterval()`` seconds, so the achieved rate is
 measured and reported, never the requested one.
 
-Thread CPU clocks: ``time.pthread_getcpuclockid(ident)`` reads the thread's pthread descriptor,
-which dangles once the thread has exited. For threads whose native id is known we build the
-same clock id the kernel understands from the tid (glibc's ``make_thread_cpuclock``:
-``(~tid << 3) | CPUCLOCK_SCHED | CPUCLOCK_PERTHREAD``); the kernel answers EINVAL for a dead
-thread instead of reading freed memory. Both give the same reading for a live thread (tested).
+Per-thread CPU clocks and the sampling loop are shared with children and cluster workers
+(``profmagic/sampling.py``).
 """
 from __future__ import annotations
 
@@ -20,16 +17,18 @@ import os
 import sys
 import threading
 import time
+from time import perf_counter
 
+from .. import awaits
 from ..errors import ProfilerError
-from ..childsampler import tid_cpu_clock
 from ..model import Raw
-from ..threads import thread_label
+from ..sampling import Codes, ThreadClock, code_name, every
+from ..threads import mark_own, thread_label
 from .base import Capabilities, Capture, Options
 
 NAME = "sampler"
 CAPS = Capabilities(clocks=("wall", "cpu"), weights="measured", inside=True, attach=False, streams=True,
-                    threads="python")
+                    threads="python", awaits=True)
 
 
 def available() -> tuple[bool, str]:
@@ -97,29 +96,16 @@ def split_cpu_at_stack_changes(profile):
     return profile.replace(stacks=stacks, samples=sm.assign(cpu=new, wall=new_wall))
 
 
-class _Thread:
-    __slots__ = ("label", "clock", "cpu")
+class _Thread(ThreadClock):
+    __slots__ = ("label",)
 
-    def __init__(self, label: str, clock: int | None):
+    def __init__(self, ident: int, native_id: int | None, label: str):
+        super().__init__(ident, native_id)
         self.label = label
-        self.clock = clock
-        self.cpu = 0.0  # the last CPU clock reading
-
-    def read_cpu(self) -> float:
-        if self.clock is None:
-            return math.nan
-        try:
-            return time.clock_gettime(self.clock)
-        except OSError:  # the thread ended between the frame snapshot and this read
-            return math.nan
 
 
 class Recorder:
     def __init__(self, options: Options):
-        if not options.rate or options.rate <= 0:
-            raise ProfilerError(f"--rate must be a positive number of Hz, got {options.rate!r}")
-        if options.mode not in ("wall", "cpu", "both"):
-            raise ProfilerError(f"--mode must be wall, cpu or both, got {options.mode!r}")
         self.options = options
         self.interval = 1.0 / float(options.rate)
         self._stop = threading.Event()
@@ -127,7 +113,7 @@ class Recorder:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._builder = None
-        self._codes: dict[int, tuple] = {}       # id(code) -> (code kept alive, frame id)
+        self._codes = Codes(self._new_code)
         self._threads: dict[tuple, _Thread] = {}  # (ident, native id) -> state
         self._seen: list[str] = []
         self.ticks = 0
@@ -143,15 +129,8 @@ class Recorder:
         key = (ident, nid)
         st = self._threads.get(key)
         if st is None:
-            if nid is not None:
-                clock = tid_cpu_clock(nid)
-            else:  # a thread threading does not know: only its pthread id is at hand
-                try:
-                    clock = time.pthread_getcpuclockid(ident)
-                except OSError:
-                    clock = None
             name = t.name if t is not None else "?"
-            st = self._threads[key] = _Thread(thread_label(nid, name), clock)
+            st = self._threads[key] = _Thread(ident, nid, thread_label(nid, name))
             self._builder.thread(st.label, tid=nid, name=name, pid=os.getpid(), backend=NAME, python=True)
         return st
 
@@ -159,56 +138,36 @@ class Recorder:
         live = self._live()
         for ident in sys._current_frames():
             if ident != me:
-                st = self._state(ident, live)
-                c = st.read_cpu()
-                st.cpu = 0.0 if math.isnan(c) else c
+                self._state(ident, live).baseline()
+
+    def _new_code(self, code, line: int) -> int:
+        return self._builder.frame(code_name(code), code.co_filename, line, "python")
 
     def _tick(self, me: int, now: float, wall: float) -> None:
         frames = sys._current_frames()
         live = self._live()
         b = self._builder
-        codes = self._codes
         t = now - self._t0
         for ident, f in frames.items():
             if ident == me:
                 continue
             st = self._state(ident, live)
-            c = st.read_cpu()
-            cpu = c - st.cpu  # a new thread starts from 0: all its CPU is since the last pass
-            if not math.isnan(c):
-                st.cpu = c
-            stack = []
-            while f is not None:
-                # The line executing, not the function's first line: the Source view shows time per line.
-                code = f.f_code
-                key = (id(code), f.f_lineno)
-                hit = codes.get(key)
-                if hit is None:
-                    name = getattr(code, "co_qualname", code.co_name)
-                    hit = codes[key] = (code, b.frame(name, code.co_filename, key[1] or code.co_firstlineno,
-                                                      "python"))
-                stack.append(hit[1])
-                f = f.f_back
-            stack.reverse()
-            b.add(b.stack(st.label, stack), samples=1, time=t, wall=wall, cpu=cpu)
+            chain = awaits.waiting(ident)
+            if chain is not None:   # the cell awaits: its coroutines, not the event loop's select
+                stack = [self._codes.code(c) for c in chain] + [b.frame(awaits.AWAIT, None, None, "other")]
+            else:
+                stack = self._codes.stack(f)
+            b.add(b.stack(st.label, stack), samples=1, time=t, wall=wall, cpu=st.delta())
         self.ticks += 1
 
     def _run(self) -> None:
+        mark_own()
         me = threading.get_ident()
         try:
-            last = self._t0 = time.perf_counter()
+            self._t0 = perf_counter()
             self._baseline(me)
             self._ready.set()
-            due = last + self.interval
-            # Deadlines are absolute, so a late wake-up (waiting for the GIL) does not slow the rate.
-            while not self._stop.wait(max(0.0, due - time.perf_counter())):
-                now = time.perf_counter()
-                self._tick(me, now, now - last)
-                last = now
-                due += self.interval
-                if due < now:  # too late for the missed ones: skip them rather than burst
-                    due = now + self.interval
-            self._t1 = time.perf_counter()
+            self._t1 = every(self.interval, self._stop, lambda now, wall: self._tick(me, now, wall), self._t0)
         except BaseException as e:  # handed to the recording thread by stop()
             self._error = e
             self._ready.set()
@@ -225,6 +184,14 @@ class Recorder:
         if self._error is not None:
             self.close()
             raise ProfilerError(f"the built-in sampler failed to start: {self._error!r}")
+
+    def live(self):
+        """The samples so far (``StackBuilder.rows``) and the rate reached, or None."""
+        b = self._builder
+        if b is None or not self.ticks:
+            return None
+        elapsed = perf_counter() - self._t0
+        return b.rows(), self.ticks / elapsed if elapsed > 0 else 0.0
 
     def _join(self) -> None:
         if self._thread is not None:

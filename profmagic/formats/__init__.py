@@ -14,8 +14,8 @@ from ..errors import ProfileFormatError
 from ..model import Profile, Raw
 
 # Module names, most specific first. A format whose module is missing is skipped.
-_ORDER = ("container", "children", "speedscope", "pyinstrument", "pstats", "eu_stack", "perf_script", "stap",
-          "folded")
+_ORDER = ("memray", "container", "children", "gecko", "chrome_trace", "speedscope", "pyinstrument", "pstats",
+          "eu_stack", "perf_script", "stap", "folded")
 HEAD_BYTES = 64 * 1024
 
 
@@ -123,10 +123,14 @@ def writer_for(path: str):
     low = path.lower()
     if low.endswith((".folded", ".txt", ".collapsed")):
         return get("folded")
+    if low.endswith(".gecko.json"):
+        return get("gecko")
+    if low.endswith(".trace.json"):
+        return get("chrome_trace")
     if low.endswith(".json"):
         return get("speedscope")
     raise ValueError(f"cannot tell the output format from {os.path.basename(path)!r}; "
-                     "use .speedscope.json, .json, .folded or .txt")
+                     "use .speedscope.json, .json, .gecko.json, .trace.json, .folded or .txt")
 
 
 def write_by_name(profile, path: str) -> str:

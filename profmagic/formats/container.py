@@ -2,7 +2,8 @@
 
 ``manifest.json`` (the zip's first member)::
 
-    {"profmagic": "container", "version": 1, "combine": "idle-pair" | "thread-sources",
+    {"profmagic": "container", "version": 1,
+     "combine": "idle-pair" | "thread-sources" | "memory-children" | "time-memory",
      "parts": [{"name": "wall.speedscope.json", "format": "speedscope", "role": "wall",
                 "options": {...reader options...}}, ...],
      "meta": {...}}
@@ -10,7 +11,11 @@
 ``combine``: ``idle-pair`` = a wall recording and an on-CPU one of the same run (py-spy with and
 without ``--idle``, ``transforms.combine_idle``); ``thread-sources`` = a primary recording and
 the threads only a secondary one saw (py-spy + eu-stack, ``transforms.merge_thread_sources``),
-with ``meta.primary_started`` / ``secondary_started`` (unix seconds) to put both on one clock.
+with ``meta.primary_started`` / ``secondary_started`` (unix seconds) to put both on one clock;
+``memory-children`` = memray's capture of a process (role ``parent``) and of each child it forked
+(roles ``child <pid>``), one process each (``multi.forked_children``); ``time-memory`` = a time
+recording and a memray recording of one run (roles ``time`` and ``memory``), side by side per stack
+(``transforms.time_and_memory``), without the threads ``meta.helpers`` (native ids) names.
 """
 from __future__ import annotations
 
@@ -20,7 +25,7 @@ import zipfile
 
 from ..errors import ProfileFormatError
 from ..model import Meta, Profile, Raw
-from .. import transforms
+from .. import multi, transforms
 
 NAME = "profmagic-container"
 MANIFEST = "manifest.json"
@@ -100,8 +105,17 @@ def read(data: bytes, source: str = "<input>") -> Profile:
             t0 = float(profiles["secondary"].meta.get("t0_unix") or m.get("secondary_started") or 0)
             offset = (float(m.get("primary_started") or t0) - t0) if t0 else 0.0
             p = transforms.merge_thread_sources(profiles["primary"], profiles["secondary"], offset=offset)
+        elif combine == "memory-children":
+            kids = sorted((r for r in profiles if r.startswith("child ")), key=lambda r: (len(r), r))
+            p = multi.forked_children(profiles["parent"], [profiles[r] for r in kids],
+                                      (manifest.get("meta") or {}).get("children"))
+        elif combine == "time-memory":
+            m = manifest.get("meta") or {}
+            p = transforms.time_and_memory(profiles["time"], profiles["memory"], drop_tids=m.get("helpers") or (),
+                                           time_started=m.get("time_started_unix"))
         else:
-            raise ProfileFormatError(f"unknown combine {combine!r}; expected idle-pair or thread-sources",
+            raise ProfileFormatError(f"unknown combine {combine!r}; expected idle-pair, thread-sources, "
+                                     "memory-children or time-memory",
                                      source=source, where=MANIFEST)
     except KeyError as e:
         raise ProfileFormatError(f"combine {combine!r} needs a part with role {e}", source=source,

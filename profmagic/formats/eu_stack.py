@@ -8,12 +8,18 @@ Plain eu-stack prints one snapshot::
         ../sysdeps/unix/sysv/linux/clock_nanosleep.c:71:10
     #1  0x00007f3271915ada pysleep
 
-``-m`` adds `` - MODULE`` after the name, ``-s`` adds an indented ``file:line[:col]`` line, ``-i``
-adds inlined callers as further frames at the same address, ``-q`` leaves names out. As
-stackcollapse-elfutils.pl does, each ``TID`` block is one sample (count 1), frames are listed
-leaf first, and a frame without a name is ``[unknown]``. With ``raw_names=True`` names are taken
-exactly as that script takes them (everything after the address); by default a `` - /module``
-suffix goes to the frame's file and runs of interpreter frames fold into ``[python]``.
+Every output form is read: ``PID n - process`` (a live process) or ``PID n - core`` (``--core``);
+``-m`` adds `` - MODULE`` after the name (a path for a process, a file name for a core; `` - MODULE``
+alone for a frame without a name); ``-s`` adds an indented ``file:line[:col]`` line; ``-i``
+adds inlined callers as further frames at the same address, each with its own source line; ``-d``
+(DWARF names) and ``-r`` (mangled names) change only the names; ``-a`` puts `` - 1`` (a caller's
+pc-1) or spaces between address and name; ``-b``'s indented build-id lines are skipped; ``-l``
+prints a module memory map first, whose file paths then replace ``-m``'s bare file names; ``-q``
+leaves names out. As stackcollapse-elfutils.pl does, each ``TID`` block is one sample (count 1),
+frames are listed leaf first, and a frame without a name is ``[unknown]``. With ``raw_names=True``
+names are taken exactly as that script takes them (everything after the address); by default the
+module goes to the frame's file (a ``-s`` source file takes its place) and runs of interpreter
+frames fold into ``[python]``.
 
 The recorder's sampled form is the same text with a header line, a ``# t=SECONDS`` line before each
 snapshot and facts after each ``TID n:``::
@@ -33,6 +39,7 @@ column.
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 from urllib.parse import unquote
 
 import numpy as np
@@ -45,11 +52,14 @@ from .folded import decode
 NAME = "eu-stack"
 HEADER = "# profmagic eu-stack sampler"
 
-_PID = re.compile(r"^PID (\d*)")
+_PID = re.compile(r"^PID (\d*)(?: - (\w+))?")
 _TID = re.compile(r"^TID (\d*):?(.*)$")
 _FRAME = re.compile(r"^#(\d*) *0x([0-9a-fA-F]*) ?(.*)$")
 _SRC = re.compile(r"^\s+(\S.*?):(\d+)(?::\d+)?\s*$")
-_MODULE = re.compile(r"^(.*?) - ((?:/|\[).*)$")
+# " - MODULE" after a name (or alone): a path, or a core's bare file name (no spaces or C++ punctuation).
+_MODULE = re.compile(r"^(.*?)(?:^| )- ((?:/|\[).*|[^\s()<>,*&]+)$")
+_ACTIVATION = re.compile(r"^(?:- 1 |\s+)(?=\S)")  # -a: " - 1 " (pc-1, a caller) or spaces (the leaf)
+_MAP = re.compile(r"^0x[0-9a-fA-F]+-0x[0-9a-fA-F]+ (\S.*?)\s*$")  # -l: "0xLO-0xHI module"
 _T = re.compile(r"^# t=([0-9.eE+-]+)\s*$")
 ON_CPU_STATES = ("R",)
 RESTART = ("restart_syscall", "219")  # x86_64: a timed wait resumed after a ptrace stop
@@ -62,6 +72,7 @@ INTERP = re.compile(
     r"|_PyObject_Call_Prepend|object_vacall|call_unbound\w*|partial_\w*call\w*|method_call"
     r"|builtin_exec\w*|run_eval_code_obj|run_mod|pyrun_\w+|_PyRun_\w+|PyRun_\w+|_PyEval_EvalFrame\w*)$")
 PY_EVAL = re.compile(r"^_?PyEval_EvalFrame")
+EVAL_LOOP = "_PyEval_EvalFrameDefault"  # one native frame per call of the eval loop
 
 
 def sniff(head: bytes) -> bool:
@@ -70,7 +81,7 @@ def sniff(head: bytes) -> bool:
         return True
     for line in text.split("\n", 20)[:20]:
         if line.strip():
-            return bool(re.match(r"^PID \d+ - process\s*$", line))
+            return bool(re.match(r"^PID \d+ - (process|core)( module memory map)?\s*$", line))
     return False
 
 
@@ -111,7 +122,7 @@ def _waiting(facts: dict) -> bool:
     return facts.get("state") in ("S", "D") or facts.get("syscall") in RESTART
 
 
-def _label_on_cpu(blocks: list[dict]) -> None:
+def _label_on_cpu(blocks: list) -> list[bool]:
     """Was each thread running when eu-stack stopped it? ``insys=0`` (the recorder saw its leaf pc
     elsewhere than just after a ``syscall`` instruction): yes. ``insys=1``: it was inside a call,
     a wait or a fast one (a busy loop reading CLOCK_THREAD_CPUTIME_ID is stopped there 9 times in
@@ -121,25 +132,26 @@ def _label_on_cpu(blocks: list[dict]) -> None:
     in nanosleep often reads R by then. Without ``insys``, that state is all there is."""
     sites: dict[int, list[int]] = {}
     for bl in blocks:
-        if bl["facts"].get("insys") == "1" and bl["frames"]:
-            n = sites.setdefault(bl["frames"][0][3], [0, 0, 0])
+        if bl.facts.get("insys") == "1" and bl.frames:
+            n = sites.setdefault(bl.frames[0][3], [0, 0, 0])
             n[0] += 1
-            n[1] += bl["facts"].get("state") in ("S", "D")
-            n[2] += bl["facts"].get("syscall") in RESTART
+            n[1] += bl.facts.get("state") in ("S", "D")
+            n[2] += bl.facts.get("syscall") in RESTART
+    out = []
     for bl in blocks:
-        f = bl["facts"]
-        insys = f.get("insys")
+        insys = bl.facts.get("insys")
         if insys == "0":
-            bl["on_cpu"] = True
-        elif insys == "1" and bl["frames"]:
-            n, s, r = sites[bl["frames"][0][3]]
-            bl["on_cpu"] = not (s > n / 2 or r >= n / 10)
+            out.append(True)
+        elif insys == "1" and bl.frames:
+            n, s, r = sites[bl.frames[0][3]]
+            out.append(not (s > n / 2 or r >= n / 10))
         else:
-            bl["on_cpu"] = f.get("state", "?") in ON_CPU_STATES
+            out.append(bl.facts.get("state", "?") in ON_CPU_STATES)
+    return out
 
 
-def _weigh(blocks: list[dict], snap_times: list[float], interval: float | None, source: str) -> None:
-    """Set ``wall``, ``cpu``, ``cpu_delta`` and ``on_cpu`` on each block of a sampled capture.
+def _weigh(blocks: list, fids: list, snap_times: list[float], interval: float | None, source: str) -> dict:
+    """``wall``, ``cpu``, ``cpu_delta`` and ``on_cpu``, one per block of a sampled capture.
 
     Wall: eu-stack snapshots a sleeping process more often than a busy one (the helper gets a core
     more easily), so each sample weighs the time since its thread's previous snapshot, not a uniform
@@ -159,70 +171,84 @@ def _weigh(blocks: list[dict], snap_times: list[float], interval: float | None, 
     on-CPU stacks' samples by wall time (by all its samples if none is on-CPU). CPU so never lands on
     a stack the thread is mostly seen asleep in, unless the thread is never seen running.
     """
-    _label_on_cpu(blocks)
+    n = len(blocks)
+    on_cpu = _label_on_cpu(blocks)
     prev_snap = {t: (snap_times[i - 1] if i else None) for i, t in enumerate(snap_times)}
-    last: dict[str, dict] = {}
-    unseen: dict[str, float] = {}
+    wall, cpu, delta, prev = [0.0] * n, [0.0] * n, [0.0] * n, [None] * n
+    last: dict[str, int] = {}
     runs: dict[tuple, list[int]] = {}
-    for bl in blocks:
-        f = bl["facts"]
+    for i, bl in enumerate(blocks):
         try:
-            bl["cpu_delta"] = int(f.get("cpu_ns", "0")) / 1e9
+            delta[i] = int(bl.facts.get("cpu_ns", "0")) / 1e9
         except ValueError:
-            raise ProfileFormatError(f"cpu_ns={f.get('cpu_ns')!r} is not an integer",
-                                     source=source, line=bl["line"]) from None
-        bl["cpu"] = 0.0
-        k = (bl["tid"], bl["fids"])
-        n = runs.setdefault(k, [0, 0, 0])  # samples, in R, resuming a timed wait
-        n[0] += 1
-        n[1] += bl["on_cpu"]
-        n[2] += f.get("syscall") in RESTART
-        tid_, t = bl["tid"], bl["time"]
-        prev = last.get(tid_)
-        if prev is not None:
-            bl["wall"] = max(t - prev["time"], 0.0)
-        elif prev_snap[t] is not None:
-            bl["wall"] = t - prev_snap[t]
+            raise ProfileFormatError(f"cpu_ns={bl.facts.get('cpu_ns')!r} is not an integer",
+                                     source=source, line=bl.line) from None
+        r = runs.setdefault((bl.tid, fids[i]), [0, 0, 0])  # samples, on-CPU, resuming a timed wait
+        r[0] += 1
+        r[1] += on_cpu[i]
+        r[2] += bl.facts.get("syscall") in RESTART
+        j = prev[i] = last.get(bl.tid)
+        if j is not None:
+            wall[i] = max(bl.time - blocks[j].time, 0.0)
+        elif prev_snap[bl.time] is not None:
+            wall[i] = bl.time - prev_snap[bl.time]
         else:
-            bl["wall"] = interval or 0.0
-        bl["prev"] = prev
-        last[tid_] = bl
-    for bl in blocks:
-        n, r, waits = runs[(bl["tid"], bl["fids"])]
-        bl["cpu_stack"] = r > n / 2 and waits < n / 10
-    for bl in blocks:
-        prev, d = bl.pop("prev"), bl["cpu_delta"]
-        if bl["cpu_stack"]:
-            bl["cpu"] += d
-        elif prev is not None and prev["cpu_stack"]:
-            prev["cpu"] += d
+            wall[i] = interval or 0.0
+        last[bl.tid] = i
+    cpu_stack = []
+    for i, bl in enumerate(blocks):
+        k, r, waits = runs[(bl.tid, fids[i])]
+        cpu_stack.append(r > k / 2 and waits < k / 10)
+    unseen: dict[str, float] = {}
+    for i, bl in enumerate(blocks):
+        j = prev[i]
+        if cpu_stack[i]:
+            cpu[i] += delta[i]
+        elif j is not None and cpu_stack[j]:
+            cpu[j] += delta[i]
         else:
-            unseen[bl["tid"]] = unseen.get(bl["tid"], 0.0) + d
-    for tid_, d in unseen.items():
-        mine = [bl for bl in blocks if bl["tid"] == tid_]
-        share = [bl for bl in mine if bl["cpu_stack"]] or mine
-        total = sum(bl["wall"] for bl in share)
-        for bl in share:
-            bl["cpu"] += d * (bl["wall"] / total if total else 1.0 / len(share))
+            unseen[bl.tid] = unseen.get(bl.tid, 0.0) + delta[i]
+    for tid, d in unseen.items():
+        mine = [i for i, bl in enumerate(blocks) if bl.tid == tid]
+        share = [i for i in mine if cpu_stack[i]] or mine
+        total = sum(wall[i] for i in share)
+        for i in share:
+            cpu[i] += d * (wall[i] / total if total else 1.0 / len(share))
+    return {"wall": wall, "cpu": cpu, "cpu_delta": delta, "on_cpu": on_cpu}
 
 
-def read(data: bytes, source: str = "<input>", raw_names: bool = False, fold: bool | None = None,
-         pid: bool = False, tid: bool = False) -> Profile:
-    """Read eu-stack text. ``fold`` (default: not ``raw_names``) folds interpreter frames into
-    ``[python]``; ``pid``/``tid`` prepend ``PID=n``/``TID=n`` root frames as stackcollapse-elfutils does."""
-    text = decode(data)
-    if fold is None:
-        fold = not raw_names
+class Block(NamedTuple):
+    """One ``TID n:`` block: a thread's stack in one snapshot."""
+    pid: str
+    tid: str
+    facts: dict         # what the recorder wrote after ``TID n:`` (state, cpu_ns, comm...)
+    time: float | None  # the snapshot's ``# t=`` (sampled captures)
+    frames: list        # [name, file, line, address], leaf first
+    line: int
+    py: dict            # "before"/"after" -> Python frame groups read around the unwind (innermost first)
+
+
+class Parsed(NamedTuple):
+    sampled: bool       # the recorder's form (``HEADER`` first)
+    header: dict        # the recorder's header facts
+    py_names: dict      # tid -> Python thread name (the recorder's ``# python-threads``)
+    blocks: list
+    snapshots: int      # ``PID n`` lines
+    target: str | None  # "process" (eu-stack -p) or "core" (--core)
+
+
+def parse(text: str, source: str = "<input>", raw_names: bool = False) -> Parsed:
+    """eu-stack text -> its ``TID`` blocks, in input order."""
     lines = text.split("\n")
     sampled = text.startswith(HEADER)
     header = _facts(lines[0][len(HEADER):]) if sampled else {}
     py_names: dict[str, str] = {}
-
-    # Pass 1: collect (time, pid, tid, facts, frames leaf first) per TID block.
-    blocks = []
-    cur = None
-    cur_pid = ""
+    modules: dict[str, str] = {}  # -l: a module's file name -> its path
+    blocks: list[Block] = []
+    cur = module = None
+    cur_pid, target = "", None
     t = None
+    snapshots = 0
     for lineno, raw in enumerate(lines, 1):
         line = raw.rstrip("\r")
         if not line.strip():
@@ -230,22 +256,17 @@ def read(data: bytes, source: str = "<input>", raw_names: bool = False, fold: bo
         if line.startswith("#"):
             fm = _FRAME.match(line)
             if fm and cur is not None:
-                name = fm.group(3)
-                file = None
-                if not name.strip():
-                    name = "[unknown]"
-                elif not raw_names:
-                    mm = _MODULE.match(name)
-                    if mm:
-                        name, file = mm.group(1), mm.group(2)
-                cur["frames"].append([name, file, None, int(fm.group(2) or "0", 16)])
+                cur.frames.append(_frame(fm, raw_names))
                 continue
             if fm:
                 raise ProfileFormatError(f"frame {line[:120]!r} before any 'TID n:' line",
                                          source=source, line=lineno)
             tm = _T.match(line)
             if tm:
-                t = float(tm.group(1))
+                t = _seconds(tm.group(1), "# t=", source, lineno)
+            elif line.startswith("# py-") and cur is not None:
+                which, _, groups = line[5:].partition(" ")
+                cur.py[which] = _py_groups(groups, source, lineno)
             elif line.startswith("# python-threads"):
                 for part in line.split()[2:]:
                     k, _, v = part.partition("=")
@@ -253,97 +274,200 @@ def read(data: bytes, source: str = "<input>", raw_names: bool = False, fold: bo
             continue
         pm = _PID.match(line)
         if pm:
-            cur_pid = pm.group(1)
-            cur = None
+            cur_pid, target = pm.group(1), pm.group(2) or target
+            if not line.rstrip().endswith("module memory map"):
+                snapshots += 1
+            cur = module = None
             continue
         tm = _TID.match(line)
         if tm:
-            cur = {"pid": cur_pid, "tid": tm.group(1), "facts": _facts(tm.group(2)), "time": t,
-                   "frames": [], "line": lineno}
+            cur = Block(cur_pid, tm.group(1), _facts(tm.group(2)), t, [], lineno, {})
             blocks.append(cur)
             continue
+        mm = _MAP.match(line) if cur is None else None
+        if mm:
+            module = mm.group(1)
+            continue
+        if module is not None and raw[:1].isspace():
+            path = line.strip()
+            if path.startswith(("/", "./")) and module not in modules:
+                modules[module] = path
+            continue
         sm = _SRC.match(line)
-        if sm and cur is not None and cur["frames"]:
+        if sm and cur is not None and cur.frames:
             if not raw_names:
-                f = cur["frames"][-1]
-                if f[2] is None:  # with -i the first source line belongs to the innermost frame
+                f = cur.frames[-1]
+                if f[2] is None:  # each source line belongs to the frame just above it
                     f[1], f[2] = sm.group(1), int(sm.group(2))
             continue
-        if raw[:1].isspace():  # other indented detail lines are ignored, as stackcollapse does
+        if raw[:1].isspace():  # other indented detail lines (-b build ids) are ignored, as stackcollapse does
             continue
         raise ProfileFormatError(
-            f"expected 'PID n - process', 'TID n:', '#N 0xADDR name' or an indented source line, "
-            f"got {line[:120]!r}", source=source, line=lineno)
+            f"expected 'PID n - process' (or '- core'), 'TID n:', '#N 0xADDR name' or an indented source "
+            f"line, got {line[:120]!r}", source=source, line=lineno)
+    if modules:  # -l with -m: a core's bare module file names become paths
+        for bl in blocks:
+            for f in bl.frames:
+                if f[2] is None and f[1] in modules:
+                    f[1] = modules[f[1]]
     if not blocks:
         raise ProfileFormatError("no 'TID n:' blocks found; expected eu-stack output", source=source, offset=0)
-    if sampled and any(b["time"] is None for b in blocks):
-        b0 = next(b for b in blocks if b["time"] is None)
+    if sampled and any(bl.time is None for bl in blocks):
+        b0 = next(bl for bl in blocks if bl.time is None)
         raise ProfileFormatError("sampled capture: 'TID' block without a preceding '# t=SECONDS' line",
-                                 source=source, line=b0["line"])
+                                 source=source, line=b0.line)
+    return Parsed(sampled, header, py_names, blocks, snapshots, target)
 
-    b = StackBuilder()
-    interval = float(header.get("interval") or 0) or None
-    snap_times = sorted({bl["time"] for bl in blocks}) if sampled else []
-    snaps = len(snap_times)
-    duration = float(header.get("duration") or 0) or None
-    # Python threads: named by the recorder, or seen running the eval loop.
-    py_tids = set(py_names)
-    for bl in blocks:
-        if any(PY_EVAL.match(f[0]) for f in bl["frames"]):
-            py_tids.add(bl["tid"])
 
-    # A thread's name: its Python name, else its comm from any snapshot that could read it (a
-    # thread that ended right after its last unwind has no facts: "?").
+def _seconds(text: str, what: str, source: str, lineno: int) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = float("nan")
+    if not (v >= 0 and v != float("inf")):
+        raise ProfileFormatError(f"{what}{text[:40]!r}: expected seconds", source=source, line=lineno)
+    return v
+
+
+def _py_groups(text: str, source: str, lineno: int) -> list:
+    """The recorder's ``# py-after`` groups: ``|`` between eval-loop calls, ``;`` between frames
+    (innermost first), each quote(qualname):quote(file):firstlineno."""
+    out = []
+    for group in text.split("|"):
+        frames = []
+        for fr in filter(None, group.split(";")):
+            parts = fr.split(":")
+            if len(parts) != 3 or not parts[2].lstrip("-").isdigit():
+                raise ProfileFormatError(f"Python frame {fr[:80]!r}: expected qualname:file:line",
+                                         source=source, line=lineno)
+            frames.append((unquote(parts[0]), unquote(parts[1]), int(parts[2])))
+        out.append(frames)
+    return out
+
+
+def with_python(frames: list, py: dict) -> tuple[list | None, str | None]:
+    """``frames`` (root first) with each run of interpreter frames replaced by the Python frames its
+    eval-loop calls ran: the k-th ``_PyEval_EvalFrameDefault`` from the root ran the k-th group. A
+    reading (``after`` the unwind, else ``before``) is used only when it has as many groups as the
+    native stack has eval-loop calls. Returns (frames, which reading) or (None, None)."""
+    n_eval = sum(f[0] == EVAL_LOOP for f in frames)
+    groups = next(((which, py[which]) for which in ("after", "before") if len(py.get(which) or ()) == n_eval
+                   and n_eval), None)
+    if groups is None:
+        return None, None
+    which, groups = groups
+    root_first = iter([[(q, f, ln, "python") for q, f, ln in reversed(g)] for g in reversed(groups)])
+    out, run = [], []
+    for f in frames + [None]:
+        if f is not None and INTERP.match(f[0]):
+            run.append(f)
+            continue
+        k = sum(r[0] == EVAL_LOOP for r in run)
+        if k:
+            for _ in range(k):
+                out.extend(next(root_first))
+        else:
+            out.extend(run)
+        run = []
+        if f is not None:
+            out.append(f)
+    return out, which
+
+
+def _frame(fm, raw_names: bool) -> list:
+    """[name, file, line, address] of a ``#N 0xADDR ...`` line."""
+    name, file = fm.group(3), None
+    if not raw_names:
+        name = _ACTIVATION.sub("", name, count=1)
+        mm = _MODULE.match(name)
+        if mm:
+            name, file = mm.group(1).strip(), mm.group(2)
+    if not name.strip():
+        name = "[unknown]"
+    return [name, file, None, int(fm.group(2) or "0", 16)]
+
+
+def _thread_names(b: StackBuilder, blocks: list[Block], py_names: dict, py_tids: set) -> dict[str, str]:
+    """tid -> label, each thread entered in ``b``'s thread table: named by its Python name, else its
+    comm from any snapshot that could read it (a thread that ended right after its last unwind has
+    no facts: no name)."""
     comms: dict[str, str] = {}
     for bl in blocks:
-        c = bl["facts"].get("comm")
+        c = bl.facts.get("comm")
         if c and c != "?":
-            comms.setdefault(bl["tid"], c)
-
-    def thread_name(bl):
-        tid = int(bl["tid"]) if bl["tid"].isdigit() else None
-        name = py_names.get(bl["tid"]) or comms.get(bl["tid"])
-        return b.thread(thread_label(tid if tid is not None else bl["tid"], name), tid=tid, name=name,
-                        pid=int(bl["pid"]) if str(bl.get("pid", "")).isdigit() else None,
-                        python=bl["tid"] in py_tids, backend="eu-stack")
-
+            comms.setdefault(bl.tid, c)
+    out = {}
     for bl in blocks:
-        frames = [(name, file, line, "native") for name, file, line, _addr in reversed(bl["frames"])]
-        if fold:
-            frames = fold_python(frames)
-        fids = [b.frame(n, fl, ln, k) for n, fl, ln, k in frames]
-        if tid:
-            fids.insert(0, b.frame(f"TID={bl['tid']}", None, None, "other"))
-        if pid:
-            fids.insert(0, b.frame(f"PID={bl['pid']}", None, None, "other"))
-        bl["fids"] = tuple(fids)
-        if not sampled:
-            b.add(b.stack(thread_name(bl), fids), samples=1)
-    if sampled:
-        _weigh(blocks, snap_times, interval, source)
-        for bl in blocks:
-            sid = b.stack(thread_name(bl), bl["fids"], on_cpu=bl["on_cpu"])
-            b.add(sid, samples=1, time=bl["time"], wall=bl["wall"], cpu=bl["cpu"])
+        if bl.tid in out:
+            continue
+        tid = int(bl.tid) if bl.tid.isdigit() else None
+        name = py_names.get(bl.tid) or comms.get(bl.tid)
+        out[bl.tid] = thread_label(tid if tid is not None else bl.tid, name)
+        b.thread(out[bl.tid], tid=tid, name=name, pid=int(bl.pid) if str(bl.pid).isdigit() else None,
+                 python=bl.tid in py_tids, backend="eu-stack")
+    return out
 
-    labels = {bl["tid"]: b.threads[thread_name(bl)] for bl in blocks}
-    meta = {"format": NAME, "backend": "eu-stack", "source": source,
-            "python_threads": [labels[t] for t in labels if t in py_tids],
-            "native_threads": [labels[t] for t in labels if t not in py_tids]}
-    if sampled:
-        meta.update({k: v for k, v in header.items() if k not in ("interval", "duration", "snapshots")})
-        meta["interval"] = interval
-        meta["duration"] = duration
-        meta["snapshots"] = snaps
-        meta["rate"] = snaps / duration if duration else None
-        meta["metrics"] = ["wall", "cpu"]
-        meta["wall_attribution"] = "each sample weighs the time since its thread's previous snapshot"
-        meta["cpu_attribution"] = ("each snapshot's CPU delta (schedstat run_ns) goes to the end of its "
-                                   "interval if that stack is mostly seen in state R and not in a timed wait, else to the start if "
-                                   "that one is; else it is shared by the thread's mostly-R stacks")
-        p = b.build(metric="wall", meta=meta, raw=Raw(data, NAME))
-        p.samples["state"] = [bl["facts"].get("state", "?") for bl in blocks]
-        p.samples["on_cpu"] = np.asarray([bl["on_cpu"] for bl in blocks], dtype=bool)
-        p.samples["cpu_delta"] = np.asarray([bl["cpu_delta"] for bl in blocks], dtype=np.float64)
-        return p
-    meta["snapshots"] = sum(1 for ln in lines if _PID.match(ln)) or 1
-    return b.build(metric="samples", meta=meta, raw=Raw(data, NAME))
+
+def _stack_ids(b: StackBuilder, bl: Block, fold: bool, pid: bool, tid: bool, used: dict) -> tuple:
+    """A block's frame ids, root first: interpreter runs become the Python frames they ran, or
+    ``[python]`` (``fold``); ``pid``/``tid`` prepend stackcollapse-elfutils' roots. ``used`` counts
+    which Python reading each block took."""
+    frames = [(name, file, line, "native") for name, file, line, _addr in reversed(bl.frames)]
+    if fold:
+        named, which = with_python(frames, bl.py) if bl.py else (None, None)
+        used[which or ("unmatched" if bl.py else "none")] = used.get(which or ("unmatched" if bl.py else "none"), 0) + 1
+        frames = named if named is not None else fold_python(frames)
+    fids = [b.frame(n, fl, ln, k) for n, fl, ln, k in frames]
+    if tid:
+        fids.insert(0, b.frame(f"TID={bl.tid}", None, None, "other"))
+    if pid:
+        fids.insert(0, b.frame(f"PID={bl.pid}", None, None, "other"))
+    return tuple(fids)
+
+
+def read(data: bytes, source: str = "<input>", raw_names: bool = False, fold: bool | None = None,
+         pid: bool = False, tid: bool = False, meta: dict | None = None) -> Profile:
+    """Read eu-stack text. ``fold`` (default: not ``raw_names``) folds interpreter frames into
+    ``[python]``; ``pid``/``tid`` prepend ``PID=n``/``TID=n`` root frames as stackcollapse-elfutils does;
+    ``meta`` is added to the profile's meta."""
+    text = decode(data)
+    options = {k: v for k, v, default in (("raw_names", raw_names, False), ("fold", fold, None), ("pid", pid, False),
+                                          ("tid", tid, False)) if v != default}
+    parsed = parse(text, source, raw_names)
+    blocks = parsed.blocks
+    b = StackBuilder()
+    # Python threads: named by the recorder, or seen running the eval loop.
+    py_tids = set(parsed.py_names) | {bl.tid for bl in blocks if any(PY_EVAL.match(f[0]) for f in bl.frames)}
+    labels = _thread_names(b, blocks, parsed.py_names, py_tids)
+    used: dict[str, int] = {}
+    fids = [_stack_ids(b, bl, not raw_names if fold is None else fold, pid, tid, used) for bl in blocks]
+    out = {"format": NAME, "backend": "eu-stack", "source": source, "target": parsed.target,
+           "python_stacks": {k: v for k, v in used.items() if k != "none"} or None,
+           "python_threads": [labels[t] for t in labels if t in py_tids],
+           "native_threads": [labels[t] for t in labels if t not in py_tids]}
+    if not parsed.sampled:
+        for bl, f in zip(blocks, fids):
+            b.add(b.stack(labels[bl.tid], f), samples=1)
+        out["snapshots"] = parsed.snapshots or 1
+        out.update(meta or {})
+        return b.build(metric="samples", meta=out, raw=Raw(data, NAME, options=options))
+    header = parsed.header
+    interval = _seconds(header.get("interval") or "0", "interval=", source, 1) or None
+    snap_times = sorted({bl.time for bl in blocks})
+    duration = _seconds(header.get("duration") or "0", "duration=", source, 1) or None
+    w = _weigh(blocks, fids, snap_times, interval, source)
+    sids = [b.stack(labels[bl.tid], f, on_cpu=on) for bl, f, on in zip(blocks, fids, w["on_cpu"])]
+    b.add_samples(sids, time=[bl.time for bl in blocks], wall=w["wall"], cpu=w["cpu"],
+                  columns={"state": [bl.facts.get("state", "?") for bl in blocks],
+                           "on_cpu": np.asarray(w["on_cpu"], dtype=bool),
+                           "cpu_delta": np.asarray(w["cpu_delta"], dtype=np.float64)})
+    out.update({k: v for k, v in header.items() if k not in ("interval", "duration", "snapshots")})
+    out.update(interval=interval, duration=duration, snapshots=len(snap_times),
+               rate=len(snap_times) / duration if duration else None, metrics=["wall", "cpu"],
+               wall_attribution="each sample weighs the time since its thread's previous snapshot",
+               cpu_attribution=("each snapshot's CPU delta (schedstat run_ns) goes to the end of its "
+                                "interval if that stack is mostly seen in state R and not in a timed wait, "
+                                "else to the start if that one is; else it is shared by the thread's "
+                                "mostly-R stacks"))
+    out.update(meta or {})
+    return b.build(metric="wall", meta=out, raw=Raw(data, NAME, options=options))

@@ -1,6 +1,6 @@
 """``perf script`` text -> Profile, folded exactly as FlameGraph's ``stackcollapse-perf.pl`` does.
 
-Rules (FlameGraph at 41fee1f; see shared/corpus/flamegraph/PARSING-RULES.md):
+Rules (FlameGraph at 41fee1f; see tests/data/flamegraph/PARSING-RULES.md):
 
 * A record is an event header (``comm [pid/]tid [cpu] time: [period] event:``; the timestamp and
   cpu may be missing) followed by frame lines (``addr symbol (module)``, leaf first, indented or
@@ -41,11 +41,13 @@ Choices where we differ from, or go beyond, FlameGraph:
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 
 from ..errors import ProfileFormatError
+from ..threads import thread_label
 from ..model import Profile, Raw, StackBuilder
 from .folded import decode
 
@@ -55,6 +57,8 @@ NAME = "perf_script"
 # ((\d+)* after \d+), which give the same matches without exponential backtracking.
 _HEADER = re.compile(r"(\S.+?)\s+(\d++)/*+(\d*+)\s+", re.A)
 _EVENT = re.compile(r":\s*(\d*+)\s+(\S+):\s*$", re.A)
+# A tracepoint's header goes on with its fields (perf script -F ...,trace): "sched:sched_switch: prev_comm=..."
+_EVENT_TRACE = re.compile(r":\s*(\d*+)\s+(\S+):\s+(\S.*?)\s*$", re.A)
 _FRAME = re.compile(r"\s*(\w+)\s*(.+) \((.*)\)", re.A)
 _TIME = re.compile(r"(?:\[\d+\]\s+)?(\d+\.\d+):", re.A)
 _OFFSET = re.compile(r"\+0x[\da-f]+$", re.A)
@@ -66,7 +70,9 @@ _JITTED_SO = re.compile(r"/jitted-\d+-\d+\.so$", re.A)
 _KERNEL_MOD = re.compile(r"^\[|vmlinux$")
 # Sniffing: a frame line proper (hex address, symbol, module in parentheses).
 _SNIFF_FRAME = re.compile(r"\s*[0-9a-fA-F]+\s+\S.* \(.*\)\s*$", re.A)
+_SIDE_BAND = re.compile(r"PERF_RECORD_(\w+)(.*)$")
 _CPU_EVENTS = ("cpu-clock", "task-clock")
+_NAN = float("nan")
 _MAX_WARNINGS = 5
 
 
@@ -162,325 +168,398 @@ def _text(data: bytes) -> str:
         return decode(data)
 
 
-def read(data: bytes, source: str = "<input>", pid: bool = False, tid: bool = False,
-         kernel: bool = False, jit: bool = False, all: bool = False, addrs: bool = False,
-         event_filter: str | None = None, keep_unterminated: bool = True, strict: bool = False,
-         python_names: bool = True) -> Profile:
-    """Read ``perf script`` text. Options mirror stackcollapse-perf.pl (``all`` = kernel + jit);
-    see the module docstring for ``keep_unterminated``, ``strict`` and ``python_names``."""
-    if all:
-        kernel = jit = True
-    o = _Opts(kernel, jit, addrs, python_names)
-    text = _text(data)
-    if "\r\n" in text[:65536]:
-        text = text.replace("\r\n", "\n")
+class Sample(NamedTuple):
+    """One event record: its header's fields and its frames."""
+    pname: str          # FlameGraph's root frame: comm, comm-PID or comm-PID/TID
+    thread: str         # the thread's label
+    comm: str
+    pid: int | None     # None when perf printed one number (the TID)
+    tid: int
+    period: int         # 1 when perf printed none or 0
+    explicit_period: bool
+    time: float         # NaN when perf printed none
+    event: str | None
+    trace: str          # what a tracepoint printed after its name ("" for other events)
+    leaf_first: tuple   # frame ids, leaf first
+    closed: bool        # a blank line ended it (False: the input ended first)
 
-    b = StackBuilder()
-    frame_id = b.frame
-    root_ids: dict[str, int] = {}
-    # line text -> [fids (non-Java root), fids (Java root, filled lazily), regex groups]
-    line_cache: dict[str, list] = {}
-    # frame block text (all lines of a record after its header) -> same, or False when the
-    # block holds anything but frame lines
-    block_cache: dict[str, list | bool] = {}
-    no_frames = [(), (), [], {}]  # the block entry of a header with no frame lines
-    sid_of: dict[tuple, int] = {}
-    s_time: list[float] = []
-    s_sid: list[int] = []
-    s_comm: list[str] = []
-    s_pid: list[int | None] = []
-    s_tid: list[int] = []
-    s_period: list[int] = []
 
-    header_match = _HEADER.match
-    event_search = _EVENT.search
-    frame_match = _FRAME.match
-    time_match = _TIME.match
-    nan = float("nan")
+class SideBand(NamedTuple):
+    """A ``PERF_RECORD_*`` line (``--show-switch-events``, ``--show-task-events``): no frames."""
+    thread: str         # the label of the thread whose header it has
+    comm: str
+    pid: int | None
+    tid: int
+    time: float
+    kind: str           # SWITCH, COMM, FORK, EXIT, ...
+    text: str           # the rest of the line: "IN", "OUT preempt", "(12:13):(12:12)" ...
 
-    st = {"event": event_filter or "", "explicit_period": True, "any_time": False, "skipped": 0,
-          "first_header": None, "orphans": 0}
-    events_seen: dict[str, int] = {}
-    warnings: list[str] = []
-    # (comm, number, number) of a header -> (pname, is_java, thread, comm, pid, tid)
-    who_cache: dict[tuple, tuple] = {}
 
-    def who(groups: tuple) -> tuple:
-        comm, n1, n2 = groups
-        if n2 and n2 != "0":
-            p, t = n1, n2
-        else:
-            p, t = None, n1  # one number is the TID (stackcollapse: PID "?")
-        ptxt = "?" if p is None else p
-        if tid:
-            pname = f"{comm}-{ptxt}/{t}"
-        elif pid:
-            pname = f"{comm}-{ptxt}"
-        else:
-            pname = comm
-        if " " in pname:
-            pname = pname.replace(" ", "_")
-        w = who_cache[groups] = (pname, pname.startswith("java"), f"{comm}-{ptxt}/{t}", comm,
-                                 None if p is None else int(p), int(t))
-        b.thread(w[2], tid=int(t), pid=w[4], name=comm)
+def _thread_name(comm: str, pid: int | None, tid: int) -> str:
+    return f"{comm}-{'?' if pid is None else pid}/{tid}"
+
+
+def _thread_label(comm: str, pid: int | None, tid: int) -> str:
+    return thread_label(tid, comm)
+
+
+# thread_labels option -> how a thread is labelled: as stackcollapse-perf.pl does, or as profmagic's
+# other backends do (so that a perf profile's threads match the kernel's by label too).
+THREAD_LABELS = {"perf": _thread_name, "threads": _thread_label}
+
+
+class Parser:
+    """``perf script`` text -> ``Sample`` and ``SideBand`` records, as stackcollapse-perf.pl reads it.
+
+    Frames are interned through ``frame_id`` (a ``StackBuilder.frame``). Records of one event are
+    yielded (``event_filter``, else the first event seen), as FlameGraph keeps them; with
+    ``all_events`` every event is, tracepoint text is kept in ``Sample.trace`` and ``PERF_RECORD_*``
+    lines become ``SideBand`` records instead of headers. After iteration, the counters
+    (``events_seen``, ``skipped``, ``orphans``, ``warnings``, ``first_header``) describe the input.
+    """
+
+    def __init__(self, text: str, frame_id, opts: _Opts, source: str = "<input>", pid: bool = False,
+                 tid: bool = False, event_filter: str | None = None, strict: bool = False,
+                 all_events: bool = False, thread_name=_thread_name):
+        self.text, self.frame_id, self.o, self.source = text, frame_id, opts, source
+        self.pid, self.tid, self.strict, self.all_events = pid, tid, strict, all_events
+        self.thread_name = thread_name
+        self.event = event_filter or ""
+        self.events_seen: dict[str, int] = {}
+        self.skipped = self.orphans = 0
+        self.first_header: int | None = None
+        self.warnings: list[str] = []
+        self._who: dict[tuple, tuple] = {}
+        # line text -> [fids (non-Java root), fids (Java root, filled lazily), regex groups]
+        self._lines: dict[str, list] = {}
+        # frame block text (all lines of a record after its header) -> [fids, Java fids, line
+        # entries], or False when the block holds anything but frame lines
+        self._blocks: dict[str, list | bool] = {}
+
+    # -- one line at a time ----------------------------------------------------------------
+    def _whose(self, groups: tuple) -> tuple:
+        """(pname, is_java, thread, comm, pid, tid) of a header's (comm, number, number)."""
+        w = self._who.get(groups)
+        if w is None:
+            comm, n1, n2 = groups
+            if n2 and n2 != "0":
+                p, t = int(n1), int(n2)
+            else:
+                p, t = None, int(n1)  # one number is the TID (stackcollapse: PID "?")
+            ptxt = "?" if p is None else p
+            pname = f"{comm}-{ptxt}/{t}" if self.tid else f"{comm}-{ptxt}" if self.pid else comm
+            if " " in pname:
+                pname = pname.replace(" ", "_")
+            w = self._who[groups] = (pname, pname.startswith("java"), self.thread_name(comm, p, t), comm, p, t)
         return w
 
-    def header(line: str, m, lineno: int):
-        """(pname, is_java, record fields) for an event header line; None when filtered out."""
-        period_text = ""
-        e = event_search(line)
+    def _header(self, line: str, m, lineno: int | None):
+        """(pname, is_java, fields) of an event header; None when its event is filtered out.
+        fields: thread, comm, pid, tid, period, explicit period, time, event, trace."""
+        period_text, ev, trace = "", None, ""
+        e = _EVENT.search(line)
+        if e is None and self.all_events:
+            e = _EVENT_TRACE.search(line)
         if e is not None:
             period_text, ev = e.group(1, 2)
-            n = events_seen.get(ev)
-            events_seen[ev] = 1 if n is None else n + 1
-            if ev != st["event"]:
-                if st["event"]:
+            if e.re is _EVENT_TRACE:
+                trace = e.group(3)
+            self.events_seen[ev] = self.events_seen.get(ev, 0) + 1
+            if ev != self.event and not self.all_events:
+                if self.event:
                     return None  # another event: skipped with its frames
-                st["event"] = ev
-        if st["first_header"] is None:
-            st["first_header"] = lineno
-        if not period_text or period_text == "0":
-            period = 1
-            st["explicit_period"] = False
-        else:
-            period = int(period_text)
-        tm = time_match(line, m.end())
-        if tm is not None:
-            time = float(tm.group(1))
-            st["any_time"] = True
-        else:
-            time = nan
-        groups = m.group(1, 2, 3)
-        w = who_cache.get(groups) or who(groups)
-        return w[0], w[1], (w[2], w[3], w[4], w[5], period, time)
+                self.event = ev
+        if self.first_header is None:
+            self.first_header = lineno
+        explicit = bool(period_text) and period_text != "0"
+        tm = _TIME.match(line, m.end())
+        w = self._whose(m.group(1, 2, 3))
+        return w[0], w[1], (w[2], w[3], w[4], w[5], int(period_text) if explicit else 1, explicit,
+                            float(tm.group(1)) if tm is not None else _NAN, ev, trace)
 
-    def record_sid(pname: str, thread: str, leaf_first: tuple) -> int:
-        # leaf_first: frame ids leaf first, each line's own frames reversed (see _frame_fids)
-        key = (thread, pname, leaf_first)
-        sid = sid_of.get(key)
-        if sid is None:
-            rid = root_ids.get(pname)
-            if rid is None:
-                rid = root_ids[pname] = frame_id(pname, None, None, "other")
-            frames = [rid]
-            frames.extend(reversed(leaf_first))
-            sid = sid_of[key] = b.stack(thread, frames)
-        return sid
+    def _side_band(self, line: str, m):
+        """A SideBand for a ``PERF_RECORD_*`` line (only with ``all_events``), else None."""
+        if not self.all_events:
+            return None
+        k = _SIDE_BAND.search(line, m.end())
+        if k is None:
+            return None
+        tm = _TIME.match(line, m.end())
+        w = self._whose(m.group(1, 2, 3))
+        return SideBand(w[2], w[3], w[4], w[5], float(tm.group(1)) if tm is not None else _NAN, k.group(1),
+                        k.group(2).lstrip(": ").strip())
 
-    def close_record(pname: str, cur: tuple, leaf_first: tuple):
-        s_sid.append(record_sid(pname, cur[0], leaf_first))
-        s_comm.append(cur[1])
-        s_pid.append(cur[2])
-        s_tid.append(cur[3])
-        s_period.append(cur[4])
-        s_time.append(cur[5])
+    def _odd_line(self, lineno: int, line: str, why: str) -> None:
+        if self.strict:
+            raise ProfileFormatError(f"{why}, got {line[:200]!r}", source=self.source, line=lineno)
+        self.skipped += 1
+        if len(self.warnings) < _MAX_WARNINGS:
+            self.warnings.append(f"line {lineno}: {why}, got {line[:120]!r}")
 
-    def odd_line(lineno: int, line: str, why: str):
-        if strict:
-            raise ProfileFormatError(f"{why}, got {line[:200]!r}", source=source, line=lineno)
-        st["skipped"] += 1
-        if len(warnings) < _MAX_WARNINGS:
-            warnings.append(f"line {lineno}: {why}, got {line[:120]!r}")
-
-    def frame_entry(line: str):
+    def _line_entry(self, line: str):
         """The cache entry of a frame line, or None when the line is not one."""
-        entry = line_cache.get(line)
+        entry = self._lines.get(line)
         if entry is None:
-            if header_match(line) is not None:
+            if _HEADER.match(line) is not None:
                 return None
-            f = frame_match(line)
+            f = _FRAME.match(line)
             if f is None:
                 return None
-            entry = [None, None, f.group(1, 2, 3)]
-            entry[0] = _frame_fids(entry[2], False, o, frame_id)
-            line_cache[line] = entry
+            groups = f.group(1, 2, 3)
+            entry = self._lines[line] = [_frame_fids(groups, False, self.o, self.frame_id), None, groups]
         return entry
 
-    def block_entry(block: str):
-        """[leaf-first fids (non-Java), (Java) or None, lines] when every line is a frame line."""
-        lines = block.split("\n")
+    def _java(self, entry) -> list:
+        if entry[1] is None:
+            entry[1] = _frame_fids(entry[2], True, self.o, self.frame_id)
+        return entry[1]
+
+    def _block(self, block: str):
+        """[leaf-first fids, Java fids or None, line entries] when every line is a frame line."""
         entries = []
-        for line in lines:
+        for line in block.split("\n"):
             if not line or line[0] == "#":
                 return False
-            e = frame_entry(line)
+            e = self._line_entry(line)
             if e is None:
                 return False
             entries.append(e)
-        fids = []
-        for e in entries:
-            fids.extend(e[0])
-        return [tuple(fids), None, entries, {}]
+        return [tuple(f for e in entries for f in e[0]), None, entries]
 
-    def java_fids(entry) -> tuple:
-        fids = []
-        for e in entry[2]:
-            if e[1] is None:
-                e[1] = _frame_fids(e[2], True, o, frame_id)
-            fids.extend(e[1])
-        entry[1] = tuple(fids)
-        return entry[1]
+    def _block_fids(self, blk, is_java: bool) -> tuple:
+        if not is_java:
+            return blk[0]
+        if blk[1] is None:
+            blk[1] = tuple(f for e in blk[2] for f in self._java(e))
+        return blk[1]
 
-    def slow_chunk(lines: list[str], lineno: int, closed: bool):
+    # -- the whole text ----------------------------------------------------------------------
+    def records(self):
+        """Every record in input order. Every blank line ends a record, so the text between blank
+        lines (a chunk) is read on its own: a chunk that is one header and a block of frame lines
+        seen before costs one regex and one dict lookup; others go line by line (``_chunk``)."""
+        text = self.text
+        chunks = text.split("\n\n")
+        last = len(chunks) - 1
+        counted = [0, 0]  # line numbers are counted only when needed: [chunks counted, lines in them]
+
+        def first_line_of(i: int) -> int:
+            n, before = counted
+            while n < i:
+                before += chunks[n].count("\n") + 2
+                n += 1
+            counted[:] = [n, before]
+            return before + 1
+
+        header_match, blocks, no_frames = _HEADER.match, self._blocks, ((), (), [])
+        for i, chunk in enumerate(chunks):
+            peeled = 0
+            while self.all_events and chunk and chunk[0] not in "#\n":  # leading PERF_RECORD_* lines
+                nl = chunk.find("\n")
+                m = header_match(chunk if nl < 0 else chunk[:nl])
+                sb = self._side_band(chunk if nl < 0 else chunk[:nl], m) if m is not None else None
+                if sb is None:
+                    break
+                yield sb
+                chunk = "" if nl < 0 else chunk[nl + 1:]
+                peeled += 1
+            if peeled and not chunk:
+                continue
+            if i < last and chunk and chunk[0] != "#" and chunk[0] != "\n":
+                nl = chunk.find("\n")
+                head = chunk if nl < 0 else chunk[:nl]
+                m = header_match(head)
+                if m is not None:
+                    if nl < 0:
+                        blk = no_frames
+                    else:
+                        blk = blocks.get(chunk[nl + 1:])
+                        if blk is None:
+                            blk = blocks[chunk[nl + 1:]] = self._block(chunk[nl + 1:])
+                    if blk is not False:
+                        # (the line number only matters for the first header)
+                        h = self._header(head, m, i if self.first_header is not None else first_line_of(i))
+                        if h is not None:
+                            pname, is_java, f = h
+                            yield Sample(pname, *f, self._block_fids(blk, is_java), True)
+                        continue
+            lines = chunk.split("\n")
+            if i == last and text.endswith("\n"):
+                lines.pop()  # the final newline does not make an empty line
+            if i == last:  # one C-level count instead of one per chunk
+                before = text.count("\n") - chunk.count("\n")
+            else:
+                before = first_line_of(i) - 1 + peeled
+            yield from self._chunk(lines, before, i < last)
+
+    def _chunk(self, lines: list[str], lineno: int, closed: bool):
         """Line by line, exactly as stackcollapse-perf's main loop; ``closed``: a blank line follows."""
-        pname = None
-        is_java = False
-        rec_open = False
+        pname = cur = None
+        is_java = rec_open = False
         stack: list[int] = []
-        cur = None
-        if closed:
-            lines = lines + [""]
-        for line in lines:
+        for line in lines + [""] if closed else lines:
             lineno += 1
             if not line:
                 if pname is not None:
-                    close_record(pname, cur, tuple(stack))
+                    yield Sample(pname, *cur, tuple(stack), True)
                     pname = None
                 stack = []
                 rec_open = False
                 continue
             if line[0] == "#":
                 continue
-            m = header_match(line)
+            m = _HEADER.match(line)
             if m is not None:
+                sb = self._side_band(line, m)
+                if sb is not None:
+                    yield sb
+                    continue
                 rec_open = True
-                h = header(line, m, lineno)
+                h = self._header(line, m, lineno)
                 if h is not None:
                     pname, is_java, cur = h
                 continue
-            e = frame_entry(line)
+            e = self._line_entry(line)
             if e is not None:
                 if pname is not None:
-                    if is_java:
-                        if e[1] is None:
-                            e[1] = _frame_fids(e[2], True, o, frame_id)
-                        stack.extend(e[1])
-                    else:
-                        stack.extend(e[0])
+                    stack.extend(self._java(e) if is_java else e[0])
                 elif not rec_open:
-                    st["orphans"] += 1
-                    odd_line(lineno, line, "expected an event header before this frame line")
+                    self.orphans += 1
+                    self._odd_line(lineno, line, "expected an event header before this frame line")
                 continue
-            odd_line(lineno, line, "expected an event header ('comm pid [cpu] time: period event:'), "
-                     "a frame line ('addr symbol (module)'), a blank line or a '#' comment")
-        if pname is None:
-            return False
-        if keep_unterminated:  # a record that no blank line closed at the end of the input
-            close_record(pname, cur, tuple(stack))
-        return True
+            self._odd_line(lineno, line, "expected an event header ('comm pid [cpu] time: period event:'), "
+                           "a frame line ('addr symbol (module)'), a blank line or a '#' comment")
+        if pname is not None:  # a record that no blank line closed at the end of the input
+            yield Sample(pname, *cur, tuple(stack), False)
 
-    # Every blank line ends a record, so the text between blank lines ("chunks") can be read
-    # independently. A chunk that is one header and a block of frame lines seen before takes
-    # the fast path: one regex for the header and one dict lookup for the whole stack.
-    chunks = text.split("\n\n")
-    last = len(chunks) - 1
-    counted = [0, 0]  # line numbers are counted only when needed: [chunks counted, lines in them]
 
-    def first_line_of(i: int) -> int:
-        n, lines_before = counted
-        while n < i:
-            lines_before += chunks[n].count("\n") + 2
-            n += 1
-        counted[:] = [n, lines_before]
-        return lines_before + 1
+READ_DEFAULTS = dict(pid=False, tid=False, kernel=False, jit=False, addrs=False, event_filter=None,
+                     keep_unterminated=True, strict=False, python_names=True, thread_labels="perf")
 
-    unterminated = False
-    for i, chunk in enumerate(chunks):
-        if i < last and chunk and chunk[0] != "#" and chunk[0] != "\n":
-            nl = chunk.find("\n")
-            head = chunk if nl < 0 else chunk[:nl]
-            m = header_match(head)
-            if m is not None:
-                if nl < 0:
-                    blk = no_frames
-                else:
-                    blk = block_cache.get(chunk[nl + 1:])
-                    if blk is None:
-                        blk = block_cache[chunk[nl + 1:]] = block_entry(chunk[nl + 1:])
-                if blk is not False:
-                    # (the line number only matters for the first header)
-                    h = header(head, m, i if st["first_header"] is not None else first_line_of(i))
-                    if h is None:
-                        continue
-                    pname, is_java, cur = h
-                    # the row of this (thread, root, block), cached on the block entry
-                    sid = blk[3].get((cur[0], pname))
-                    if sid is None:
-                        sid = blk[3][(cur[0], pname)] = record_sid(
-                            pname, cur[0], (blk[1] or java_fids(blk)) if is_java else blk[0])
-                    s_sid.append(sid)
-                    s_comm.append(cur[1])
-                    s_pid.append(cur[2])
-                    s_tid.append(cur[3])
-                    s_period.append(cur[4])
-                    s_time.append(cur[5])
-                    continue
-        lines = chunk.split("\n")
-        if i == last and text.endswith("\n"):
-            lines.pop()  # the final newline does not make an empty line
-        if i == last:  # one C-level count instead of one per chunk
-            before = text.count("\n") - chunk.count("\n")
-        else:
-            before = first_line_of(i) - 1
-        unterminated = slow_chunk(lines, before, i < last)
-    if not s_sid:
-        if st["first_header"] is None:
-            raise ProfileFormatError(
-                "no perf script samples: expected event header lines such as "
-                "'comm pid [cpu] time: period event:' followed by frame lines", source=source,
-                line=text.count("\n") + 1 if text else None)
+
+def read(data: bytes, source: str = "<input>", pid: bool = False, tid: bool = False,
+         kernel: bool = False, jit: bool = False, all: bool = False, addrs: bool = False,
+         event_filter: str | None = None, keep_unterminated: bool = True, strict: bool = False,
+         python_names: bool = True, thread_labels: str = "perf", meta: dict | None = None) -> Profile:
+    """Read ``perf script`` text. Options mirror stackcollapse-perf.pl (``all`` = kernel + jit);
+    see the module docstring for ``keep_unterminated``, ``strict`` and ``python_names``.
+    ``thread_labels``: "perf" (comm-PID/TID) or "threads" (``Thread <tid> "<comm>"``); ``meta`` is
+    added to the profile's meta."""
+    if thread_labels not in THREAD_LABELS:
+        raise ValueError(f"thread_labels must be one of {', '.join(THREAD_LABELS)}, not {thread_labels!r}")
+    thread_name = THREAD_LABELS[thread_labels]
+    options = {k: v for k, v in dict(pid=pid, tid=tid, kernel=kernel, jit=jit, addrs=addrs, event_filter=event_filter,
+                                       keep_unterminated=keep_unterminated, strict=strict, python_names=python_names,
+                                       thread_labels=thread_labels).items() if v != READ_DEFAULTS[k]}
+    if all:
+        kernel = jit = True
+    text = _text(data)
+    if "\r\n" in text[:65536]:
+        text = text.replace("\r\n", "\n")
+    b = StackBuilder()
+    from . import perf_sched
+    sched = perf_sched.is_sched(text)
+    names: dict[int, str] = {}  # frame id -> name, for the sched reader
+
+    def frame(name, file=None, line=None, kind="other"):
+        fid = b.frame(name, file, line, kind)
+        names[fid] = name
+        return fid
+
+    parser = Parser(text, frame if sched else b.frame, _Opts(kernel, jit, addrs, python_names), source=source,
+                    pid=pid, tid=tid, event_filter=event_filter, strict=strict, thread_name=thread_name,
+                    all_events=sched)
+    records = list(parser.records())
+    if sched:  # context switches: wall and CPU time (formats/perf_sched.py)
+        base = {"format": NAME, "backend": "perf", "source": source, "events_seen": parser.events_seen,
+                "records": sum(isinstance(r, Sample) for r in records), "folded_thread_roots": False,
+                "skipped_lines": parser.skipped, **({"warnings": parser.warnings} if parser.warnings else {})}
+        return perf_sched.read(text, [r for r in records if not isinstance(r, Sample) or r.closed],
+                               b, data, source, _Rows(b), thread_name, names, {**base, **(meta or {})}, options)
+    kept = [r for r in records if r.closed or keep_unterminated]
+    if not kept:
+        _no_samples(text, parser, source)
+    unterminated = ("kept" if keep_unterminated else "dropped") if not records[-1].closed else None
+    return _collapse(b, kept, parser, data, source, options, unterminated, meta)
+
+
+def _no_samples(text: str, parser: Parser, source: str):
+    if parser.first_header is None:
         raise ProfileFormatError(
-            f"no complete perf script sample (first event header at line {st['first_header']}); "
-            "expected records ended by a blank line", source=source, line=st["first_header"])
+            "no perf script samples: expected event header lines such as "
+            "'comm pid [cpu] time: period event:' followed by frame lines", source=source,
+            line=text.count("\n") + 1 if text else None)
+    raise ProfileFormatError(
+        f"no complete perf script sample (first event header at line {parser.first_header}); "
+        "expected records ended by a blank line", source=source, line=parser.first_header)
 
-    event = st["event"]
-    sids = np.asarray(s_sid, dtype=np.int64)
-    periods = np.asarray(s_period, dtype=np.int64)
-    nrows = len(b._stack_frames)
-    per_stack = np.bincount(sids, weights=periods, minlength=nrows)
-    use_cpu = event in _CPU_EVENTS and st["explicit_period"]
-    if use_cpu:
-        # Clock events: samples counts records; the period (ns) is kept beside it and becomes cpu seconds.
-        counts = np.bincount(sids, minlength=nrows)
-        for sid in range(nrows):
-            w = int(per_stack[sid])
-            b.add(sid, samples=int(counts[sid]), cpu=w * 1e-9, period=float(w))
-    else:
-        for sid in range(nrows):
-            b.add(sid, samples=int(per_stack[sid]))
 
+class _Rows:
+    """A record's stack row: FlameGraph's root frame, then its frames root first. Rows are cached by
+    the identity of the record's frame tuple (the parser reuses one per frame block), kept alive here."""
+
+    def __init__(self, b: StackBuilder):
+        self.b, self.roots, self.rows = b, {}, {}
+
+    def __call__(self, r: Sample) -> int:
+        hit = self.rows.get((r.thread, r.pname, id(r.leaf_first)))
+        if hit is None:
+            self.b.thread(r.thread, tid=r.tid, pid=r.pid, name=r.comm)
+            rid = self.roots.get(r.pname)
+            if rid is None:
+                rid = self.roots[r.pname] = self.b.frame(r.pname, None, None, "other")
+            hit = self.rows[(r.thread, r.pname, id(r.leaf_first))] = (
+                r.leaf_first, self.b.stack(r.thread, (rid,) + r.leaf_first[::-1]))
+        return hit[1]
+
+
+def _collapse(b: StackBuilder, records: list[Sample], parser: Parser, data: bytes, source: str,
+              options: dict, unterminated: str | None, extra_meta: dict | None) -> Profile:
+    """Records of one event -> Profile: samples weigh their periods as FlameGraph sums them;
+    ``cpu-clock``/``task-clock`` records that all printed their period also give CPU seconds."""
+    n = len(records)
+    row_of = _Rows(b)
+    sid = np.fromiter((row_of(r) for r in records), dtype=np.int64, count=n)
+    periods = np.fromiter((r.period for r in records), dtype=np.int64, count=n)
+    times = np.fromiter((r.time for r in records), dtype=np.float64, count=n)
+    event = parser.event
+    use_cpu = event in _CPU_EVENTS and all(r.explicit_period for r in records)
+    any_time = bool(np.isfinite(times).any())
     meta = {
         "format": NAME, "backend": "perf", "source": source, "event": event,
-        "events_seen": events_seen, "records": len(s_sid),
+        "events_seen": parser.events_seen, "records": n,
         "samples_are": ("records; the period sum is in 'period' and cpu" if use_cpu
                         else "sum of event periods (as stackcollapse-perf.pl)"),
-        "folded_thread_roots": False, "skipped_lines": st["skipped"],
-        "unterminated_record": ("kept" if keep_unterminated else "dropped") if unterminated else None,
-        "options": {k: v for k, v in dict(pid=pid, tid=tid, kernel=kernel, jit=jit, addrs=addrs).items() if v},
+        "folded_thread_roots": False, "skipped_lines": parser.skipped,
+        "unterminated_record": unterminated,
+        "options": {k: v for k, v in options.items() if k in ("pid", "tid", "kernel", "jit", "addrs")},
     }
-    if warnings:
-        meta["warnings"] = warnings
-    if st["orphans"]:
-        meta["orphan_frame_lines"] = st["orphans"]
-    prof = b.build(metric="cpu" if use_cpu else "samples", meta=meta, raw=Raw(data, NAME))
-    if st["any_time"]:
-        df = pd.DataFrame({
-            "time": np.asarray(s_time, dtype=np.float64),
-            "stack": sids,
-            "comm": pd.Series(s_comm, dtype=object),
-            "pid": pd.array(s_pid, dtype="Int64"),
-            "tid": np.asarray(s_tid, dtype=np.int64),
-            "period": periods,
-            "samples": np.ones(len(periods), dtype=np.int64) if use_cpu else periods,
-        })
-        if use_cpu:
-            df["cpu"] = periods * 1e-9
-        if not df["time"].is_monotonic_increasing:
-            df = df.sort_values("time", kind="stable", na_position="last").reset_index(drop=True)
-        t = df["time"].dropna()
-        prof = prof.replace(samples=df, meta=prof.meta.replace(
-            duration=float(t.iloc[-1] - t.iloc[0]) if len(t) > 1 else None))
-    return prof
+    if parser.warnings:
+        meta["warnings"] = parser.warnings
+    if parser.orphans:
+        meta["orphan_frame_lines"] = parser.orphans
+    t = np.sort(times[np.isfinite(times)])
+    if len(t) > 1:
+        meta["duration"] = float(t[-1] - t[0])
+    meta.update(extra_meta or {})
+    # Time-ordered samples (when perf printed times), each with its comm, pid, tid and period.
+    idx = np.argsort(times, kind="stable") if any_time else np.arange(n)
+    sid, periods = sid[idx], periods[idx]
+    columns = None
+    if any_time:
+        ordered = [records[i] for i in idx]
+        columns = {"comm": pd.Series([r.comm for r in ordered], dtype=object),
+                   "pid": pd.array([r.pid for r in ordered], dtype="Int64"),
+                   "tid": np.fromiter((r.tid for r in ordered), dtype=np.int64, count=n),
+                   "period": periods,
+                   "samples": np.ones(n, dtype=np.int64) if use_cpu else periods}
+    time = times[idx] if any_time else None
+    if use_cpu:
+        # Clock events: samples counts records; the period (ns) is kept beside it and becomes cpu seconds.
+        b.add_samples(sid, time=time, columns=columns, period=periods, cpu=periods * 1e-9)
+    else:
+        b.add_samples(sid, time=time, samples=periods, columns=columns)
+    return b.build(metric="cpu" if use_cpu else "samples", meta=meta, raw=Raw(data, NAME, options=options))
 
 
 def _frame_fids(groups, java: bool, o: _Opts, frame_id) -> list[int]:

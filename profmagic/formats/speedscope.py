@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ProfileFormatError
-from ..model import THREAD_COLUMNS, Profile, Raw, make_frames, thread_table
+from ..model import MEMORY_METRICS, THREAD_COLUMNS, WEIGHT_METRICS, Profile, Raw, make_frames, thread_table
 from ._common import EXT, ext_block, load_json, version as _version
 
 NAME = "speedscope"
@@ -329,7 +329,7 @@ def from_dict(doc, source: str = "<input>", metric: str = "wall", raw: Raw | Non
     nframes = len(frames)
     ext = ext_block(doc)
     # The metric the weights are in: what our writer recorded, else the caller's choice.
-    if ext.get("metric") in ("wall", "cpu"):
+    if ext.get("metric") in ("wall", "cpu") + MEMORY_METRICS:
         metric = ext["metric"]
     elif ext.get("metric") == "off_cpu":
         metric = "wall"
@@ -368,15 +368,17 @@ def from_dict(doc, source: str = "<input>", metric: str = "wall", raw: Raw | Non
         if counts is not None and len(counts) != len(w):
             counts = None
         if counts is None:
-            counts = w if scale is None else np.ones(len(w))
+            counts = w if scale is None or metric in MEMORY_METRICS else np.ones(len(w))
         nst = len(stacks)
         rows_thread += [tid] * nst
         rows_stack += stacks
         rows_n.append(np.bincount(ids, weights=counts, minlength=nst))
         per_metric = {}
-        if scale is not None:
+        if metric in MEMORY_METRICS:  # our own memory profile: weights in bytes or allocations
+            per_metric[metric] = w
+        elif scale is not None:
             per_metric[metric] = w * scale
-        for m in ("wall", "cpu"):
+        for m in WEIGHT_METRICS:
             if m in pext and len(pext[m]) == len(w):
                 per_metric[m] = np.asarray([np.nan if v is None else v for v in pext[m]], dtype=np.float64)
         for m, vals in per_metric.items():
@@ -490,11 +492,13 @@ def to_dict(profile: Profile) -> dict:
     primary = profile.metric if profile.metric != "off_cpu" else "wall"
     time_metric = primary in ("wall", "cpu")
     stacks = profile.stacks
-    known = [m for m in ("wall", "cpu") if m in stacks]
+    known = [m for m in WEIGHT_METRICS if m in stacks]
     unknown = [m for m in known if not stacks[m].notna().any()]
     stack_pos = [[int(pos[f]) for f in s] for s in stacks["stack"]]
     profiles = []
-    ordered = profile.samples is not None and len(profile.samples) > 0
+    # Memory weights belong to stacks, not to time-ordered samples: a profile with memory is written per stack.
+    ordered = (profile.samples is not None and len(profile.samples) > 0
+               and not any(m in stacks for m in MEMORY_METRICS))
     row_threads = profile.thread_ids()
     sample_threads = row_threads[profile.samples["stack"].to_numpy()] if ordered else None
     for tid, thread in enumerate(profile.threads):
@@ -524,7 +528,7 @@ def to_dict(profile: Profile) -> dict:
         p = {
             "type": "sampled",
             "name": str(thread),
-            "unit": "seconds" if time_metric else "none",
+            "unit": "seconds" if time_metric else ("bytes" if primary in ("bytes", "allocated") else "none"),
             "startValue": start,
             "endValue": start + total,
             "samples": [stack_pos[i] for i in ids],
@@ -549,9 +553,13 @@ def to_dict(profile: Profile) -> dict:
     }
 
 
-def write(profile: Profile) -> bytes:
-    doc = to_dict(profile)
+def json_bytes(doc) -> bytes:
+    """Compact UTF-8 JSON; lone surrogates (undecodable input bytes) are escaped instead."""
     try:
         return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    except UnicodeEncodeError:  # lone surrogates (undecodable input bytes): escape them
+    except UnicodeEncodeError:
         return json.dumps(doc, separators=(",", ":")).encode("ascii")
+
+
+def write(profile: Profile) -> bytes:
+    return json_bytes(to_dict(profile))

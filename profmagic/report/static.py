@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 
 from .. import multi
-from ..model import METRIC_LABELS, Profile
+from ..model import MEMORY_METRICS, METRIC_LABELS, Profile
+from ..views import fmt
 from ..views.header import downloads_html, escape, header_html, notes
 
 __all__ = ["downloads_html", "escape", "functions_html", "header_html", "notes", "static_html", "table_html"]
@@ -25,12 +26,14 @@ def functions_html(profile: Profile, metric: str, top: int = TOP_FUNCTIONS, thre
     if totals is None:
         totals = not T.large(profile)
     df = sandwich.table(profile, metric, thread, boilerplate=boilerplate, limit=top, totals=totals).head(top)
-    unit = METRIC_LABELS.get(metric, metric)
+    unit = profile.label(metric)
+    num = (lambda v: "—" if v != v else fmt(metric, v)) if metric in MEMORY_METRICS else \
+        (lambda v: _num(v, "{:.4g}"))
     show = pd.DataFrame({
         "function": df["name"].astype(str),
-        f"self ({unit})": [_num(v, "{:.4g}") for v in df["self"]],
+        f"self ({unit})": [num(v) for v in df["self"]],
         "self %": [_num(v, "{:.1f}") for v in df["self_pct"]],
-        f"total ({unit})": [_num(v, "{:.4g}") for v in df["total"]],
+        f"total ({unit})": [num(v) for v in df["total"]],
         "total %": [_num(v, "{:.1f}") for v in df["total_pct"]],
     })
     for m in ("wall", "cpu", "off_cpu"):
@@ -40,9 +43,24 @@ def functions_html(profile: Profile, metric: str, top: int = TOP_FUNCTIONS, thre
     return show.to_html(index=False, escape=True, border=0, classes="profmagic-functions")
 
 
-def _num(v, fmt: str) -> str:
+def _num(v, pattern: str) -> str:
     """A number, or "—" where it was not computed (NaN)."""
-    return "—" if v != v else fmt.format(v)
+    return "—" if v != v else pattern.format(v)
+
+
+# -- memory (views/memory.py): the strip under the icicle, time beside memory per function ---------------
+def _memory_static(profile: Profile) -> str:
+    from ..views import memory
+    if not memory.available(profile)[0]:
+        return ""
+    try:
+        out = memory.strip_html(profile)
+        if memory.has_time_and_memory(profile):
+            out += ("<div style='font:12px sans-serif;margin:6px 0 2px'>Time beside memory (totals per function)"
+                    "</div>" + memory.side_by_side_html(profile))
+        return out
+    except Exception as e:  # the rest of the report still helps; say what failed
+        return f"<p>(memory over time unavailable: {escape(type(e).__name__)}: {escape(e)})</p>"
 
 
 def _section(title: str, build) -> str:
@@ -69,6 +87,7 @@ def static_html(profile: Profile, uid: str = "") -> str:
             + header_html(profile)
             + _section(f"Icicle · {profile.describe()} · all threads; hover a box for its numbers",
                        lambda: icicle.svg(profile, metric))
+            + _memory_static(profile)
             + _section("Source", lambda: source.cell_html(profile))
             + _section("Processes side by side",
                        lambda: ranks.html(profile, metric, include_plotlyjs=False) if multi_process else None)
@@ -84,8 +103,13 @@ def table_html(profile: Profile, metric: str, thread: str | None, boilerplate: b
     from ..views import tree as T
     parts = ["<div style='font:12px sans-serif'>", "<b>Functions</b> (<code>p.functions()</code>)",
              functions_html(profile, metric, top=100, thread=thread, boilerplate=boilerplate, totals=True)]
+    from ..views import memory
+    if memory.has_time_and_memory(profile):
+        parts += ["<b>Time beside memory</b> (wall, CPU and bytes at the high-water mark per function, all threads)",
+                  memory.side_by_side_html(profile, top=100)]
     st = profile.stacks
-    per = st.groupby("thread", sort=False)[[c for c in ("samples", "wall", "cpu") if c in st]].sum(min_count=1)
+    per = st.groupby("thread", sort=False)[[c for c in ("samples", "wall", "cpu") + MEMORY_METRICS
+                                            if c in st]].sum(min_count=1)
     parts += ["<b>Threads</b>", per.to_html(escape=True, border=0, na_rep="n/a (not measured)")]
     w, _ = T.metric_weights(profile, metric)
     rows = T.thread_rows(profile, thread)

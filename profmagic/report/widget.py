@@ -9,7 +9,7 @@ from __future__ import annotations
 import weakref
 
 from .. import multi
-from ..model import METRIC_LABELS, Profile
+from ..model import Profile
 from ..views.header import large_export
 from ..views.mime import figure_output, html_output
 from .clickbridge import ClickBridge
@@ -57,7 +57,7 @@ class Report:
     def _pickers(self) -> None:
         W, profile = self.W, self.p
         metrics = profile.metrics
-        self.metric = W.Dropdown(options=[(METRIC_LABELS.get(m, m), m) for m in metrics],
+        self.metric = W.Dropdown(options=[(profile.label(m), m) for m in metrics],
                                  value=profile.metric if profile.metric in metrics else metrics[0],
                                  description="metric", layout=W.Layout(width="260px"))
         self.thread = W.Dropdown(options=[("all threads (merged)", -1)] +
@@ -264,11 +264,13 @@ class Report:
         return [self.W.HTML(f"<span style='font:12px sans-serif'>{escape(note)}</span>"), box]
 
     def _tab_time(self):
-        from ..views import timeline
+        from ..views import memory, timeline
         ok, why = timeline.available(self.p)
-        if not ok:
-            return [self.W.HTML(f"<p style='font:13px sans-serif'>{escape(why)}.</p>")]
-        return [self._out(figure_output(self.p.timeline(thread=self.thread_name, metric=self.metric.value)))]
+        out = [self._out(figure_output(self.p.timeline(thread=self.thread_name, metric=self.metric.value)))] if ok \
+            else [self.W.HTML(f"<p style='font:13px sans-serif'>{escape(why)}.</p>")]
+        if memory.available(self.p)[0]:   # memray's heap over time under the samples (or alone)
+            out.append(self._out(figure_output(memory.figure(self.p))))
+        return out
 
     def _tab_table(self):
         return [self._out(html_output(header_html(self.p) + table_html(self.p, self.metric.value, self.thread_name,

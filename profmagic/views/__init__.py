@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import html
 
-from ..analysis import fmt, metric_label
+from ..analysis import fmt, fmt_bytes, hover_unit, metric_label
 from ..model import Profile
 
-__all__ = ["esc", "fmt", "metric_label", "title"]
+__all__ = ["esc", "fmt", "fmt_bytes", "hover_unit", "metric_label", "title"]
 MAX_LABEL = 120
 
 

@@ -21,14 +21,15 @@ import plotly.graph_objects as go
 
 from .. import boilerplate as B
 from ..analysis import deltas
-from ..model import Profile
+from ..model import MEMORY_METRICS, Profile
 from ..multi import common_metric
 from . import colours as C
-from . import esc, metric_label
+from . import esc, fmt, hover_unit, metric_label
 from . import icicle as I
 from . import tree as T
 from .display import ComparisonView, svg, svg_row, table_html, table_trace
 
+UNITS = {"samples": "samples", "bytes": "bytes", "allocated": "bytes", "allocations": "allocations"}
 PANEL = 0.49
 PANELS_Y = [0.72, 0.95]
 DIFF_Y = [0.36, 0.66]
@@ -71,7 +72,7 @@ class Comparison(ComparisonView):
         wb, self.unknown_after = T.metric_weights(self.after, metric)
         self.total_before, self.total_after = float(wa.sum()), float(wb.sum())
         self._w = (wa, wb)
-        self.unit = "share of total" if normalize else ("samples" if metric == "samples" else "s")
+        self.unit = "share of total" if normalize else UNITS.get(metric, "s")
         self.table = self._table(normalize)
         self._min_share, self._max_nodes = min_share, max_nodes
         self._figure = None
@@ -127,12 +128,12 @@ class Comparison(ComparisonView):
             tiling=dict(orientation="v", pad=0))
 
     def _hover(self, normalize: bool) -> str:
-        fmt = ".2%" if normalize else ".4~g"
-        unit = "" if normalize or self.metric == "samples" else " s"
+        spec = ".2%" if normalize else ".4~g"
+        unit = "" if normalize else hover_unit(self.metric)
         return ("<b>%{label}</b><br>%{customdata[0]}<br>"
-                f"{esc(self.labels[0])}: %{{customdata[1]:{fmt}}}{unit}<br>"
-                f"{esc(self.labels[1])}: %{{customdata[2]:{fmt}}}{unit}<br>"
-                f"change: %{{customdata[3]:+{fmt}}}{unit} · %{{customdata[4]}}<extra></extra>")
+                f"{esc(self.labels[0])}: %{{customdata[1]:{spec}}}{unit}<br>"
+                f"{esc(self.labels[1])}: %{{customdata[2]:{spec}}}{unit}<br>"
+                f"change: %{{customdata[3]:+{spec}}}{unit} · %{{customdata[4]}}<extra></extra>")
 
     # -- the figure --------------------------------------------------------------------------------
     def scales(self) -> tuple[float, float]:
@@ -150,7 +151,7 @@ class Comparison(ComparisonView):
             t, _ = I.tree(p, self.metric, None, min_share=self._min_share, max_nodes=self._max_nodes // 2)
             fig.add_trace(I.trace(I.Paint.of(p, self.metric), t, lab, domain={"x": xs, "y": PANELS_Y}))
         for x0, lab, tot in ((0.0, self.labels[0], self.total_before), (1.0 - PANEL, self.labels[1], self.total_after)):
-            fig.add_annotation(text=f"<b>{esc(lab)}</b>: {tot:.4g} {'samples' if self.metric == 'samples' else 's'}",
+            fig.add_annotation(text=f"<b>{esc(lab)}</b>: {esc(fmt(self.metric, tot))}",
                                x=x0, y=PANELS_Y[1], xref="paper", yref="paper", xanchor="left", yanchor="bottom",
                                showarrow=False)
         d = self.diff_tree()
@@ -186,15 +187,14 @@ class Comparison(ComparisonView):
     # -- display ----------------------------------------------------------------------------------
     def title(self) -> str:
         what = "normalised to each total" if self.normalize else metric_label(self.metric)
-        return (f"Differential icicle: {self.labels[1]} vs {self.labels[0]} · {what} · "
-                "red slower, blue faster")
+        more = "red more, blue less" if self.metric in MEMORY_METRICS else "red slower, blue faster"
+        return f"Differential icicle: {self.labels[1]} vs {self.labels[0]} · {what} · {more}"
 
     def summary(self) -> str:
         a, b = self.total_before, self.total_after
-        unit = "samples" if self.metric == "samples" else "s"
         pct = f" ({100 * (b - a) / a:+.1f}%)" if a else ""
-        s = (f"{metric_label(self.metric)}: {self.labels[0]} {a:.4g} {unit}, "
-             f"{self.labels[1]} {b:.4g} {unit}{pct}")
+        s = (f"{metric_label(self.metric)}: {self.labels[0]} {fmt(self.metric, a)}, "
+             f"{self.labels[1]} {fmt(self.metric, b)}{pct}")
         for lab, n in ((self.labels[0], self.unknown_before), (self.labels[1], self.unknown_after)):
             if n:
                 s += f"; {lab}: {n} stacks with unknown {self.metric} left out"
@@ -213,20 +213,19 @@ class Comparison(ComparisonView):
         lim = float(np.max(np.abs(D))) if len(D) and np.max(np.abs(D)) > 0 else 1.0
         t = T.Tree(d.parent, np.zeros(len(D), np.int64), d.depth, d.W, np.zeros(len(D)), np.zeros(len(D)),
                    np.zeros(len(D), np.int64))
-        unit = "" if self.metric == "samples" else " s"
-        fmt = "{:+.2%}" if self.normalize else "{:+.4g}" + unit
-        tips = [f"{lab}\n{w}\n{self.labels[0]}: {a:.4g} · {self.labels[1]}: {b:.4g} · change {fmt.format(x)}"
+        unit = hover_unit(self.metric)
+        spec = "{:+.2%}" if self.normalize else "{:+.4g}" + unit
+        tips = [f"{lab}\n{w}\n{self.labels[0]}: {a:.4g} · {self.labels[1]}: {b:.4g} · change {spec.format(x)}"
                 for lab, w, a, b, x in zip(d.labels, d.where, d.A, d.B, D)]
         return I.draw(t, d.labels, tips, [C.change_colour(x, lim) for x in D], width=width,
                       css="profmagic-icicle profmagic-diff")
 
     def _parts(self) -> tuple[str, str, str]:
         sb, sa = (1.0, 1.0) if self.normalize else self.scales()
-        unit = "samples" if self.metric == "samples" else "s"
         head = f"<div class='profmagic-compare'><p><b>{esc(self.summary(), 1000)}</b></p></div>"
-        pic = svg_row([(f"{esc(self.labels[0])}: {self.total_before:.4g} {unit}",
+        pic = svg_row([(f"{esc(self.labels[0])}: {esc(fmt(self.metric, self.total_before))}",
                         svg(self.before, self.metric, 560, scale=sb)),
-                       (f"{esc(self.labels[1])}: {self.total_after:.4g} {unit}",
+                       (f"{esc(self.labels[1])}: {esc(fmt(self.metric, self.total_after))}",
                         svg(self.after, self.metric, 560, scale=sa))])
         pic += (f"<div style='font:12px sans-serif;margin:6px 0 2px'><b>{esc(self.title())}</b><br>"
                 f"{esc(self.note(self.diff_tree()))}</div>" + self.diff_svg())

@@ -14,13 +14,14 @@ import json
 import os
 import shutil
 
-from ..model import METRIC_LABELS, Profile
+from ..model import MEMORY_METRICS, METRIC_LABELS, Profile
 from .tree import flat
 
 MAX_DATA_URI = 10 * 1024 * 1024  # bytes per file; docs/report.md
 MAX_EXPORT = 1_000_000   # frames: a larger profile's speedscope JSON is built only when asked
 RAW_EXT = {"speedscope": ".speedscope.json", "folded": ".folded", "pstats": ".pstats", "perf_script": ".perf.txt",
-           "perf": ".perf.data", "pyinstrument": ".pyisession", "eu_stack": ".eu-stack.txt", "stap": ".stap.txt"}
+           "perf": ".perf.data", "pyinstrument": ".pyisession", "eu_stack": ".eu-stack.txt", "stap": ".stap.txt",
+           "memray": ".bin"}
 
 
 def escape(s) -> str:
@@ -37,15 +38,19 @@ def notes(profile: Profile) -> list[str]:
         out.append(str(m["message"]))
     if m.get("approximate"):
         out.append(f"Approximate: {m['approximate']}")
+    out += [f"Warning: {w}" for w in m.warnings]
     ended = [(k, v.get("ended_at")) for k, v in (m.get("processes") or {}).items()
              if isinstance(v, dict) and v.get("ended")]
     if ended:
         out.append("Ended during the recording (nothing after that is in the profile): " + "; ".join(
             f"{k} at +{at:.2f} s" if isinstance(at, (int, float)) and at == at else str(k) for k, at in ended))
     backend = profile.meta.get("backend") or profile.meta.get("format") or "this source"
-    for m in ("wall", "cpu"):
-        if m in profile.stacks and not profile.stacks[m].notna().any():
-            out.append(f"{METRIC_LABELS[m]}: not measured ({backend} cannot know it)")
+    for metric in ("wall", "cpu") + MEMORY_METRICS:
+        if metric in profile.stacks and not profile.stacks[metric].notna().any():
+            why = m.unknown.get(metric) or f"{backend} cannot know it"
+            out.append(f"{METRIC_LABELS[metric]}: not measured ({why})")
+    if m.get("cost"):
+        out.append(f"Cost: {m['cost']}")
     return out
 
 

@@ -15,9 +15,9 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from .. import boilerplate as B
-from ..model import Profile
+from ..model import MEMORY_METRICS, Profile
 from . import colours as C
-from . import esc, metric_label, title
+from . import esc, fmt, hover_unit, title
 from . import tree as T
 from .memo import functions
 
@@ -90,10 +90,10 @@ def tree(profile: Profile, metric: str, thread: str | None, *, min_share: float 
 
 
 def ticks(t: T.Tree, metric: str) -> np.ndarray:
-    """Node totals as integers (samples, or microseconds), summed from the leaves up so that no
-    parent is smaller than its children's sum: plotly refuses a "total" tree that is, and float
-    sums in another order could be, by an ulp."""
-    scale = 1 if metric == "samples" else 1e6
+    """Node totals as integers (samples, bytes, allocations, or microseconds), summed from the leaves
+    up so that no parent is smaller than its children's sum: plotly refuses a "total" tree that is,
+    and float sums in another order could be, by an ulp."""
+    scale = 1e6 if hover_unit(metric) == " s" else 1
     return T.subtree_sum(t.parent, t.depth, np.rint(t.self * scale).astype(np.int64))
 
 
@@ -148,7 +148,7 @@ def trace(paint: Paint, t: T.Tree, root_label: str, flip: bool = False,
           domain: dict | None = None) -> go.Icicle:
     """A go.Icicle over a (pruned) tree. Labels, hovers and files are escaped."""
     labels, where = names(paint, t, root_label)
-    unit = "" if paint.metric == "samples" else " s"
+    unit = hover_unit(paint.metric)
     shown = [c for c in paint.clocks if c in t.extra]
     # Numbers only, so plotly sends them as one typed array (4 bytes a number, no list per node):
     # 0 function id (the report's "show in Sandwich" on click; <0 root/(other)), 1 total, 2 self,
@@ -178,7 +178,7 @@ def trace(paint: Paint, t: T.Tree, root_label: str, flip: bool = False,
         labels=[esc(x) for x in labels],
         hovertext=[esc(w, 80) for w in where],
         customdata=custom,
-        hovertemplate=_hover(paint.metric, unit, shown, paint.calls),
+        hovertemplate=_hover(paint.profile.label(paint.metric), paint.metric, unit, shown, paint.calls),
         marker=marker,
         tiling=dict(orientation="v", pad=0, **({"flip": "y"} if flip else {})),
         sort=True,
@@ -189,7 +189,7 @@ def trace(paint: Paint, t: T.Tree, root_label: str, flip: bool = False,
     )
 
 
-def _hover(metric: str, unit: str, shown: list[str], calls: bool = True) -> str:
+def _hover(label: str, metric: str, unit: str, shown: list[str], calls: bool = True) -> str:
     def clock_line(first: int) -> str:
         parts = [f"{CLOCK_LABELS[c]} %{{customdata[{first + 2 * i}]:.4~g}} s" for i, c in enumerate(shown)]
         return ("&nbsp;&nbsp;" + " · ".join(parts) + "<br>") if parts else ""
@@ -198,7 +198,8 @@ def _hover(metric: str, unit: str, shown: list[str], calls: bool = True) -> str:
     return ("<b>%{label}</b><br>%{hovertext}<br>"
             f"this call path: %{{customdata[1]:.4~g}}{unit} (%{{percentRoot:.1%}} of the view), "
             f"self %{{customdata[2]:.4~g}}{unit}<br>" + clock_line(6) + all_calls +
-            f"%{{customdata[3]:,}} samples · {esc(metric_label(metric))}<extra></extra>")
+            ("" if metric in MEMORY_METRICS else "%{customdata[3]:,} samples · ")   # memory weighs no samples
+            + f"{esc(label)}<extra></extra>")
 
 
 def legend(paint: Paint, colour: str) -> str:
@@ -241,7 +242,7 @@ def figure(profile: Profile, metric: str | None = None, thread: str | None = Non
     fig.add_annotation(text=legend(paint, colour), x=0, y=0, xref="paper", yref="paper", yanchor="top",
                        showarrow=False, font=dict(size=11), yshift=-4)
     if t.total[0] == 0:
-        fig.add_annotation(text=f"no {esc(metric_label(metric))} in this view", showarrow=False,
+        fig.add_annotation(text=f"no {esc(profile.label(metric))} in this view", showarrow=False,
                            x=0.5, y=0.5, xref="paper", yref="paper")
     return fig
 
@@ -332,7 +333,9 @@ def svg(profile: Profile, metric: str | None = None, thread: str | None = None, 
 def tips(paint: Paint, t: T.Tree, labels: list[str], where: list[str]) -> list[str]:
     """The static icicle's hover text per node: the same numbers as the live hover."""
     root = float(t.total[0]) or 1.0
-    unit = metric_label(paint.metric)
+    unit = paint.profile.label(paint.metric)
+    counted = paint.metric not in MEMORY_METRICS  # memory weights are not sample counts
+    num = (lambda v: f"{v:.4g}") if counted else (lambda v: fmt(paint.metric, v))
     shown = [c for c in paint.clocks if c in t.extra]
     ftot, fself = function_numbers(paint, t, paint.metric)
     clock_inst = {c: t.extra[c][0] for c in shown}
@@ -340,13 +343,13 @@ def tips(paint: Paint, t: T.Tree, labels: list[str], where: list[str]) -> list[s
     out = []
     for i in range(len(t)):
         lines = [labels[i], where[i],
-                 f"this call path: {t.total[i]:.4g} ({100 * t.total[i] / root:.1f}%), self {t.self[i]:.4g}"]
+                 f"this call path: {num(t.total[i])} ({100 * t.total[i] / root:.1f}%), self {num(t.self[i])}"]
         if shown:
             lines.append("  " + " · ".join(f"{CLOCK_LABELS[c]} {clock_inst[c][i]:.4g} s" for c in shown))
-        lines.append(f"all its calls: {ftot[i]:.4g}, self {fself[i]:.4g}" if paint.calls else
+        lines.append(f"all its calls: {num(ftot[i])}, self {num(fself[i])}" if paint.calls else
                      "all its calls: see Sandwich (a profile this large)")
         if shown and paint.calls:
             lines.append("  " + " · ".join(f"{CLOCK_LABELS[c]} {clock_fn[c][i]:.4g} s" for c in shown))
-        lines.append(f"{int(t.samples[i]):,} samples · {unit}")
+        lines.append((f"{int(t.samples[i]):,} samples · " if counted else "") + unit)
         out.append("\n".join(x for x in lines if x))
     return out

@@ -12,7 +12,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from .. import boilerplate as B
-from ..model import Profile
+from ..model import MEMORY_METRICS, Profile
 from . import esc, fmt, metric_label, title
 from . import icicle
 from . import tree as T
@@ -92,13 +92,14 @@ def figure(profile: Profile, function=None, metric: str | None = None, thread: s
     if function is None:
         df = table(profile, metric, thread, boilerplate=boilerplate).head(top)
         unit = metric_label(metric)
+        num = (lambda v: fmt(metric, v)) if metric in MEMORY_METRICS else (lambda v: f"{v:.4g}")
         fig = go.Figure(go.Table(
             columnwidth=[4, 1, 1, 3],
             header=dict(values=["function", f"total ({esc(unit)})", f"self ({esc(unit)})", "file"],
                         align="left"),
             cells=dict(values=[[esc(n) for n in df["name"]],
-                               [f"{v:.4g} ({p:.1f}%)" for v, p in zip(df["total"], df["total_pct"])],
-                               [f"{v:.4g} ({p:.1f}%)" for v, p in zip(df["self"], df["self_pct"])],
+                               [f"{num(v)} ({p:.1f}%)" for v, p in zip(df["total"], df["total_pct"])],
+                               [f"{num(v)} ({p:.1f}%)" for v, p in zip(df["self"], df["self_pct"])],
                                [esc(f, 200) for f in df["file"]]],
                        align="left")))
         fig.update_layout(title=dict(text=title(profile, metric, "Sandwich: functions", thread), x=0.01,

@@ -11,14 +11,15 @@ import re
 import shutil
 import stat
 import tempfile
-import time
 
 import pytest
+import tools
 import workloads
+from procs import descendants, wait_for  # noqa: F401  (the fault tests import them from here)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ERRORS_MD = os.path.join(ROOT, "docs", "errors.md")
-PYSPY = os.path.join(ROOT, ".venv", "bin", "py-spy")
+PYSPY = tools.find("py-spy")  # next to the interpreter, then on PATH
 PROFILERS = ("py-spy", "perf", "eu-stack", "stap", "staprun", "setpriv", "prlimit")
 # Files the profilers may leave in the system temp dir.
 TMP_PATTERNS = re.compile(r"^(profmagic-.*|py-spy.*|perf-\d+\.map|perf\.data.*|jit-\d+\.dump|jitted-\d+-\d+\.so)$")
@@ -51,31 +52,6 @@ def documented(error_id: str, text: str) -> None:
 
 
 # -- processes and files -------------------------------------------------------------------------
-def descendants(pid: int) -> list[tuple[int, str]]:
-    """(pid, command name) of every live descendant of ``pid``."""
-    kids: dict[int, list[tuple[int, str]]] = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                st = f.read()
-        except OSError:
-            continue
-        fields = st.rsplit(")", 1)[1].split()
-        if fields[0] == "Z":
-            name = "<zombie>"
-        else:
-            name = st[st.index("(") + 1:st.rindex(")")]
-        kids.setdefault(int(fields[1]), []).append((int(d), name))
-    out, todo = [], [pid]
-    while todo:
-        for child in kids.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child[0])
-    return out
-
-
 def profiler_children(pid: int) -> list[tuple[int, str]]:
     """Live descendants of ``pid`` (the kernel): a profiler or a zombie left unreaped."""
     return [(p, n) for p, n in descendants(pid) if n in PROFILERS or n == "<zombie>"]
@@ -87,16 +63,6 @@ def tmp_entries(k) -> set[str]:
     out = {os.path.join(k.tmp, n) for n in os.listdir(k.tmp) if TMP_PATTERNS.match(n)}
     pid = re.compile(rf"\D{k.pid}(\D|$)")
     return out | {os.path.join("/tmp", n) for n in os.listdir("/tmp") if TMP_PATTERNS.match(n) and pid.search(n)}
-
-
-def wait_for(pred, timeout=10.0, step=0.05):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = pred()
-        if v:
-            return v
-        time.sleep(step)
-    return pred()
 
 
 # -- the kernel ----------------------------------------------------------------------------------

@@ -2,32 +2,34 @@
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import threading
-import time
 
 import pytest
+import tools
 from conftest import PYSPY, descendants, documented, script, wait_for
 
 pytestmark = [pytest.mark.kernel, pytest.mark.timeout(120)]
 
 
-def test_pyspy_killed_mid_recording(clean):
+@pytest.mark.requires("py-spy", "ptrace")
+def test_pyspy_killed_mid_recording(clean, tmp_path):
     k = clean
     killed = []
+    mark = str(tmp_path / "cell-started")
 
     def killer():
-        pids = wait_for(lambda: [p for p, n in descendants(k.pid) if n == "py-spy"], timeout=30)
-        if pids:
-            time.sleep(0.3)  # recording
-            os.kill(pids[0], signal.SIGKILL)
-            killed.append(pids[0])
+        # The cell runs only once py-spy has said it samples: the cell's first line marks that.
+        if wait_for(lambda: os.path.exists(mark), timeout=120):
+            pids = [p for p, n in descendants(k.pid) if n == "py-spy"]
+            if pids:
+                os.kill(pids[0], signal.SIGKILL)
+                killed.append(pids[0])
 
     t = threading.Thread(target=killer)
     t.start()
-    r = k.run("%%profile -b py-spy\nbusy(1.5)\nprint('cell ran to its end')")
+    r = k.run(f"%%profile -b py-spy\nopen({mark!r}, 'w').close()\nbusy(1.5)\nprint('cell ran to its end')")
     t.join()
     assert killed, "py-spy was never seen running"
     assert r.error is None, r.error
@@ -36,6 +38,7 @@ def test_pyspy_killed_mid_recording(clean):
     assert "SIGKILL" in r.stderr
 
 
+@pytest.mark.requires("py-spy")
 def test_pyspy_exits_early_wrong_pid(clean):
     k = clean
     r = k.run("import subprocess\n_gone = subprocess.Popen(['true']); _gone.wait()\n"
@@ -46,6 +49,7 @@ def test_pyspy_exits_early_wrong_pid(clean):
     documented("pyspy-no-such-process", r.error["evalue"])
 
 
+@pytest.mark.requires("py-spy", "ptrace", "prlimit")
 def test_pyspy_output_truncated(clean, bindir, tmp_path):
     # Real truncation: py-spy runs under a 2000-byte file-size limit (prlimit), so its JSON is cut and
     # the kernel stops it with SIGXFSZ.
@@ -67,14 +71,14 @@ def test_pyspy_output_truncated(clean, bindir, tmp_path):
     assert "cut.json" in r.error["evalue"] and "byte offset" in r.error["evalue"]
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("mount") is None, reason="needs root to mount a tmpfs")
+@pytest.mark.requires("py-spy", "ptrace", "root", "mount")
 def test_disk_full_while_writing(clean, tmp_path):
     k = clean
     small = tmp_path / "small"
     small.mkdir()
     res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(small)], capture_output=True)
     if res.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {res.stderr.decode().strip()}")
+        tools.lacking(f"needs a tmpfs mount ({res.stderr.decode().strip()}); install: run as root with CAP_SYS_ADMIN")
     try:
         with open(small / "filler", "wb") as f:  # leave ~4 KB: py-spy's JSON does not fit
             f.write(b"\0" * 60 * 1024)

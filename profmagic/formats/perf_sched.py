@@ -1,0 +1,320 @@
+"""``perf script`` text with scheduler events -> wall and CPU time of every thread.
+
+Read by ``perf_script.read`` when the text holds context-switch records: what profmagic's perf
+recorder writes for ``--mode wall``/``both``::
+
+    perf record -e cpu-clock/period=P,name=cpu-clock/ -e sched:sched_switch \\
+                -e sched:sched_wakeup/call-graph=fp/ --switch-events --call-graph dwarf,32768 \\
+                -k CLOCK_MONOTONIC -p PID
+    perf script -F comm,pid,tid,time,period,event,ip,sym,dso,trace \\
+                --show-switch-events --show-task-events --show-lost-events
+
+with a first line ``# profmagic perf-sched start=T0 end=T1 ...`` (CLOCK_MONOTONIC seconds) that
+bounds the recording. Per thread, in time order:
+
+* ``PERF_RECORD_SWITCH OUT`` / ``IN`` mark when it left and got back a core (exact times).
+* ``sched:sched_switch`` fires as it leaves, with its stack: each off-CPU interval (OUT to the
+  next IN) is wall time of that stack, CPU 0; ``state`` says why it left (``S`` sleep, ``D``
+  disk/uninterruptible, ``R`` preempted: runnable, waiting for a core).
+* ``cpu-clock`` samples fire every P ns of the thread's CPU time. Each sample's CPU is the
+  thread's exact on-CPU time since its previous sample (from the switch records), as the kernel's
+  timer carries the unfinished period over a switch; wall = CPU for these samples. On-CPU time
+  after a thread's last sample goes to that sample's stack (to the switch-out stacks when the
+  thread has no sample).
+* ``sched:sched_wakeup`` fires in the thread that wakes another (only threads of the process are
+  recorded): the off-CPU interval it ends gets ``woken_by``.
+* ``PERF_RECORD_FORK``/``EXIT`` bound threads born or ended during the recording.
+
+So on every thread wall = CPU + off-CPU, and the thread's wall is the time it existed in the
+recording. What no event covers is counted in labelled rows, never dropped: a thread whose first
+event is a switch-in was off-CPU since before the recording in a stack perf did not see
+(``OFF_BEFORE``); a thread alive at the start with no event at all (``NOT_SEEN``, from the
+header's thread list); intervals broken by lost events (``LOST``).
+"""
+from __future__ import annotations
+
+import math
+import re
+from urllib.parse import quote, unquote
+
+import numpy as np
+
+from ..errors import ProfileFormatError
+from ..model import Profile, Raw, StackBuilder
+from .perf_script import SideBand
+
+HEADER = "# profmagic perf-sched"
+OFF_BEFORE = "[off-CPU since before the thread's first event: stack not recorded]"
+NOT_SEEN = "[no event: the thread did not run during the recording]"
+LOST = "[events lost: on- or off-CPU unknown]"
+ON_UNSAMPLED = "[on-CPU, no cpu-clock sample: stack not recorded]"
+NO_STACK = "[switched out: stack not recorded]"
+ON_CPU_STATE = "on-CPU"
+_FORK = re.compile(r"^\((\d+):(\d+)\)")
+_PREV_STATE = re.compile(r"\bprev_state=(\S+)")
+_WAKEE = re.compile(r"\bpid=(\d+)")
+_IN_IRQ = re.compile(r"interrupt|irq|hrtimer_wakeup")
+SWITCH_EVENT = "sched:sched_switch"
+WAKEUP_EVENTS = ("sched:sched_wakeup", "sched:sched_waking")
+CPU_EVENT = "cpu-clock"
+
+
+def is_sched(text: str) -> bool:
+    """Does this perf script text carry the context-switch records this reader needs?"""
+    return text.startswith(HEADER) or ("PERF_RECORD_SWITCH" in text and SWITCH_EVENT + ":" in text)
+
+
+def header_line(start: float, end: float, pid: int, threads: dict[int, str]) -> str:
+    alive = ",".join(f"{tid}:{quote(comm, safe='')}" for tid, comm in sorted(threads.items()))
+    return f"{HEADER} start={start:.6f} end={end:.6f} pid={pid} threads={alive}\n"
+
+
+def header_facts(text: str, source: str = "<input>") -> dict:
+    """The recorder's header: start, end (CLOCK_MONOTONIC s), pid, threads (tid -> comm)."""
+    if not text.startswith(HEADER):
+        return {}
+    out: dict = {}
+    line = text[len(HEADER):text.find("\n")]
+    try:
+        for part in line.split():
+            k, _, v = part.partition("=")
+            if k in ("start", "end"):
+                out[k] = float(v)
+                if not math.isfinite(out[k]):
+                    raise ValueError(v)
+            elif k == "pid":
+                out[k] = int(v)
+            elif k == "threads":
+                out[k] = {int(t): unquote(c) for t, _, c in (x.partition(":") for x in v.split(",") if x)}
+    except ValueError as e:
+        raise ProfileFormatError(f"bad {k}= in the recorder's header ({e}); expected start=SECONDS end=SECONDS "
+                                 "pid=N threads=TID:COMM,...", source=source, line=1) from None
+    if out.get("end", 0) < out.get("start", 0):
+        raise ProfileFormatError("the recorder's header ends before it starts", source=source, line=1)
+    return out
+
+
+class _Thread:
+    """One thread's walk through its events."""
+    __slots__ = ("label", "start", "end", "on", "since", "chunks", "last_sample", "switch", "out",
+                 "woken_by", "seen")
+
+    def __init__(self, label: str, start: float):
+        self.label = label
+        self.start = start          # when it entered the recording (window start or its fork)
+        self.end = None             # its exit, if during the recording
+        self.on = None              # on a core? None until an event says
+        self.since = start          # start of the current on- or off-CPU stretch
+        self.chunks = []            # [(seconds, switch-out row)]: on-CPU time since its last cpu-clock sample
+        self.last_sample = None     # index of its last cpu-clock sample
+        self.switch = None          # (row, state) of the sched_switch just before a switch-out
+        self.out = None             # (row, state) of the current off-CPU stretch
+        self.woken_by = None
+        self.seen = False
+
+
+class Timeline:
+    """Every thread's on- and off-CPU stretches, turned into time-ordered weighted samples."""
+
+    def __init__(self, b: StackBuilder, start: float, end: float, labels: dict[int, str]):
+        self.b, self.start, self.end, self.labels = b, start, end, labels
+        self.threads: dict[int, _Thread] = {}
+        self.sid, self.time, self.wall, self.cpu, self.state, self.woken_by = [], [], [], [], [], []
+        self.labelled: dict[str, int] = {}      # label -> frame id
+        self.label_rows: dict[int, tuple] = {}  # row -> (label, thread)
+        self.lost = self.inconsistent = 0
+
+    # -- output ---------------------------------------------------------------------------
+    def _add(self, sid: int, t: float, wall: float, cpu: float, state: str, woken_by: str | None = None) -> None:
+        self.sid.append(sid)
+        self.time.append(t)
+        self.wall.append(wall)
+        self.cpu.append(cpu)
+        self.state.append(state)
+        self.woken_by.append(woken_by)
+
+    def _label_row(self, th: _Thread, label: str) -> int:
+        """The thread's row for time no event explains, named by ``label``."""
+        if label not in self.labelled:
+            self.labelled[label] = self.b.frame(label, None, None, "other")
+        sid = self.b.stack(th.label, (self.labelled[label],))
+        self.label_rows[sid] = (label, th.label)
+        return sid
+
+    def _uncovered(self, th: _Thread, label: str, t: float, seconds: float, cpu: float = 0.0) -> None:
+        self._add(self._label_row(th, label), t, seconds, cpu, "?")
+
+    def _on_cpu_until(self, th: _Thread, t: float, out_row: int | None) -> None:
+        if t > th.since:
+            th.chunks.append((t - th.since, out_row))
+
+    def _off_cpu_until(self, th: _Thread, t: float) -> None:
+        if t <= th.since:
+            return
+        if th.out is None:
+            self._uncovered(th, OFF_BEFORE, th.since, t - th.since)
+        else:
+            self._add(th.out[0], th.since, t - th.since, 0.0, th.out[1], th.woken_by)
+
+    # -- events -----------------------------------------------------------------------------
+    def thread(self, tid: int) -> _Thread:
+        th = self.threads.get(tid)
+        if th is None:
+            th = self.threads[tid] = _Thread(self.labels.get(tid) or f"Thread {tid}", self.start)
+        return th
+
+    def born(self, tid: int, t: float) -> None:
+        th = self.thread(tid)
+        if self.start < t <= self.end and not th.seen:
+            th.start = th.since = t
+
+    def died(self, tid: int, t: float) -> None:
+        if t <= self.end:
+            self.thread(tid).end = max(t, self.start)
+
+    def switch_out(self, tid: int, t: float) -> None:
+        th = self.thread(tid)
+        th.seen = True
+        t = min(max(t, th.start), self.end)
+        if th.on is False:          # an IN was lost: where it ran is unknown
+            self.inconsistent += 1
+            self._uncovered(th, LOST, th.since, t - th.since)
+        else:                       # on-CPU since the last IN (or since it entered the recording)
+            self._on_cpu_until(th, t, th.switch[0] if th.switch else None)
+        th.out = th.switch or (self._label_row(th, NO_STACK), "?")
+        th.switch, th.on, th.since, th.woken_by = None, False, t, None
+
+    def switch_in(self, tid: int, t: float) -> None:
+        th = self.thread(tid)
+        th.seen = True
+        t = min(max(t, th.start), self.end)
+        if th.on is True:           # an OUT was lost
+            self.inconsistent += 1
+            self._on_cpu_until(th, t, None)
+        else:
+            self._off_cpu_until(th, t)
+        th.on, th.since, th.out = True, t, None
+
+    def cpu_sample(self, tid: int, t: float, row: int) -> None:
+        """A cpu-clock sample: the thread's on-CPU time since its previous one, in ``row``."""
+        th = self.thread(tid)
+        th.seen = True
+        if not self.start <= t <= self.end:
+            return
+        if th.on is False:          # running, though its switch-in was lost
+            self.inconsistent += 1
+            self._uncovered(th, LOST, th.since, t - th.since)
+            th.since = t
+        th.on = True
+        self._on_cpu_until(th, t, None)
+        cpu = sum(c for c, _ in th.chunks)
+        th.chunks, th.since, th.last_sample = [], t, len(self.sid)
+        self._add(row, t, cpu, cpu, ON_CPU_STATE)
+
+    def switch_sample(self, tid: int, row: int, trace: str) -> None:
+        """sched_switch: the stack (and prev_state) the thread is about to leave its core in."""
+        th = self.thread(tid)
+        th.seen = True
+        m = _PREV_STATE.search(trace)
+        th.switch = (row, m.group(1) if m else "?")
+
+    def wakeup(self, waker_tid: int, trace: str) -> None:
+        m = _WAKEE.search(trace)
+        wakee = self.threads.get(int(m.group(1))) if m else None
+        if wakee is not None and wakee.on is False and int(m.group(1)) != waker_tid:
+            wakee.woken_by = self.thread(waker_tid).label
+
+    # -- the end ------------------------------------------------------------------------------
+    def finish(self, alive: dict[int, str]) -> None:
+        """Close every thread at its exit or the recording's end. ``alive``: tid -> label of the
+        threads the recorder saw at the start (those without any event get a labelled row)."""
+        for tid, label in alive.items():
+            if tid not in self.threads:
+                self.labels.setdefault(tid, label)
+                self._uncovered(self.thread(tid), NOT_SEEN, self.start, self.end - self.start)
+        for th in self.threads.values():
+            if not th.seen:
+                continue
+            stop = min(th.end if th.end is not None else self.end, self.end)
+            if th.on is False:
+                self._off_cpu_until(th, stop)
+            elif th.on is True:
+                self._on_cpu_until(th, stop, None)
+            # On-CPU time after the thread's last sample: to that sample, else to the switch-out stacks.
+            for secs, row in th.chunks:
+                if th.last_sample is not None:
+                    self.wall[th.last_sample] += secs
+                    self.cpu[th.last_sample] += secs
+                elif row is not None:
+                    self._add(row, th.since, secs, secs, ON_CPU_STATE)
+                else:
+                    self._uncovered(th, ON_UNSAMPLED, th.since, secs, cpu=secs)
+            th.chunks = []
+
+    def uncovered(self) -> dict:
+        """label -> thread -> seconds of the labelled rows."""
+        out: dict = {}
+        for sid, w in zip(self.sid, self.wall):
+            if sid in self.label_rows:
+                label, th = self.label_rows[sid]
+                per = out.setdefault(label, {})
+                per[th] = per.get(th, 0.0) + w
+        return out
+
+    def add_to(self, b: StackBuilder) -> None:
+        order = np.argsort(np.asarray(self.time), kind="stable")
+        b.add_samples(np.asarray(self.sid, dtype=np.int64)[order], time=np.asarray(self.time)[order],
+                      wall=np.asarray(self.wall)[order], cpu=np.asarray(self.cpu)[order],
+                      columns={"state": np.asarray(self.state, dtype=object)[order],
+                               "woken_by": np.asarray(self.woken_by, dtype=object)[order]})
+
+
+def read(text: str, records: list, b: StackBuilder, data: bytes, source: str, row_of, thread_name,
+         frame_names: dict, meta: dict, options: dict | None = None) -> Profile:
+    """Wall and CPU from ``records`` (the Parser's Samples and SideBands, in input order); ``row_of``
+    gives a Sample's stack row in ``b``, ``thread_name(comm, pid, tid)`` a thread's label,
+    ``frame_names`` a frame id's name."""
+    facts = header_facts(text, source)
+    times = [r.time for r in records if r.time > 0]  # (PERF_RECORD_COMM lines print time 0; NaN fails)
+    if not times and "start" in facts and "end" in facts:   # the recorder's window: a process that slept
+        times = [facts["start"], facts["end"]]              # through it has its threads "not seen" in it
+    if not times:
+        raise ProfileFormatError("perf script with switch records but no timestamps: wall time needs "
+                                 "the time field (perf script -F ...,time)", source=source, offset=0)
+    labels: dict[int, str] = {}
+    for r in records:  # a thread's label from its own records (a FORK line is its parent's)
+        labels.setdefault(r.tid, r.thread)
+    tl = Timeline(b, facts.get("start", min(times)), facts.get("end", max(times)), labels)
+    for r in records:
+        if not r.time > 0:
+            continue
+        if isinstance(r, SideBand):
+            if r.kind == "SWITCH":
+                (tl.switch_out if r.text.startswith("OUT") else tl.switch_in)(r.tid, r.time)
+            elif r.kind in ("FORK", "EXIT"):
+                m = _FORK.match(r.text)
+                if m:
+                    (tl.born if r.kind == "FORK" else tl.died)(int(m.group(2)), r.time)
+            elif r.kind == "LOST":
+                tl.lost += 1
+        elif r.event == CPU_EVENT:
+            tl.cpu_sample(r.tid, r.time, row_of(r))
+        elif r.event == SWITCH_EVENT:
+            tl.switch_sample(r.tid, row_of(r), r.trace)
+        elif r.event in WAKEUP_EVENTS and not any(_IN_IRQ.search(frame_names.get(f, "")) for f in r.leaf_first):
+            tl.wakeup(r.tid, r.trace)  # (a wakeup in an interrupt, a timer's, is not the running thread's doing)
+    tl.finish({tid: thread_name(comm, facts.get("pid"), tid) for tid, comm in (facts.get("threads") or {}).items()})
+    if not tl.sid:
+        raise ProfileFormatError("no cpu-clock sample or context switch inside the recording",
+                                 source=source, offset=0)
+    tl.add_to(b)
+    meta = {"event": CPU_EVENT, "window": [tl.start, tl.end], "duration": tl.end - tl.start,
+            "lost_events": tl.lost, "inconsistent_switches": tl.inconsistent, "uncovered": tl.uncovered(),
+            "metrics": ["wall", "cpu"],
+            "wall_attribution": ("each thread's time in the recording: on-CPU time to its cpu-clock samples' "
+                                 "stacks, each off-CPU stretch (sched_switch out to the next switch in) to "
+                                 "the stack it switched out in; time no event covers in labelled rows"),
+            "cpu_attribution": ("each cpu-clock sample gets the thread's exact on-CPU time since its previous "
+                                "sample (PERF_RECORD_SWITCH in/out)"),
+            "samples_are": "cpu-clock samples and off-CPU stretches, one sample each", **meta}
+    return b.build(metric="wall", meta=meta, raw=Raw(data, "perf_script", options=options or {}))

@@ -1,0 +1,502 @@
+"""memray (issue 20): the recorder, the .bin reader, memory beside time. Real memray throughout; the
+accuracy cell, a raising cell and 200 cells run in a real kernel through ``profmagic.profile()``
+(the magic's options: tests/test_memray_magic.py)."""
+from __future__ import annotations
+
+import gc
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+
+import pytest
+
+import profmagic
+import workloads
+from workloads import busy, spin
+from profmagic import backends, multi
+from profmagic.backends import memray as mb, sampler
+from profmagic.errors import ProfileFormatError, ProfilerError
+from profmagic.formats import container, memray as mf
+from profmagic.session import make_options
+from profmagic.views.memory import side_by_side
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SEGV = os.path.join(HERE, "data", "memray-segv.bin")
+
+CELL = workloads.MEMORY_SOURCE  # the issue's cell: alloc() keeps 21 MB, strs() drops its strings
+ns: dict = {}
+exec(compile(CELL, "memray_cell.py", "exec"), ns)
+
+
+def record(fn, **opts):
+    """``fn()`` under the memray recorder; (profile, what fn returned)."""
+    o = make_options(**opts)
+    rec = mb.Recorder(o)
+    rec.start()
+    try:
+        out = fn()
+        cap = rec.stop()
+        return mb.read(cap, o), out
+    finally:
+        rec.close()
+
+
+def faults():
+    """tests/faults/conftest.py: the fault suite's kernel and ``documented(id, text)``."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("faults_conftest", os.path.join(HERE, "faults", "conftest.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+pytestmark = pytest.mark.requires("memray")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def private_tmp(tmp_path_factory):
+    """This module's temp files go to a folder of its own, so that leftovers() sees only ours."""
+    old, tempfile.tempdir = tempfile.tempdir, str(tmp_path_factory.mktemp("tmp"))
+    yield
+    tempfile.tempdir = old
+
+
+def leftovers() -> list[str]:
+    return [n for n in os.listdir(tempfile.gettempdir()) if n.startswith("profmagic-memray-")]
+
+
+# -- reader ------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def capture() -> bytes:
+    """A real compressed capture of the issue's cell, every allocation recorded."""
+    p, _ = record(ns["cell"], allocated=True)
+    return p.raw.read()
+
+
+def test_reads_the_cell_with_exact_attribution(capture):
+    p = mf.read(capture, "cell.bin")
+    assert p.metric == "bytes" and p.meta["memray"] == mf.version()
+    assert p.describe().startswith(f"bytes alive at the memory high-water mark · backend memray {mf.version()}")
+    fn = p.functions().set_index("name")
+    # 20,000 bytearrays of 1,000 bytes (buffer 1,001 + object header) and the list: 21.3 MB at alloc.
+    assert 21_000_000 < fn.loc["alloc", "total"] < 21_700_000
+    assert fn.loc["alloc.<locals>.<listcomp>", "total"] == fn.loc["alloc", "total"] - fn.loc["alloc", "self"]
+    assert fn.loc["strs", "total"] < 1_000  # dropped before the peak
+    al = p.functions("allocated").set_index("name")
+    assert al.loc["strs", "total"] > 20_000_000  # 100,000 strings and the list that held them
+    assert p.functions("allocations").set_index("name").loc["strs", "total"] >= 200_000
+    tl = p.meta["memory_timeline"]
+    assert tl["peak_bytes"] >= fn.loc["alloc", "total"]
+    lo, hi = tl["peak_between"]
+    assert 0 <= lo <= hi <= p.meta["duration"] + 1e-9
+    assert len(tl["time"]) == len(tl["heap"]) == len(tl["rss"]) and tl["time"] == sorted(tl["time"])
+
+
+def test_sniffed_and_loaded_by_profmagic_load(capture, tmp_path):
+    path = tmp_path / "cell.bin"
+    path.write_bytes(capture)
+    p = profmagic.load(path)
+    assert p.meta["format"] == "memray" and p.raw.read() == capture
+    assert p.total() == mf.read(capture, "x", isolate=False).total()
+
+
+def test_leaks_mode_names_its_metric(capture):
+    p = mf.read(capture, "cell.bin", leaks=True)
+    assert p.describe().startswith(mf.LEAKS_LABEL)
+    # alloc's list is still alive when tracking stops (the recorder returned it); strs left nothing.
+    fn = p.functions().set_index("name")
+    assert fn.loc["alloc", "total"] > 21_000_000 and fn.loc["strs", "total"] < 1_000
+
+
+@pytest.mark.parametrize("cut", [0.0, 0.1, 0.5, 0.9, 0.999])
+def test_truncated_compressed_capture_is_an_error(capture, cut):
+    n = max(1, int(len(capture) * cut))
+    with pytest.raises(ProfileFormatError) as e:
+        mf.read(capture[:n], "cut.bin")
+    assert "cut.bin" in str(e.value) and (e.value.offset is not None)
+    if cut:
+        assert e.value.offset == n
+        faults().documented("memray-truncated", str(e.value))
+
+
+def test_truncated_uncompressed_capture_is_an_error(tmp_path):
+    import memray
+    path = str(tmp_path / "plain.bin")
+    with memray.Tracker(destination=memray.FileDestination(path, compress_on_exit=False),
+                        trace_python_allocators=True):
+        keep = [bytearray(100) for _ in range(5000)]
+    data = open(path, "rb").read()
+    assert data.startswith(mf.MAGIC) and mf.header_count(data) > 5000
+    assert mf.read(data, "plain.bin").total() > 5000 * 100
+    end = len(data.rstrip(b"\0"))  # memray pads the file with zeros to a page
+    for cut in (end // 2, end * 9 // 10):  # inside a record or not: truncated, not "corrupt"
+        with pytest.raises(ProfileFormatError, match=r"truncated memray capture.*memray read [\d,]+ of the [\d,]+") as e:
+            mf.read(data[:cut], "plain.bin")
+        assert e.value.offset == cut
+    del keep
+
+
+def test_reader_crash_on_a_corrupt_file_is_a_format_error():
+    """memray's own reader crashes on this file (one byte of a real capture set to 0xff): read in a
+    child process, it is a ProfileFormatError and this process lives on."""
+    code = "import memray, sys\nr = memray.FileReader(sys.argv[1])\nlist(r.get_high_watermark_allocation_records())"
+    crash = subprocess.run([sys.executable, "-c", code, SEGV], capture_output=True, timeout=60)
+    assert crash.returncode < 0, crash  # killed by a signal (SIGSEGV here): why the reader runs in a child
+    # Undefined behaviour: the same file gave SIGSEGV or SIGABRT depending on the interpreter's flags.
+    with pytest.raises(ProfileFormatError, match=r"memray's reader crashed \((SIGSEGV|SIGABRT)\) on this file") as e:
+        mf.read(open(SEGV, "rb").read(), "memray-segv.bin")
+    faults().documented("memray-corrupt", str(e.value))
+
+
+def test_bad_reader_options_in_a_container_are_a_format_error():
+    """A container's manifest carries each part's reader options: they are input too."""
+    p, keep = record(ns["alloc"])
+    box = container.write([("capture.bin", p.raw.read(), mf.NAME, "parent", {"threads": {"names": 5}})],
+                          combine="memory-children")
+    with pytest.raises(ProfileFormatError, match="reader options: expected threads"):
+        profmagic.load(box)
+    del keep
+
+
+def test_not_a_capture():
+    with pytest.raises(ProfileFormatError, match="not a memray capture"):
+        mf.read(b"memrax\0" + bytes(100), "x.bin")
+
+
+# -- recorder ------------------------------------------------------------------------------------------
+def test_recorder_removes_its_files_and_keeps_the_capture():
+    before = leftovers()
+    p, keep = record(ns["alloc"])
+    assert leftovers() == before
+    assert p.raw.format == "memray" and p.raw.read().startswith(mf.LZ4_MAGIC)
+    assert p.raw.filename.endswith(".bin")
+    assert mf.read(p.raw.read(), "again").total() == pytest.approx(p.total(), rel=0.01)
+    del keep
+
+
+def test_recorder_cleans_up_when_the_code_raises():
+    before = leftovers()
+    o = make_options()
+    rec = mb.Recorder(o)
+    rec.start()
+    try:
+        with pytest.raises(ZeroDivisionError):
+            keep = ns["alloc"]()
+            1 / 0
+        p = mb.read(rec.stop(), o)
+    finally:
+        rec.close()
+        rec.close()  # idempotent
+    assert leftovers() == before
+    assert p.functions().set_index("name").loc["alloc", "total"] > 21_000_000
+    del keep
+
+
+def test_one_tracker_at_a_time(capfd):
+    o = make_options()
+    first = mb.Recorder(o)
+    first.start()
+    try:
+        with pytest.raises(ProfilerError, match="memray could not start") as e:
+            mb.Recorder(o).start()  # and its unused writer does not fail compressing a deleted file
+        faults().documented("memray-busy", "profmagic: " + str(e.value))
+        e = None  # frees the traceback, so the refused Tracker and its writer (memray compresses on free)
+        gc.collect()
+    finally:
+        first.close()
+    assert leftovers() == []
+    assert "Failed to compress" not in capfd.readouterr().err  # memray's words when the folder went first
+
+
+def test_native_frames():
+    p, keep = record(ns["alloc"], native=True)
+    fr = p.frames
+    assert (fr["kind"] == "native").any() and (fr["kind"] == "python").any()
+    # The bytes come with the C function that allocated them, under the Python function that called it.
+    fn = p.functions().set_index("name")
+    assert fn.loc["alloc", "total"] > 21_000_000
+    native = fn[fn.index.isin(fr.loc[fr["kind"] == "native", "name"])]
+    assert native["self"].sum() > 0.9 * p.total()
+    del keep
+
+
+def fork_and_alloc():
+    pid = os.fork()
+    if pid == 0:
+        x = [bytearray(2000) for _ in range(1000)]  # 2 MB in the child only
+        os._exit(0 if x else 1)
+    os.waitpid(pid, 0)
+    return pid
+
+
+def test_forked_children_with_subprocesses():
+    p, child = record(fork_and_alloc, subprocesses=True)
+    labels = multi.processes(p)
+    assert labels == [f"pid {os.getpid()} · parent", f"pid {child} · forked child"]
+    kid = p.stacks[p.stacks["process"] == labels[1]]
+    assert 2_000_000 <= kid["bytes"].sum() < 2_300_000
+    # The child's thread is the one that forked: its native id is the child's pid.
+    assert p.thread_table.set_index("process").at[labels[1], "tid"] == child
+    assert p.meta["processes"][labels[1]]["completeness"].startswith("unknown")  # it left with os._exit
+    # The raw is a container of memray's files, and reads back into the same processes and bytes.
+    assert p.raw.format == container.NAME
+    manifest, parts = container.parts(p.raw.read())
+    assert manifest["combine"] == "memory-children" and set(parts) == {"parent", f"child {child}"}
+    # memray compressed the parent's file; the child's is as it wrote it, never closed.
+    assert parts["parent"][0].startswith(mf.LZ4_MAGIC) and parts[f"child {child}"][0].startswith(mf.MAGIC)
+    assert p.meta["memray_mode"] == "every allocation"  # aggregated files are written only at a clean exit
+    q = profmagic.load(p.raw)
+    assert multi.processes(q) == labels and q.total() == p.total()
+    assert q.stacks.groupby("process")["bytes"].sum().to_dict() == p.stacks.groupby("process")["bytes"].sum().to_dict()
+
+
+def test_aggregated_by_default_keeps_bytes_only():
+    p, keep = record(ns["cell"])
+    fn = p.functions().set_index("name")
+    assert fn.loc["alloc", "total"] > 21_000_000 and fn["total"].get("strs", 0) < 1_000
+    assert p.metrics == ["samples", "bytes"] and p.stacks["allocated"].isna().all()
+    assert "--allocated records every one" in p.meta["unknown"]["allocated"]
+    assert p.meta["file_format"] == "AGGREGATED_ALLOCATIONS" and p.meta["memray_mode"] == "aggregated"
+    assert "aggregated while recording" in p.describe() and "allocations" not in p.describe()
+    assert len(p.meta["memory_timeline"]["time"]) > 0
+    del keep
+
+
+def test_raw_capture_loads_back_into_the_same_profile():
+    """The raw .bin carries the reader options (threads' native ids, leaks, the recorder's own frames):
+    ``load`` gives back what the backend read."""
+    p, keep = record(ns["cell"], leaks=True)
+    assert p.raw.format == "memray" and p.raw.options["leaks"] is True
+    q = profmagic.load(p.raw)
+    assert q.thread_table[["label", "tid", "pid"]].equals(p.thread_table[["label", "tid", "pid"]])
+    assert q.thread_table.at[0, "tid"] == threading.get_native_id()
+    assert q.functions().equals(p.functions()) and q.label() == mf.LEAKS_LABEL
+    assert q.meta["dropped_own_bytes"] == p.meta["dropped_own_bytes"]
+    del keep
+
+
+def test_python_allocators_off_is_labelled_approximate():
+    p, keep = record(ns["cell"], python_allocators=False)
+    assert "pymalloc" in p.meta["approximate"] and "approximate" in p.describe()
+    del keep
+
+
+# -- memory beside time ----------------------------------------------------------------------------
+def test_sampler_time_beside_memray_memory():
+    o = make_options(mode="both", rate=200, allocated=True)
+    rec = mb.TimeAndMemory("sampler", backends.recorder(sampler, o), o)
+    rec.start()
+    try:
+        keep = ns["cell"]()
+        busy(0.3)
+        cap = rec.stop()
+        p = mb.read_both(sampler, cap, o)
+    finally:
+        rec.close()
+    assert leftovers() == []
+    assert {"wall", "cpu", "bytes", "allocated"} <= set(p.metrics)
+    t = side_by_side(p).set_index("name")
+    assert t.loc["busy", "wall"] > 0.25 and t.loc["busy", "bytes"] < 1_000
+    assert t.loc["strs", "allocated"] > 20_000_000 and t.loc["strs", "bytes"] < 1_000
+    assert t.loc["alloc", "bytes"] > 21_000_000 and t.loc["alloc", "wall"] > 0
+    # One row per function across the two recordings: memray's <listcomp> is the sampler's qualified name.
+    assert t.loc["alloc.<locals>.<listcomp>", "bytes"] > 21_000_000
+    assert t.loc["alloc.<locals>.<listcomp>", "wall"] > 0
+    assert not any(n == "<listcomp>" for n in t.index)
+    # The sampler's and memray's own threads are not the code's: one thread, by its native id.
+    assert list(p.thread_table["tid"]) == [threading.get_native_id()]
+    assert "memray traced every allocation" in p.meta["approximate"]
+    assert 0 <= p.meta["memory_timeline"]["starts_after_time_recorder"] < 2.0
+    # Each metric's total is its own recording's (the code's thread): memory rows add no time, time rows
+    # no bytes.
+    mem = mb.read(cap.meta["memory"], o)
+    mem = mem.subset((mem.thread_table["tid"].to_numpy()[mem.thread_ids()] == threading.get_native_id()))
+    assert p.total("bytes") == mem.total("bytes") and p.total("allocated") == mem.total("allocated")
+    assert p.sample_count == sampler.read(cap.meta["time"], o).sample_count
+    # The raw is a container of both captures; load() combines them the same way.
+    assert p.raw.format == container.NAME
+    q = profmagic.load(p.raw)
+    for m in ("samples", "wall", "cpu", "bytes", "allocated", "allocations"):
+        assert q.total(m) == pytest.approx(p.total(m)), m
+    assert q.threads == p.threads and len(q.samples) == len(p.samples)
+    del keep
+
+
+@pytest.mark.parametrize("backend, opts", [("pyspy", {"idle": True}), ("eustack", {"mode": "both"}),
+                                           ("perf", {"mode": "cpu"})])
+def test_out_of_process_time_beside_memray_memory(backend, opts):
+    """py-spy, eu-stack and perf read the process from outside: memray's Tracker runs beside them."""
+    module = __import__(f"profmagic.backends.{backend}", fromlist=["x"])
+    ok, why = module.available()
+    assert ok, why
+    o = make_options(rate=100, **opts)
+    rec = mb.TimeAndMemory(module.NAME, backends.recorder(module, o), o)
+    rec.start()
+    try:
+        keep = ns["alloc"]()
+        spin(0.3)  # 0.3 s of CPU time, however loaded the machine is
+        cap = rec.stop()
+        p = mb.read_both(module, cap, o)
+    finally:
+        rec.close()
+    assert leftovers() == []
+    me = [lab for lab, tid in zip(p.threads, p.thread_table["tid"]) if tid == o.thread_native_id]
+    assert len(me) == 1  # one thread for the cell's thread: time and memory rows on it
+    clock = "cpu" if opts.get("mode") == "cpu" else "wall"
+    rows = p.stacks[p.stacks["thread"] == me[0]]
+    assert rows[clock].sum() > 0.25  # the spin's time (perf samples at 100 Hz: ±0.02 s)
+    assert rows["bytes"].sum() > 21_000_000
+    fn = side_by_side(p).set_index("name")
+    assert fn.loc["alloc", "bytes"] > 21_000_000
+    if backend == "pyspy":  # Python names: time and memory on the same function rows
+        assert fn.loc["spin", "wall"] > 0.25 and fn.loc["spin", "bytes"] < 1_000
+    del keep
+
+
+CONFLICT = textwrap.dedent("""\
+    import memray, os, sys, tempfile
+    def alloc():
+        return [bytearray(1000) for _ in range(2000)]
+    path = os.path.join(tempfile.mkdtemp(), "c.bin")
+    tracker = memray.Tracker(path, trace_python_allocators=True)
+    tracker.__enter__()
+    if sys.argv[1] == "pyinstrument":
+        import pyinstrument
+        prof = pyinstrument.Profiler(interval=0.001)
+        prof.start(); keep = alloc(); prof.stop()
+    else:
+        import cProfile
+        prof = cProfile.Profile()
+        prof.enable(); keep = alloc(); prof.disable()
+    tracker.__exit__(None, None, None)
+    r = memray.FileReader(path)
+    print(sum(a.size for a in r.get_high_watermark_allocation_records()
+              if any(f[0] == "alloc" for f in a.stack_trace(max_stacks=1 << 30))))
+    """)
+
+
+@pytest.mark.parametrize("backend", ["pyinstrument", "cprofile"])
+def test_setprofile_backends_conflict_with_memray_and_are_refused(backend):
+    """The measured reason for the refusal: started inside memray's tracking, pyinstrument (any Python)
+    and cProfile (before 3.12) take the profile hook, and memray attributes nothing to alloc()."""
+    r = subprocess.run([sys.executable, "-c", CONFLICT, backend], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    at_alloc = int(r.stdout.strip())
+    refused = mb.refusal(backend)
+    if refused:
+        assert at_alloc == 0, "memray kept its stacks: the refusal is no longer needed"
+        module = __import__(f"profmagic.backends.{backend}", fromlist=["x"])
+        with pytest.raises(ProfilerError, match="PyEval_SetProfile") as e:
+            mb.TimeAndMemory(module.NAME, None, make_options())
+        faults().documented("memory-with-setprofile", "profmagic: " + str(e.value))
+    else:  # cProfile on 3.12+: sys.monitoring, memray keeps its stacks
+        assert at_alloc > 2_000_000
+
+
+def test_refusals():
+    assert mb.refusal("sampler") is None and mb.refusal("py-spy") is None and mb.refusal("perf") is None
+    assert mb.refusal("cprofile", (3, 11)) and mb.refusal("cprofile", (3, 12)) is None
+    assert "only one can have it" in mb.refusal("pyinstrument", (3, 13))
+
+
+def test_memray_missing_is_one_line_with_the_install_command():
+    """A kernel without memray (its import blocked, as Python does for a module it cannot find)."""
+    code = ("import sys; sys.modules['memray'] = None\n"
+            "import profmagic\n"
+            "try:\n"
+            "    with profmagic.profile('memray', announce=None):\n"
+            "        pass\n"
+            "except profmagic.ProfilerError as e:\n"
+            "    print(e)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.stdout.strip() == ("backend memray cannot record here: memray is not installed: "
+                                "pip install 'profmagic[memory]'"), r.stdout + r.stderr
+    faults().documented("memray-missing", "profmagic: " + r.stdout.strip())
+
+
+# -- views -------------------------------------------------------------------------------------------
+def test_memory_strip_marks_the_high_water_mark(capture):
+    """The strip of a real capture (every allocation): heap from memray's snapshots, the peak's level and
+    when it was reached; the SVG twin has no script and carries the same facts."""
+    from profmagic.views import memory
+    p = mf.read(capture, "cell.bin", isolate=False)
+    tl = p.meta["memory_timeline"]
+    fig = memory.figure(p)
+    names = [t.name for t in fig.data]
+    assert "heap (snapshots)" in names and "highest between snapshots" in names
+    heap = next(t for t in fig.data if t.name == "heap (snapshots)")
+    assert list(heap.y)[1:] == tl["heap"] and heap.y[0] == 0   # memray's heap counts from 0 at its start
+    peak = [s for s in fig.layout.shapes if s.type == "line"]
+    assert len(peak) == 1 and peak[0].y0 == tl["peak_bytes"]
+    band = [s for s in fig.layout.shapes if s.type == "rect"]
+    assert len(band) == 1 and (band[0].x0, band[0].x1) == tuple(tl["peak_between"])
+    svg = memory.svg(p)
+    assert "<script" not in svg and svg.count('class="profmagic-peak"') == 1 and "profmagic-peak-when" in svg
+    assert f"high-water mark {memory.fmt_bytes(tl['peak_bytes'])}" in svg
+    assert f"reached between {tl['peak_between'][0]:.3f}" in memory.caption(p)
+
+
+def test_memory_strip_of_an_aggregated_capture_says_when_is_unknown():
+    from profmagic.views import memory
+    p, keep = record(ns["cell"])
+    tl = p.meta["memory_timeline"]
+    assert tl["interval_peaks"] is None
+    assert ("peak_between" in tl) == any(h >= tl["peak_bytes"] for h in tl["heap"])
+    if "peak_between" not in tl:
+        assert "when it was reached is not known" in memory.caption(p) and "--allocated" in memory.caption(p)
+    assert memory.svg(p).count('class="profmagic-peak"') == 1
+    del keep
+
+
+def test_compare_before_after_in_bytes():
+    """compare() on memory: the change per function in bytes, worded as more/less, not slower/faster."""
+    import profmagic as pm
+    before, keep1 = record(ns["alloc"])
+    del keep1
+    after, keep2 = record(lambda: [bytearray(1000) for _ in range(10000)])
+    c = pm.compare(before, after)
+    assert c.metric == "bytes" and c.unit == "bytes"
+    assert "red more, blue less" in c.title() and "MiB" in c.summary() and " s" not in c.summary()
+    row = c.table.set_index("name").loc["alloc.<locals>.<listcomp>"]
+    assert row["total_before"] > 20_000_000 and row["total_after"] == 0   # gone in after
+    hover = c.figure.data[0].hovertemplate
+    assert " B<br>" in hover and " s<br>" not in hover
+    del keep2
+
+
+def test_unnamed_threads_are_matched_by_the_function_they_run():
+    """memray names threads that existed before tracking only sometimes (seen in a kernel: IOPub, the
+    history thread). A thread memray left unnamed gets its native id from the function it runs."""
+    from profmagic.formats.memray_records import extract
+    go, done = threading.Event(), threading.Event()
+
+    def waiter():
+        go.wait()
+        out = [bytearray(1000) for _ in range(500)]
+        done.set()
+        return out
+
+    t = threading.Thread(target=waiter, name="waiter")
+    t.start()
+    o = make_options()
+    rec = mb.Recorder(o)
+    rec.start()
+    try:
+        go.set()
+        done.wait(10)
+        cap = rec.stop()
+        threads = cap.meta["reader"]["threads"]
+        assert ["waiter", __file__, [t.native_id]] in threads["entries"]
+        raw = extract(cap.path)
+    finally:
+        rec.close()
+        t.join()
+    raw["threads"] = {}   # as memray leaves a thread it could not name
+    p = mf.build(raw, "x", threads=threads)
+    row = p.thread_table.set_index("tid").loc[t.native_id]
+    assert row["label"] == f"Thread {t.native_id}"
+    bytes_of = p.stacks.groupby("thread", observed=True)["bytes"].sum()
+    assert bytes_of[row["label"]] > 500_000
