@@ -28,8 +28,7 @@ def load(source, format: str | None = None, **options) -> Profile:
     name = "<input>"
     if isinstance(source, os.PathLike) or (isinstance(source, str) and "\n" not in source
                                            and not source.lstrip().startswith("{")):
-        name = os.fspath(source)
-        data = Path(name).read_bytes()
+        return formats.read_path(source, format, **options)
     elif isinstance(source, str):
         data = source.encode("utf-8")
     elif isinstance(source, (bytes, bytearray, memoryview)):

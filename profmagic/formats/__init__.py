@@ -6,13 +6,18 @@ Sniffing order matters: the most specific formats come first.
 from __future__ import annotations
 
 import importlib
+import math
 import os
+import stat
 
 from ..errors import ProfileFormatError
 
 # Module names, most specific first. A format whose module is missing is skipped.
 _ORDER = ("speedscope", "pyinstrument", "pstats", "eu_stack", "perf_script", "stap", "folded")
-HEAD_BYTES = 64 * 1024
+HEAD_BYTES = 64 * 1024      # what sniffing looks at...
+LINE_BYTES = 4 << 20        # ...or up to the end of the first line, when that is longer (a deep stack)
+MAX_BYTES = 2 << 30         # the largest file ``read_path`` reads (``max_bytes=`` overrides)
+MAX_SECONDS = 1e9           # a longer duration (31 years) is a wrong unit or a hostile file
 
 
 def _module(name: str):
@@ -40,6 +45,16 @@ def get(fmt: str):
     return mods[fmt]
 
 
+def head(data: bytes) -> bytes:
+    """The part of ``data`` sniffing looks at: ``HEAD_BYTES``, or the first line when it is longer
+    (up to ``LINE_BYTES``)."""
+    h = data[:HEAD_BYTES]
+    if len(data) > HEAD_BYTES and b"\n" not in h:
+        end = data.find(b"\n", HEAD_BYTES, LINE_BYTES)
+        h = data[:end + 1 if end >= 0 else LINE_BYTES]
+    return h
+
+
 def sniff(head: bytes, source: str = "<input>") -> str:
     for name, mod in available().items():
         if mod.sniff(head):
@@ -49,11 +64,87 @@ def sniff(head: bytes, source: str = "<input>") -> str:
 
 
 def read(data: bytes, fmt: str | None = None, source: str = "<input>", **options):
-    if fmt is None and not data.strip():
+    """The Profile in ``data``; every way a reader can fail is a ``ProfileFormatError`` naming ``source``."""
+    if fmt is None and (not data or data.isspace()):
         raise ProfileFormatError("empty input; expected a profile", source=source, offset=0)
     if fmt is None:
-        fmt = sniff(data[:HEAD_BYTES], source)
-    return get(fmt).read(data, source=source, **options)
+        fmt = sniff(head(data), source)
+    reader = get(fmt)
+    import numpy as np
+    try:
+        with np.errstate(all="ignore"):   # weights that overflow are refused by _checked, not warned about
+            return _checked(reader.read(data, source=source, **options), source)
+    except ProfileFormatError:
+        raise
+    except RecursionError:
+        raise ProfileFormatError(f"the {fmt} data nests deeper than Python can read (RecursionError); "
+                                 "expected a profile", source=source) from None
+    except MemoryError:
+        raise ProfileFormatError(f"not enough memory to read these {len(data):,} bytes as {fmt} (MemoryError); "
+                                 "expected a profile", source=source) from None
+    except UnicodeError as e:
+        raise ProfileFormatError(f"text that is not valid Unicode ({type(e).__name__}: {e.reason}); "
+                                 f"expected {fmt} text", source=source) from None
+    except (OverflowError, SystemError) as e:
+        raise ProfileFormatError(f"a value out of range ({type(e).__name__}: {e}); expected a {fmt} profile",
+                                 source=source) from None
+
+
+WEIGHTS = ("samples", "wall", "cpu", "off_cpu", "calls")
+
+
+def _checked(p, source: str):
+    """``p``, if its weights add up to finite numbers and its duration is one a recording can have."""
+    import numpy as np
+    for m in WEIGHTS:
+        if m in p.stacks:
+            try:
+                tot = float(np.nansum(p.stacks[m].to_numpy(dtype=float, na_value=np.nan)))
+            except (OverflowError, TypeError, ValueError):   # e.g. a count too large for a float
+                tot = math.inf
+            if not math.isfinite(tot):
+                raise ProfileFormatError(f"the {m} weights add up to {tot} (more than a float holds); "
+                                         "expected finite numbers", source=source)
+    d = p.duration
+    if d is not None and not (math.isfinite(d) and abs(d) <= MAX_SECONDS):
+        raise ProfileFormatError(f"a duration of {d:.6g} s; expected at most {MAX_SECONDS:.0e} s "
+                                 "(is the time unit right?)", source=source)
+    return p
+
+
+def read_path(path, fmt: str | None = None, max_bytes: int | None = None, **options):
+    """The Profile in the file at ``path``: a regular file only (a device, FIFO or directory is
+    refused before it is opened: reading /dev/zero never ends, opening a FIFO blocks), of at most
+    ``max_bytes`` (default ``MAX_BYTES``)."""
+    name = os.fspath(path)
+    limit = MAX_BYTES if max_bytes is None else int(max_bytes)
+    _regular(os.stat(name), name)
+    # O_NONBLOCK: should a FIFO replace the file after that look, opening it does not block.
+    with open(os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as f:
+        st = os.fstat(f.fileno())
+        _regular(st, name)
+        data = f.read(limit + 1) if st.st_size <= limit else b""
+    if st.st_size > limit or len(data) > limit:
+        raise ProfileFormatError(f"the file holds more than {limit:,} bytes, the most profmagic reads; "
+                                 "pass max_bytes= to load() to read it anyway", source=name)
+    return read(data, fmt, source=name, **options)
+
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _not_regular(st: os.stat_result) -> str | None:
+    """What the file is when it is not a regular file ("a FIFO (named pipe)"...), else None."""
+    if stat.S_ISREG(st.st_mode):
+        return None
+    return next((w for test, w in _KINDS if test(st.st_mode)), "a special file")
+
+
+def _regular(st: os.stat_result, name: str) -> None:
+    what = _not_regular(st)
+    if what:
+        raise ProfileFormatError(f"this is {what}, not a regular file; expected a profile file", source=name)
 
 
 def writer_for(path: str):
@@ -67,7 +158,19 @@ def writer_for(path: str):
 
 
 def write_by_name(profile, path: str) -> str:
+    """Write ``profile`` in the format ``path``'s extension names, to a regular file only (writing
+    to a FIFO nobody reads would block forever)."""
     data = writer_for(path).write(profile)
-    with open(path, "wb") as f:
-        f.write(data)
+    try:
+        what = _not_regular(os.stat(path))
+    except FileNotFoundError:
+        what = None
+    if not what:   # O_NONBLOCK and a second look: a FIFO put there after the first look fails, never blocks
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o666), "wb") as f:
+            what = _not_regular(os.fstat(f.fileno()))
+            if not what:
+                f.truncate()
+                f.write(data)
+    if what:
+        raise ValueError(f"{path} is {what}, not a regular file")
     return path

@@ -183,5 +183,11 @@ def write_text(profile: Profile, metric: str | None = None, thread_roots: bool |
     return "".join(f"{k} {_fmt(agg[k])}\n" for k in keys)
 
 
+_LONE = re.compile("[\ud800-\udc7f\udd00-\udfff]")
+
+
 def write(profile: Profile, metric: str | None = None) -> bytes:
-    return write_text(profile, metric).encode("utf-8", errors="surrogateescape")
+    # surrogateescape gives back the bytes a name was read from; any other lone surrogate (from JSON's
+    # "\ud800") has no UTF-8: it is written as the text \ud800.
+    text = _LONE.sub(lambda m: f"\\u{ord(m.group()):04x}", write_text(profile, metric))
+    return text.encode("utf-8", errors="surrogateescape")
