@@ -10,8 +10,11 @@ An out-of-process sampler (py-spy ``-s``) finds children by polling and misses t
   starts the sampler from this file, then imports the child's own ``sitecustomize`` if it had one.
 
 Each child appends one line per sampling pass to ``<dir>/<pid>.jsonl`` with one ``write()``, so a
-child that is killed keeps every pass already written. The parent writes ``<dir>/STOP`` when the
-recording ends: children still running stop sampling and close their file.
+child that is killed keeps every pass already written. A process that ``exec``s a new Python image
+keeps its pid: the new image writes ``<pid>.<n>.jsonl`` (n = 1, 2...), so both images' files survive.
+A hook that fails writes why to ``<dir>/<pid>.failed``, never to the child's stderr. The parent
+writes ``<dir>/STOP`` when the recording ends: children still running stop sampling and close
+their file.
 
 The child side uses the standard library only (it runs before the child's own imports, and a
 spawned child must not pay for importing pandas), so it has its own small sampling loop rather
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -31,22 +35,27 @@ STOP = "STOP"
 HOOK_DIR = "hook"
 _SITECUSTOMIZE = '''\
 # Written by profmagic for one recording (%%profile --subprocesses); removed when it ends.
-import os, sys
+import importlib.machinery as _mach, importlib.util as _u, os, sys
 _here = os.path.dirname(os.path.abspath(__file__))
 try:
-    import importlib.util as _u
     _s = _u.spec_from_file_location("_profmagic_childsampler", {path!r})
     _m = _u.module_from_spec(_s)
     _s.loader.exec_module(_m)
     _m.start_from_env()
-except Exception as _e:  # never break the child's start-up
-    sys.stderr.write("profmagic: child sampler did not start: %r\\n" % (_e,))
+except Exception as _e:  # never break the child's start-up, nor write on its stderr
+    try:
+        with open(os.path.join(os.environ[{env!r}], "%d.failed" % os.getpid()), "a") as _f:
+            _f.write(repr(_e) + "\\n")
+    except Exception:
+        pass
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
-del sys.modules["sitecustomize"]
-try:
-    import sitecustomize  # the child's own, if it has one
-except ImportError:
-    pass
+# The child's own sitecustomize, if it has one, runs and takes this module's place in sys.modules:
+# `import sitecustomize` returns whatever sys.modules holds once this file has run.
+_spec = _mach.PathFinder.find_spec("sitecustomize", sys.path)
+if _spec is not None and _spec.loader is not None:
+    _own = _u.module_from_spec(_spec)
+    sys.modules["sitecustomize"] = _own
+    _spec.loader.exec_module(_own)
 '''
 
 # -- child side --------------------------------------------------------------------------
@@ -69,13 +78,15 @@ class ChildSampler:
         self.dir = directory
         self.interval = 1.0 / float(rate)
         self.rate = float(rate)
-        self.fd = os.open(os.path.join(directory, f"{os.getpid()}.jsonl"),
-                          os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self.image, self.fd = _own_file(directory)
+        # The thread that starts the sampler: after fork() on Python < 3.13 its Thread object still
+        # carries the parent's native_id (threading._after_fork does not update it).
+        self.starter = (threading.current_thread(), threading.get_native_id())
         self.codes: dict[int, tuple] = {}
         self.cpu: dict[int, float] = {}
         self.name = None
         self.stop = threading.Event()
-        self.write({"v": 1, "pid": os.getpid(), "ppid": os.getppid(), "argv": _argv(),
+        self.write({"v": 1, "pid": os.getpid(), "image": self.image, "ppid": os.getppid(), "argv": _argv(),
                     "t0": time.perf_counter(), "rate": self.rate, "python": sys.version.split()[0]})
         self.thread = threading.Thread(target=self.run, name="profmagic-child-sampler", daemon=True)
         self.thread.start()
@@ -121,7 +132,7 @@ class ChildSampler:
             if ident == me:
                 continue
             t = live.get(ident)
-            nid = getattr(t, "native_id", None)
+            nid = self.starter[1] if t is self.starter[0] else getattr(t, "native_id", None)
             cpu = None
             if nid is not None:
                 try:
@@ -143,6 +154,20 @@ class ChildSampler:
             stack.reverse()
             out.append(["s", now, nid, t.name if t is not None else "?", wall, cpu, stack])
         self.write(*out)
+
+
+def _own_file(directory: str) -> tuple[int, int]:
+    """(image, fd) of this process image's new file: ``<pid>.jsonl``, or ``<pid>.<n>.jsonl`` when an
+    earlier image of this pid (before an exec) has one."""
+    pid = os.getpid()
+    for image in range(1000):
+        name = f"{pid}.jsonl" if image == 0 else f"{pid}.{image}.jsonl"
+        try:
+            fd = os.open(os.path.join(directory, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+            return image, fd
+        except FileExistsError:
+            continue
+    raise OSError(f"{pid}: 1000 process images already recorded")
 
 
 def _argv() -> list[str]:
@@ -193,6 +218,9 @@ def deactivate() -> None:
 
 
 # -- parent side -------------------------------------------------------------------------
+_FILE = re.compile(r"(\d+)(?:\.(\d+))?\.(jsonl|failed)")
+
+
 class Children:
     """The parent's end: ``start()`` before the code, ``stop()`` after, ``close()`` always.
 
@@ -205,6 +233,7 @@ class Children:
         self.saved_env: dict[str, str | None] = {}
         self.t0 = 0.0
         self.t1 = 0.0
+        self.failures: dict[int, str] = {}
 
     def start(self) -> None:
         from .backends.base import TempDir
@@ -212,7 +241,7 @@ class Children:
         hook = os.path.join(self.tmp.path, HOOK_DIR)
         os.mkdir(hook)
         with open(os.path.join(hook, "sitecustomize.py"), "w") as f:
-            f.write(_SITECUSTOMIZE.format(path=os.path.abspath(__file__)))
+            f.write(_SITECUSTOMIZE.format(path=os.path.abspath(__file__), env=ENV_DIR))
         env = {ENV_DIR: self.tmp.path, ENV_RATE: repr(self.rate),
                "PYTHONPATH": os.pathsep.join(p for p in (hook, os.environ.get("PYTHONPATH")) if p)}
         self.saved_env = {k: os.environ.get(k) for k in env}
@@ -229,8 +258,10 @@ class Children:
                 os.environ[k] = v
         self.saved_env = {}
 
-    def stop(self) -> dict[int, bytes]:
-        """Tell children to stop; the bytes each child wrote, by pid."""
+    def stop(self) -> dict[tuple[int, int], bytes]:
+        """Tell children to stop; the bytes each child process image wrote, by (pid, image): image 0
+        is the process as forked or started, 1, 2... the images it ``exec``'d. ``failures``: pid ->
+        why the hook did not start in that child."""
         self.t1 = time.perf_counter()
         self._restore()
         if self.tmp is None:
@@ -239,9 +270,14 @@ class Children:
             pass
         out = {}
         for name in sorted(os.listdir(self.tmp.path)):
-            if name.endswith(".jsonl"):
+            m = _FILE.fullmatch(name)
+            if m:
                 with open(self.tmp.file(name), "rb") as f:
-                    out[int(name[:-6])] = f.read()
+                    data = f.read()
+                if m.group(3) == "failed":
+                    self.failures[int(m.group(1))] = data.decode(errors="replace").strip()
+                else:
+                    out[int(m.group(1)), int(m.group(2) or 0)] = data
         return out
 
     def close(self) -> None:

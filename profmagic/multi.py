@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import glob as _glob
 import json
+import math
 import os
 import re
 
@@ -228,9 +229,27 @@ def by_process(profile: Profile) -> pd.DataFrame:
 
 # -- child captures (childsampler.py's files) ------------------------------------------------------
 def read_child(data: bytes, source: str = "<child>", t0: float = 0.0) -> Profile:
-    """One child's ``<pid>.jsonl`` as a Profile (wall and cpu per sample; time from ``t0``, the
-    parent's start). A torn last line (the child was killed mid-write) is dropped and counted."""
+    """One child's ``<pid>.jsonl`` (``childsampler``) as a Profile: wall and cpu per sample, time
+    from ``t0`` (the parent's start). A torn last line (the child was killed mid-write) is dropped
+    and counted. Every other fault is a ProfileFormatError naming the line."""
     from .threads import thread_label
+
+    def num(v) -> bool:
+        return type(v) in (int, float) and math.isfinite(v)
+
+    def record(rec):   # one frame, name or sample record, checked; None when it is not one
+        kind = rec[0] if type(rec) is list and rec else None
+        if kind == "f" and len(rec) == 5 and type(rec[1]) is int and type(rec[2]) is str \
+                and type(rec[3]) is str and type(rec[4]) is int:
+            return rec
+        if kind == "n" and len(rec) == 2 and type(rec[1]) is str:
+            return rec
+        if kind == "s" and len(rec) == 7 and num(rec[1]) and (rec[2] is None or type(rec[2]) is int) \
+                and type(rec[3]) is str and num(rec[4]) and (rec[5] is None or num(rec[5])) \
+                and type(rec[6]) is list and all(type(f) is int and f in ids for f in rec[6]):
+            return rec
+        return None
+
     b = StackBuilder()
     head = None
     ids: dict[int, int] = {}
@@ -238,6 +257,8 @@ def read_child(data: bytes, source: str = "<child>", t0: float = 0.0) -> Profile
     torn = 0
     last_t = None
     lines = data.split(b"\n")
+    while lines and not lines[-1]:
+        lines.pop()
     offset = 0
     for n, raw in enumerate(lines, 1):
         here, offset = offset, offset + len(raw) + 1
@@ -245,37 +266,35 @@ def read_child(data: bytes, source: str = "<child>", t0: float = 0.0) -> Profile
             continue
         try:
             rec = json.loads(raw)
-        except ValueError:
-            if n == len(lines) or (n == len(lines) - 1 and not lines[-1]):
+        except (ValueError, RecursionError):
+            if n == len(lines):
                 torn += 1
                 continue
-            raise ProfileFormatError("expected one JSON record per line", source=source, line=n, offset=here)
+            raise ProfileFormatError("expected one JSON record per line", source=source, line=n, offset=here) from None
         if head is None:
-            if not isinstance(rec, dict) or rec.get("v") != 1:
-                raise ProfileFormatError('expected the header {"v": 1, "pid": ...}', source=source, line=n)
+            argv = rec.get("argv", []) if isinstance(rec, dict) else None
+            if not (isinstance(rec, dict) and rec.get("v") == 1 and type(rec.get("pid")) is int
+                    and num(rec.get("t0", t0)) and num(rec.get("rate", 1)) and type(argv) is list
+                    and all(type(a) is str for a in argv)):
+                raise ProfileFormatError('expected the header {"v": 1, "pid": ..., "t0": ..., "rate": ..., '
+                                         '"argv": [...]}', source=source, line=n)
             head = rec
             continue
-        try:
-            kind = rec[0]
-            if kind == "f":
-                ids[rec[1]] = b.frame(rec[2], rec[3], rec[4], "python")
-            elif kind == "n":
-                name = rec[1]
-            elif kind == "s":
-                _, t, nid, tname, wall, cpu, stack = rec
-                sid = b.stack(thread_label(nid, tname),
-                              [ids[f] for f in stack])
-                b.add(sid, samples=1, time=t - t0, wall=float(wall),
-                      cpu=float("nan") if cpu is None else float(cpu))
-                last_t = t
-            else:
-                raise ValueError(kind)
-        except (ValueError, TypeError, KeyError, IndexError) as e:
-            raise ProfileFormatError(f"expected a frame ['f', ...], name ['n', ...] or sample ['s', ...] "
-                                     f"record ({type(e).__name__}: {e})", source=source, line=n) from None
+        if record(rec) is None:
+            raise ProfileFormatError("expected a frame ['f', id, name, file, line], a name ['n', name] or a sample "
+                                     "['s', time, tid, thread, wall, cpu, [frame ids]]", source=source, line=n)
+        if rec[0] == "f":
+            ids[rec[1]] = b.frame(rec[2], rec[3], rec[4], "python")
+        elif rec[0] == "n":
+            name = rec[1]
+        else:
+            _, t, nid, tname, wall, cpu, stack = rec
+            sid = b.stack(thread_label(nid, tname), [ids[f] for f in stack])
+            b.add(sid, samples=1, time=t - t0, wall=float(wall), cpu=float("nan") if cpu is None else float(cpu))
+            last_t = t
     if head is None:
         raise ProfileFormatError("empty child capture: no header line", source=source, offset=0)
-    meta = {"backend": "childsampler", "rate": head.get("rate"), "pid": head.get("pid"),
+    meta = {"backend": "childsampler", "rate": head.get("rate"), "pid": head.get("pid"), "image": head.get("image", 0),
             "ppid": head.get("ppid"), "argv": head.get("argv"), "process_name": name,
             "started_at": head.get("t0", t0) - t0, "last_sample_at": None if last_t is None else last_t - t0,
             "torn_lines": torn}

@@ -20,7 +20,7 @@ import numpy as np
 
 from . import backends, transforms
 from .backends.base import Capture, Options, thread_label
-from .errors import ProfilerError
+from .errors import ProfileFormatError, ProfilerError
 from .pyspy_cpu import runnable_seconds
 from .profile import Profile
 
@@ -323,16 +323,29 @@ class Session:
             return p.replace(meta={**p.meta, "processes": info,
                                    "children": "py-spy -s (children found by polling; their start is missed)"})
         parts, labels = [p], [me]
-        for pid, data in sorted((self.child_records or {}).items()):
-            c = multi.read_child(data, source=f"child {pid}", t0=self.child_t0)
+        records = self.child_records or {}
+        last_image = {pid: image for pid, image in sorted(records)}
+        unreadable = {}
+        for (pid, image), data in sorted(records.items()):
+            source = f"child {pid}" + (f" (exec {image})" if image else "")
+            try:   # one bad capture must not lose the others, nor the parent's
+                c = multi.read_child(data, source=source, t0=self.child_t0)
+            except ProfileFormatError as e:
+                unreadable[source] = str(e)
+                self.warn(f"{source} left out: its capture is unreadable ({e})")
+                continue
             if o.cell_filename:   # a forked child carries the cell's frames: cut above them
                 c = transforms.trim_to_cell(c, o.cell_filename, threads=[])
             lab = self._process_label(pid, multi.child_name(c))
+            if lab in labels:   # the same pid and command line before and after an exec
+                lab += f" · exec {image}"
             state = process_state(pid)
             info = {"pid": pid, "ppid": c.meta.get("ppid"), "argv": c.meta.get("argv"),
                     "backend": "childsampler", "rate": c.meta.get("rate"),
-                    "started_at": c.meta.get("started_at"), "ended": _ended(state),
+                    "started_at": c.meta.get("started_at"), "ended": _ended(state) or image < last_image[pid],
                     "samples": c.sample_count}
+            if image:
+                info["exec"] = image   # this pid's image after its image-th exec
             if info["ended"]:
                 info["ended_at"] = c.meta.get("last_sample_at")
             if c.meta.get("torn_lines"):
@@ -341,6 +354,7 @@ class Session:
             labels.append(lab)
         merged = multi.concat(parts, key="process", labels=labels)
         meta = {**p.meta, "processes": merged.meta["processes"], "threads": merged.meta["threads"],
+                **({"unreadable_children": unreadable} if unreadable else {}),
                 "children": ("each child sampled itself from its start (fork hook / sitecustomize); "
                              "not recorded: non-Python children and Pythons started with -S, -I or a "
                              "cleared environment")}

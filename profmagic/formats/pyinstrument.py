@@ -71,6 +71,8 @@ def read(data: bytes, source: str = "<input>", metric: str | None = None,
         raise ProfileFormatError(f"invalid JSON: {e.msg}", source=source, line=e.lineno, offset=e.pos) from None
     except UnicodeDecodeError as e:
         raise ProfileFormatError(f"not UTF-8 text: {e.reason}", source=source, offset=e.start) from None
+    except ValueError as e:   # an integer with more digits than Python converts
+        raise ProfileFormatError(f"invalid JSON: {e}", source=source) from None
     if not isinstance(doc, dict):
         raise _err(source, "$", "expected a pyinstrument session object")
     records = doc.get("frame_records")

@@ -295,7 +295,7 @@ def _read_fast(data: bytes, source: str, metric: str):
     skeleton, blobs = cut
     try:
         doc = json.loads(skeleton)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except ValueError:   # invalid JSON, not UTF-8, an integer over Python's digit limit
         return None
     # Every placeholder must sit where a sampled profile's samples or weights belong.
     profiles = doc.get("profiles") if isinstance(doc, dict) else None
@@ -325,6 +325,8 @@ def read(data: bytes, source: str = "<input>", metric: str = "wall") -> Profile:
         raise ProfileFormatError(f"invalid JSON: {e.msg}", source=source, line=e.lineno, offset=offset) from None
     except UnicodeDecodeError as e:
         raise ProfileFormatError(f"not UTF-8 text: {e.reason}", source=source, offset=e.start) from None
+    except ValueError as e:   # an integer with more digits than Python converts
+        raise ProfileFormatError(f"invalid JSON: {e}", source=source) from None
     return from_dict(doc, source=source, metric=metric, raw=Raw(data, NAME))
 
 
