@@ -119,6 +119,7 @@ class Session:
         self.error: BaseException | None = None
         self.children = None          # childsampler.Children while --subprocesses records children
         self.child_records: dict | None = None
+        self.child_failures: dict = {}   # pid -> why the start-up hook did not record that child
         self.t_delay = self.cell_delay = None   # run-queue seconds (run_delay): at start, then over the cell
 
     @property
@@ -197,6 +198,7 @@ class Session:
             if self.children is not None:
                 self.child_records = self.children.stop()
                 self.child_t0 = self.children.t0
+                self.child_failures = self.children.failures
             if isinstance(capture.meta.get("wall"), Capture):
                 from . import pyspy_cpu
                 profile = pyspy_cpu.read_pair(capture, self.options)
@@ -355,6 +357,7 @@ class Session:
         merged = multi.concat(parts, key="process", labels=labels)
         meta = {**p.meta, "processes": merged.meta["processes"], "threads": merged.meta["threads"],
                 **({"unreadable_children": unreadable} if unreadable else {}),
+                **({"children_not_recorded": self.child_failures} if self.child_failures else {}),
                 "children": ("each child sampled itself from its start (fork hook / sitecustomize); "
                              "not recorded: non-Python children and Pythons started with -S, -I or a "
                              "cleared environment")}
