@@ -63,17 +63,22 @@ TOKENS = {
                     b"python 123/456 [000] 1.000000: 1 cpu-clock:\n", b"\xff", b"1e308", b" -1 ",
                     b"\tffffffffffffffff [unknown] ([unknown])\n", b"\x1b]0;x\x07"],
 }
+# Put in front: byte-order marks, and the starts other formats are sniffed by (another reader gets it).
+PREFIXES = [b"\xef\xbb\xbf", b"\xff\xfe", b"\xfe\xff", b"{", b"{)\x03", b"\xfb)\x03", b"\n", b"\x00",
+            b'{"$schema":"https://www.speedscope.app/file-format-schema.json",', b'{"frame_records":[],',
+            b"PID 1 - process\n", b" 0xffffffff81000000 : x+0x0/0x1 [kernel]\n\t1\n", b"a;b 1\n"]
 
 
 def mutate(seed: bytes, fmt: str, i: int, rseed: int = 0) -> bytes:
     """Mutation ``i`` of ``seed``: 1 to 8 edits (set a byte, insert a format token, insert it
-    repeated, delete, duplicate a span, cut), and for pstats also references and FLAG_REF bits."""
+    repeated, delete, duplicate a span, cut, put a prefix in front), and for pstats also references
+    and FLAG_REF bits."""
     r = random.Random(f"{rseed}:{fmt}:{i}")
     d = bytearray(seed)
     tokens = TOKENS[fmt]
     for _ in range(r.choice((1, 1, 2, 2, 3, 5, 8))):
         pos = r.randrange(len(d) + 1)
-        op = r.randrange(9 if fmt == "pstats" else 7)
+        op = r.randrange(10 if fmt == "pstats" else 8)
         if op == 0 and d:
             d[min(pos, len(d) - 1)] = r.randrange(256)
         elif op in (1, 2):
@@ -86,12 +91,14 @@ def mutate(seed: bytes, fmt: str, i: int, rseed: int = 0) -> bytes:
             d[pos:pos] = d[pos:pos + r.randint(1, 4096)]
         elif op == 6 and r.random() < 0.3:
             del d[pos:]
-        elif op == 7:   # pstats: point a reference elsewhere
+        elif op == 7 and r.random() < 0.3:
+            d[0:0] = r.choice(PREFIXES)
+        elif op == 8:   # pstats: point a reference elsewhere
             refs = [j for j in range(len(d) - 4) if d[j] == 0x72]
             if refs:
                 j = r.choice(refs)
                 d[j + 1:j + 5] = struct.pack("<i", r.randrange(12))
-        elif op == 8:   # pstats: set FLAG_REF on a type code
+        elif op == 9:   # pstats: set FLAG_REF on a type code
             codes = [j for j, c in enumerate(d) if (c & 0x7F) in _MARSHAL_CODES]
             if codes:
                 d[r.choice(codes)] |= 0x80

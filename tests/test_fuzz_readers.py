@@ -204,6 +204,14 @@ def test_densest_folded_text_is_proportional():
     assert peaks[1] <= 2.5 * peaks[0], peaks
 
 
+@pytest.mark.parametrize("data", [b"\xff\xfeabc", b"\xff\xfe\x00\xd8a\x00", b"\xfe\xff\x00"])
+def test_a_byte_order_mark_on_bytes_that_are_not_utf16(data):
+    # The eu-stack and perf sniffers decoded such a head and raised UnicodeDecodeError out of load().
+    with pytest.raises(ProfileFormatError, match="unrecognised profile format"):
+        profmagic.load(data)
+    assert profmagic.load("a;b 3\n".encode("utf-16")).sample_count == 3
+
+
 @pytest.mark.parametrize("path", ["/dev/zero", "fifo"])
 def test_special_files_read_nothing(path, tmp_path):
     if path == "fifo":

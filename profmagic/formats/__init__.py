@@ -57,8 +57,11 @@ def head(data: bytes) -> bytes:
 
 def sniff(head: bytes, source: str = "<input>") -> str:
     for name, mod in available().items():
-        if mod.sniff(head):
-            return name
+        try:
+            if mod.sniff(head):
+                return name
+        except (ValueError, RecursionError):   # e.g. a UTF-16 byte-order mark on bytes that are not UTF-16
+            continue
     raise ProfileFormatError(
         "unrecognised profile format; expected one of: " + ", ".join(available()), source=source, offset=0)
 

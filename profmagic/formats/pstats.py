@@ -105,6 +105,9 @@ def decode(data: bytes, source: str = "<input>"):
         if not 0 <= n <= left:   # every item takes at least one byte
             fail(f"{what} declares {n:,} items but only {left:,} bytes are left", at)
 
+    def too_big(at):
+        fail(f"the marshal data would need more than {MEMORY_FACTOR}x its size in memory", at)
+
     while True:
         at = pos
         if pos + 1 > size:
@@ -158,7 +161,7 @@ def decode(data: bytes, source: str = "<input>"):
                 budget -= 56 + 8 * n
                 c = []
             if budget < 0:
-                fail(f"the marshal data would need more than {MEMORY_FACTOR}x its size in memory", at)
+                too_big(at)
             if flag:
                 slot = len(refs)
                 refs.append(_PENDING)
@@ -238,7 +241,7 @@ def decode(data: bytes, source: str = "<input>"):
             what = "TYPE_NULL outside a dict" if code == 0x30 else _OTHER.get(chr(code), f"type code {code:#04x}")
             fail(f"marshal {what} is not part of a pstats file", at)
         if budget < 0:
-            fail(f"the marshal data would need more than {MEMORY_FACTOR}x its size in memory", at)
+            too_big(at)
         if flag:
             refs.append(v)
         # Put the value into the open containers, closing each one it completes.
