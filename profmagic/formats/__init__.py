@@ -126,11 +126,34 @@ def read_path(path, fmt: str | None = None, max_bytes: int | None = None, **opti
     with open(os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as f:
         st = os.fstat(f.fileno())
         _regular(st, name)
-        data = f.read(limit + 1) if st.st_size <= limit else b""
+        data = b""
+        if st.st_size <= limit:
+            try:
+                data = _read_upto(f, st.st_size, limit)
+            except MemoryError:
+                raise ProfileFormatError(f"not enough memory to read these {st.st_size:,} bytes (MemoryError); "
+                                         "expected a profile", source=name) from None
     if st.st_size > limit or len(data) > limit:
         raise ProfileFormatError(f"the file holds more than {limit:,} bytes, the most profmagic reads; "
                                  "pass max_bytes= to load() to read it anyway", source=name)
     return read(data, fmt, source=name, **options)
+
+
+def _read_upto(f, size: int, limit: int) -> bytes:
+    """The file's bytes, or more than ``limit`` of them. ``size`` is what stat said: one read of that
+    (reading ``limit`` at once would allocate ``limit``), then more only if the file is longer (it
+    grew, or it is a /proc file that says 0)."""
+    data = f.read(size + 1)
+    if len(data) <= size:
+        return data
+    parts, n = [data], len(data)
+    while n <= limit:
+        part = f.read(1 << 20)
+        if not part:
+            break
+        parts.append(part)
+        n += len(part)
+    return b"".join(parts)
 
 
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),

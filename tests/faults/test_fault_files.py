@@ -236,3 +236,28 @@ def test_dense_pstats_call_graph_is_bounded(tmp_path):
     assert p.total("wall") == pytest.approx(sum(v[2] for v in stats.values()), rel=1e-9)
     assert "cut" in p.meta["approximate"] and fmt.CUT in set(p.frames["name"])
     assert grew_mb < 40 * path.stat().st_size / 2**20 + 200, grew_mb
+
+
+def test_numbers_too_large_and_text_that_is_not_unicode(tmp_path):
+    big = tmp_path / "big.json"   # a 401-digit weight: Python reads the int, a float cannot hold it
+    big.write_text(speedscope(["a"], {"type": "sampled", "unit": "seconds", "endValue": 1,
+                                      "samples": [[0]], "weights": [10**400]}))
+    refused(cli("info", big), "input-out-of-range", big)
+    utf16 = tmp_path / "odd.folded"   # a UTF-16 byte-order mark, then an odd number of bytes
+    utf16.write_bytes("a;b 1\n".encode("utf-16-le").join([b"\xff\xfe", b"\x00"]))
+    refused(cli("info", "--format", "folded", utf16), "input-bad-text", utf16)
+
+
+def test_running_out_of_memory_is_a_format_error(tmp_path):
+    # A real MemoryError: the reader runs under an address-space limit only a little above what the
+    # process already uses, and the file needs more than that to read (about 26x its 4 MB).
+    path = tmp_path / "dense.folded"
+    path.write_bytes(b"a;" * 2_000_000 + b"b 1\n")
+    code = ("import resource, sys, profmagic\n"
+            "vm = int(open('/proc/self/statm').read().split()[0]) * resource.getpagesize()\n"
+            "resource.setrlimit(resource.RLIMIT_AS, (vm + 40 * 2**20, resource.RLIM_INFINITY))\n"
+            "try:\n    profmagic.load(sys.argv[1])\n    print('read')\n"
+            "except profmagic.ProfileFormatError as e:\n    print('profmagic: ' + str(e))\n")
+    r = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    documented("input-out-of-memory", r.stdout)
