@@ -237,18 +237,16 @@ def read_child(data: bytes, source: str = "<child>", t0: float = 0.0) -> Profile
     def num(v) -> bool:
         return type(v) in (int, float) and math.isfinite(v)
 
-    def record(rec):   # one frame, name or sample record, checked; None when it is not one
+    def valid(rec) -> bool:   # a frame, name or sample record with the types the child writes
         kind = rec[0] if type(rec) is list and rec else None
-        if kind == "f" and len(rec) == 5 and type(rec[1]) is int and type(rec[2]) is str \
-                and type(rec[3]) is str and type(rec[4]) is int:
-            return rec
-        if kind == "n" and len(rec) == 2 and type(rec[1]) is str:
-            return rec
-        if kind == "s" and len(rec) == 7 and num(rec[1]) and (rec[2] is None or type(rec[2]) is int) \
-                and type(rec[3]) is str and num(rec[4]) and (rec[5] is None or num(rec[5])) \
-                and type(rec[6]) is list and all(type(f) is int and f in ids for f in rec[6]):
-            return rec
-        return None
+        if kind == "f":
+            return len(rec) == 5 and type(rec[1]) is int and type(rec[2]) is str and type(rec[3]) is str \
+                and type(rec[4]) is int
+        if kind == "n":
+            return len(rec) == 2 and type(rec[1]) is str
+        return kind == "s" and len(rec) == 7 and num(rec[1]) and (rec[2] is None or type(rec[2]) is int) \
+            and type(rec[3]) is str and num(rec[4]) and (rec[5] is None or num(rec[5])) \
+            and type(rec[6]) is list and all(type(f) is int and f in ids for f in rec[6])
 
     b = StackBuilder()
     head = None
@@ -270,7 +268,8 @@ def read_child(data: bytes, source: str = "<child>", t0: float = 0.0) -> Profile
             if n == len(lines):
                 torn += 1
                 continue
-            raise ProfileFormatError("expected one JSON record per line", source=source, line=n, offset=here) from None
+            raise ProfileFormatError("expected one JSON record per line", source=source, line=n,
+                                     offset=here) from None
         if head is None:
             argv = rec.get("argv", []) if isinstance(rec, dict) else None
             if not (isinstance(rec, dict) and rec.get("v") == 1 and type(rec.get("pid")) is int
@@ -280,7 +279,7 @@ def read_child(data: bytes, source: str = "<child>", t0: float = 0.0) -> Profile
                                          '"argv": [...]}', source=source, line=n)
             head = rec
             continue
-        if record(rec) is None:
+        if not valid(rec):
             raise ProfileFormatError("expected a frame ['f', id, name, file, line], a name ['n', name] or a sample "
                                      "['s', time, tid, thread, wall, cpu, [frame ids]]", source=source, line=n)
         if rec[0] == "f":
@@ -294,8 +293,8 @@ def read_child(data: bytes, source: str = "<child>", t0: float = 0.0) -> Profile
             last_t = t
     if head is None:
         raise ProfileFormatError("empty child capture: no header line", source=source, offset=0)
-    meta = {"backend": "childsampler", "rate": head.get("rate"), "pid": head.get("pid"), "image": head.get("image", 0),
-            "ppid": head.get("ppid"), "argv": head.get("argv"), "process_name": name,
+    meta = {"backend": "childsampler", "rate": head.get("rate"), "pid": head.get("pid"),
+            "image": head.get("image", 0), "ppid": head.get("ppid"), "argv": head.get("argv"), "process_name": name,
             "started_at": head.get("t0", t0) - t0, "last_sample_at": None if last_t is None else last_t - t0,
             "torn_lines": torn}
     return b.build(metric="wall", meta=meta)

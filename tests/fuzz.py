@@ -48,7 +48,8 @@ _MARSHAL_CODES = b"{()[<>iglrzZaAstu0NTFcSyx.f"
 TOKENS = {
     "pstats": ([bytes([c]) for c in _MARSHAL_CODES] + [bytes([c | 0x80]) for c in b"{()gizZau"]
                + [b"r" + struct.pack("<i", k) for k in (0, 1, 2, 4, 5, 7, -1, 1 << 30)]
-               + [c + struct.pack("<i", k) for c in (b"(", b"u", b"a", b"l", b"s") for k in (-1, 1 << 28, (1 << 31) - 1)]
+               + [c + struct.pack("<i", k) for c in (b"(", b"u", b"a", b"l", b"s")
+                  for k in (-1, 1 << 28, (1 << 31) - 1)]
                + [b"g" + struct.pack("<d", v) for v in (1e308, float("nan"), float("inf"), -0.0)]
                + [b"\xa9\x01" * 40, b")\x00", b"{0", b"0", b"f\x03nan", b"l\x06\x00\x00\x00" + b"\xff\x7f" * 6]),
     "speedscope": [b"[", b"]", b"{", b"}", b'"', b",", b":", b"1e308", b"-1", b"1e999", b"NaN", b"Infinity",

@@ -101,9 +101,17 @@ def decode(data: bytes, source: str = "<input>"):
     def short(n, what, at, left):
         fail(f"the marshal data ends early: {what} needs {n:,} bytes, {left:,} are left", at)
 
-    def count(n, what, at, left):
-        if not 0 <= n <= left:   # every item takes at least one byte
-            fail(f"{what} declares {n:,} items but only {left:,} bytes are left", at)
+    def count(data, pos, one_byte, what, at):
+        """(a declared count of items or bytes, the position after it): one byte or four, at most
+        the bytes left (every item takes at least one)."""
+        width = 1 if one_byte else 4
+        if pos + width > len(data):
+            short(width, f"{what}'s length", at, len(data) - pos)
+        n = data[pos] if one_byte else _I32(data, pos)[0]
+        pos += width
+        if not 0 <= n <= len(data) - pos:
+            fail(f"{what} declares {n:,} items but only {len(data) - pos:,} bytes are left", at)
+        return n, pos
 
     def too_big(at):
         fail(f"the marshal data would need more than {MEMORY_FACTOR}x its size in memory", at)
@@ -147,17 +155,7 @@ def decode(data: bytes, source: str = "<input>"):
                 budget -= 64
                 c, n = {}, _NO_KEY
             else:
-                if code == 0x29:
-                    if pos + 1 > size:
-                        short(1, "a tuple length", at, size - pos)
-                    n = data[pos]
-                    pos += 1
-                else:
-                    if pos + 4 > size:
-                        short(4, "a tuple length", at, size - pos)
-                    n = _I32(data, pos)[0]
-                    pos += 4
-                count(n, "a tuple", at, size - pos)
+                n, pos = count(data, pos, code == 0x29, "a tuple", at)
                 budget -= 56 + 8 * n
                 c = []
             if budget < 0:
@@ -173,17 +171,7 @@ def decode(data: bytes, source: str = "<input>"):
                 refs[slot] = v
             flag = 0
         elif code in (0x75, 0x74, 0x61, 0x41, 0x7A, 0x5A, 0x73):   # u t a A z Z: str; s: bytes
-            if code in (0x7A, 0x5A):
-                if pos + 1 > size:
-                    short(1, "a string length", at, size - pos)
-                n = data[pos]
-                pos += 1
-            else:
-                if pos + 4 > size:
-                    short(4, "a string length", at, size - pos)
-                n = _I32(data, pos)[0]
-                pos += 4
-            count(n, "a string", at, size - pos)
+            n, pos = count(data, pos, code in (0x7A, 0x5A), "a string", at)
             raw = data[pos:pos + n]
             pos += n
             if code == 0x73:
