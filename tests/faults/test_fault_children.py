@@ -7,6 +7,16 @@ import pytest
 
 pytestmark = [pytest.mark.kernel, pytest.mark.timeout(300)]
 
+# A child's capture can only lose time, never gain it: the time since its sampler's last pass is not
+# written when the child exits, and on a loaded machine that pass can come late. So the bands below
+# are one-sided: up to LOST seconds below the known time, 0.1 s above it.
+LOST = 0.25
+
+
+def about(got: float, want: float) -> bool:
+    return want - LOST <= got <= want + 0.1
+
+
 HELPERS = '''
 from profmagic import multi
 from profmagic.views import ranks
@@ -54,8 +64,8 @@ os.waitpid(pid, 0)
     (image0,) = [v for v in got.values() if v[0].get("pid") == pid and not v[0].get("exec")]
     (image1,) = [v for v in got.values() if v[0].get("pid") == pid and v[0].get("exec") == 1]
     assert parent[3] == pytest.approx(0.2, abs=0.1)
-    assert image0[1] == pytest.approx(0.4, abs=0.15) and image0[2] == 0 and image0[0]["ended"] is True
-    assert image1[2] == pytest.approx(0.6, abs=0.15) and image1[1] == 0 and image1[0]["ended"] is True
+    assert about(image0[1], 0.4) and image0[2] == 0 and image0[0]["ended"] is True, image0
+    assert about(image1[2], 0.6) and image1[1] == 0 and image1[0]["ended"] is True, image1
     assert image1[0]["argv"][1:2] == ["-c"]
 
 
@@ -74,7 +84,7 @@ done = subprocess.run([sys.executable, "-c", "{code}"], capture_output=True, tex
     out, err, rc = kc.value("(done.stdout, done.stderr, done.returncode)")
     assert (out, err, rc) == ("True\n", "", 0)
     (child,) = [lab for lab in kc.value("list(procs())") if kc.value(f"fn_total({lab!r}, 'venv_child')") > 0]
-    assert kc.value(f"fn_total({child!r}, 'venv_child')") == pytest.approx(0.5, abs=0.15)
+    assert about(kc.value(f"fn_total({child!r}, 'venv_child')"), 0.5)
     assert kc.value("_profile.meta.get('children_not_recorded')") is None
 
 
@@ -94,7 +104,7 @@ done = subprocess.run([sys.executable, "-c", "{code}"], capture_output=True, tex
     out, err = kc.value("(done.stdout, done.stderr)")
     assert (out, err) == (f"42 {own / 'sitecustomize.py'}\n", "")
     totals = kc.value("[fn_total(l, 'own_site_child') for l in procs()]")
-    assert max(totals) == pytest.approx(0.4, abs=0.15)
+    assert about(max(totals), 0.4), totals
 
 
 def test_forked_child_thread_has_its_own_id_and_cpu_clock(kc):
@@ -119,4 +129,4 @@ os.waitpid(pid, 0)
     threads = kc.value(f"sorted(set(ranks.process_profile(_profile, {lab!r}).stacks['thread']))")
     assert threads == [f'Thread {pid} "MainThread"'], (version, threads, parent_tid)
     cpu = kc.value(f"fn_total({lab!r}, 'forked_spin', 'cpu')")
-    assert cpu == pytest.approx(0.3, abs=0.1), (version, cpu)   # spin() runs for 0.3 s of CPU time; not NaN
+    assert about(cpu, 0.3), (version, cpu)   # spin() runs for 0.3 s of CPU time; not NaN
