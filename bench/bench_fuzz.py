@@ -1,6 +1,6 @@
 """Hostile-input benchmarks for the readers (issue 21).
 
-    .venv/bin/python bench/bench_fuzz.py [--per-format N] [--rseeds 0,1,2] [--skip-fuzz]
+    .venv/bin/python bench/bench_fuzz.py [--per-format N] [--rseeds 0,1,2] [--skip-fuzz] [--skip-dense]
                                          [--before REV] [--timeout S] [--write-results]
 
 1. Mutation fuzz: N mutations of each of pstats, speedscope, folded and perf script per random seed,
@@ -145,6 +145,7 @@ def main() -> None:
     ap.add_argument("--per-format", type=int, default=2500)
     ap.add_argument("--rseeds", default="0,1,2,3")
     ap.add_argument("--skip-fuzz", action="store_true")
+    ap.add_argument("--skip-dense", action="store_true")
     ap.add_argument("--before", default=None, help="git revision to compare the dense pstats loads with")
     ap.add_argument("--timeout", type=float, default=600.0)
     ap.add_argument("--write-results", action="store_true")
@@ -164,13 +165,14 @@ def main() -> None:
             r = fuzz.run(seeds, args.per_format, rseed=rseed)
             ok = sum(v for (_, o), v in r.outcomes.items() if o == "profile")
             bad = sum(v for (_, o), v in r.outcomes.items() if o == "format-error")
-            lines.append(f"| {rseed} | {r.mutations + len(r.crashes) + len(r.hangs):,} | {len(r.crashes)} | "
-                         f"{len(r.hangs)} | {len(r.others)} | {ok:,} / {bad:,} | {r.seconds:.0f} s | "
-                         f"{r.max_rss_mb:.0f} MB |")
-            for f in r.failures():
-                lines.append(f"|  | failure: {f} | | | | | | |")
-            print(lines[-1], flush=True)
+            row = [f"| {rseed} | {r.mutations + len(r.crashes) + len(r.hangs):,} | {len(r.crashes)} | "
+                   f"{len(r.hangs)} | {len(r.others)} | {ok:,} / {bad:,} | {r.seconds:.0f} s | {r.max_rss_mb:.0f} MB |"]
+            row += [f"|  | failure (format, mutation, ...): {f} | | | | | | |" for f in r.failures()]
+            lines += row
+            print("\n".join(row), flush=True)
         sections.append(lines)
+    if args.skip_dense:
+        return finish(sections, args.write_results)
     before = checkout(args.before) if args.before else None
     lines = ["## Dense pstats call graphs (issue 21)", "",
              f"`.venv/bin/python bench/bench_fuzz.py --skip-fuzz"
@@ -189,9 +191,12 @@ def main() -> None:
     lines += ["", f"Load average {load1:.1f} at the start, {load2:.1f} at the end (2 cores); CPU times are "
               "less affected by other work than wall times."]
     sections.append(lines)
-    text = "\n\n".join("\n".join(s) for s in sections)
-    print(text)
-    if args.write_results:
+    finish(sections, args.write_results)
+
+
+def finish(sections: list[list[str]], write: bool) -> None:
+    print("\n\n".join("\n".join(s) for s in sections))
+    if write:
         for s in sections:
             write_section("\n".join(s))
 

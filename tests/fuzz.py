@@ -58,11 +58,11 @@ TOKENS = {
                    b'"samples":[[0,0,0]]', b'"weights":[1e308,1e308]', b'"endValue":1e308', b"\x00", b"\xff"],
     "folded": [b";", b"\n", b" ", b"\t", b" 1e308\n", b"\x00", b"\x1b]0;x\x07", b"\xff\xfe", b"\xef\xbb\xbf",
                b";" * 3000, b"a;" * 20000, b" 99999999999999999999999999999\n", b"\xed\xa0\x80", b"\r\n",
-               b" 1" + b"0" * 320 + b"\n", b"\xe2\x80\xae", b" -5\n", b" 1.5\n"],
+               b" 1" + b"0" * 320 + b"\n", b"\xe2\x80\xae", b" -5\n", b" 1.5\n", b" (", b" (a.py", b".py:1)"],
     "perf_script": [b"\n", b"\n\n", b"\t", b" ", b":", b"ffffffffffffffff", b" cpu-clock: ", b"[unknown]", b"(",
                     b")", b"+0x", b"\x00", b" 99999999999999999999.999999: ", b"\t7f00 x (y)\n" * 2000,
                     b"python 123/456 [000] 1.000000: 1 cpu-clock:\n", b"\xff", b"1e308", b" -1 ",
-                    b"\tffffffffffffffff [unknown] ([unknown])\n", b"\x1b]0;x\x07"],
+                    b"\tffffffffffffffff [unknown] ([unknown])\n", b"\x1b]0;x\x07", b" (", b"  ", b"a", b" : "],
 }
 # Put in front: byte-order marks, and the starts other formats are sniffed by (another reader gets it).
 PREFIXES = [b"\xef\xbb\xbf", b"\xff\xfe", b"\xfe\xff", b"{", b"{)\x03", b"\xfb)\x03", b"\n", b"\x00",

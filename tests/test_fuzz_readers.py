@@ -219,3 +219,30 @@ def test_special_files_read_nothing(path, tmp_path):
         os.mkfifo(path)
     out, peak = peak_of(lambda: profmagic.load(path))
     assert isinstance(out, ProfileFormatError) and peak < 1024 * 1024, (out, peak)
+
+
+_HDR = b"python 123/123 [000] 1.000000: 1 cpu-clock:\n"
+PATHOLOGICAL = {   # lines on which a reader's regex backtracked in time quadratic in their length
+    "stap, a 256 KB line without ' : '": (b" 0xffffffff81000000 : x+0x0/0x1 [kernel]\n" + b"a" * 256_000
+                                          + b"\n\t1\n", "stap"),
+    "folded, a name of 40,000 ' (a.py'": (b"x" + b" (a.py" * 40_000 + b" 1\n", "folded"),
+    "perf script, a frame line of 100,000 ' ('": (_HDR + b"\t7f00 x" + b" (" * 100_000 + b"\n\n", "perf_script"),
+    "perf script, a frame line of 200,000 word characters": (_HDR + b"\t" + b"a" * 200_000 + b")\n\n", "perf_script"),
+    "perf script, a header line with a 200,000-blank run": (_HDR + b"\tf x (y)\n\n" + b"a" + b" " * 200_000 + b"x\n",
+                                                            "perf_script"),
+    "sniffing, a 64 KB line of ' ('": (b"0 x" + b" (" * 32_000 + b"\n", None),
+}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name", list(PATHOLOGICAL))
+def test_pathological_lines_take_linear_time(name):
+    # Each took from a minute to hours before (the fuzz found the stap one: a 256 KB line, 64+ s).
+    # Linear now: well under 0.1 s of CPU here; the bound leaves 50x for a slow, loaded machine.
+    data, fmt = PATHOLOGICAL[name]
+    t = time.process_time()
+    try:
+        profmagic.formats.read(data, fmt, source="patho")
+    except ProfileFormatError:
+        pass
+    assert time.process_time() - t < 5.0

@@ -16,7 +16,7 @@ from ..profile import Profile, Raw, StackBuilder
 NAME = "folded"
 # As flamegraph.pl: the stack is everything before the last whitespace and the count.
 _LINE = re.compile(r"^(.*)\s(\d+(?:\.\d*)?)$")
-_PY_FRAME = re.compile(r"^.* \((.+\.pyx?):(\d+)\)$")
+_PY_TAIL = re.compile(r"\.pyx?:(\d+)\)$")   # the end of "name (file.py:12)"
 
 
 def decode(data: bytes) -> str:
@@ -47,9 +47,14 @@ def frame_kind(name: str) -> tuple[str, str | None, int | None]:
         return "kernel", None, None
     if name.endswith("_[j]"):
         return "other", None, None
-    m = _PY_FRAME.match(name)
+    # "name (file.py:12)": the end first, then the last " (" before it. For a name (no newline in it)
+    # this is what r"^.* \((.+\.pyx?):(\d+)\)$" matches, in linear time: that regex takes time
+    # quadratic in a name of many " (".
+    m = _PY_TAIL.search(name)
     if m:
-        return "python", m.group(1), int(m.group(2))
+        p = name.rfind(" (", 0, m.start() - 1)
+        if p >= 0:
+            return "python", name[p + 2:m.start(1) - 1], int(m.group(1))
     return "other", None, None
 
 

@@ -66,6 +66,25 @@ _JITTED_SO = re.compile(r"/jitted-\d+-\d+\.so$", re.A)
 _KERNEL_MOD = re.compile(r"^\[|vmlinux$")
 # Sniffing: a frame line proper (hex address, symbol, module in parentheses).
 _SNIFF_FRAME = re.compile(r"\s*[0-9a-fA-F]+\s+\S.* \(.*\)\s*$", re.A)
+
+
+# The regexes above backtrack in time quadratic in a line's length on some hostile lines (many " (" and
+# no ")" after them; a long blank run). These give the same matches in bounded time:
+def _frame_match(line: str):
+    """_FRAME.match(line): only when a ")" follows a " (", and only up to the last ")"."""
+    end = line.rfind(")")
+    return _FRAME.match(line, 0, end + 1) if end > 0 and line.rfind(" (", 0, end) >= 0 else None
+
+
+def _header_match(line: str):
+    """_HEADER.match(line) within the first 512 characters (comm is at most 16, then pid/tid)."""
+    return _HEADER.match(line, 0, 512)
+
+
+def _sniff_frame_match(line: str):
+    """_SNIFF_FRAME.match(line): only when the line ends with ")" and has a " (" before it."""
+    body = line.rstrip(" \t\n\r\x0b\x0c")   # ASCII blanks, as \s with re.A
+    return _SNIFF_FRAME.match(line) if body.endswith(")") and body.rfind(" (", 0, len(body) - 1) >= 0 else None
 _CPU_EVENTS = ("cpu-clock", "task-clock")
 _MAX_WARNINGS = 5
 
@@ -87,11 +106,11 @@ def sniff(head: bytes) -> bool:
         if not line.strip():
             after_header = False
             continue
-        if _SNIFF_FRAME.match(line) and not line[:1].isspace() and not after_header:
+        if _sniff_frame_match(line) and not line[:1].isspace() and not after_header:
             return False  # column-0 frames are only valid right after a header
-        if after_header and _SNIFF_FRAME.match(line):
+        if after_header and _sniff_frame_match(line):
             return True
-        if _HEADER.match(line) and ":" in line:
+        if _header_match(line) and ":" in line:
             seen_header = after_header = True
             continue
         if not seen_header:
@@ -192,9 +211,9 @@ def read(data: bytes, source: str = "<input>", pid: bool = False, tid: bool = Fa
     s_tid: list[int] = []
     s_period: list[int] = []
 
-    header_match = _HEADER.match
+    header_match = _header_match
     event_search = _EVENT.search
-    frame_match = _FRAME.match
+    frame_match = _frame_match
     time_match = _TIME.match
     nan = float("nan")
 
