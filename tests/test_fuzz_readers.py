@@ -246,3 +246,29 @@ def test_pathological_lines_take_linear_time(name):
     except ProfileFormatError:
         pass
     assert time.process_time() - t < 5.0
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers(-10**30, 10**30) | st.floats() | st.text(max_size=8),
+                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+                    max_leaves=12)
+KEYS = st.sampled_from(["meta", "metric", "unknown_metrics", "kinds", "thread_labels", "duration", "rate",
+                        "requested_rate", "start_time", "backend", "processes", "threads", "approximate"])
+
+
+@pytest.mark.parametrize("name", ["speedscope", "pyinstrument"])
+def test_hostile_x_profmagic_block(name, seeds):
+    # Our own block rides along in speedscope and pyinstrument files and is read back into meta:
+    # whatever it holds, the file reads or is refused, and `profmagic info` can print what was read.
+    import json
+
+    from profmagic.cli import summary
+    doc = json.loads(seeds[name][-1] if name == "speedscope" else seeds[name][0])
+
+    @settings(max_examples=80, derandomize=True, deadline=None, database=None)
+    @given(st.dictionaries(KEYS, JSON, max_size=4) | st.builds(lambda m: {"meta": m}, st.dictionaries(KEYS, JSON)))
+    def run(block):
+        data = json.dumps({**doc, "x-profmagic": block}).encode()
+        out, _ = peak_of(lambda: profmagic.load(data))
+        if isinstance(out, Profile):
+            summary(out)
+    run()

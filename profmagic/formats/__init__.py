@@ -108,11 +108,29 @@ def _checked(p, source: str):
             if not math.isfinite(tot):
                 raise ProfileFormatError(f"the {m} weights add up to {tot} (more than a float holds); "
                                          "expected finite numbers", source=source)
-    d = p.duration
+    try:
+        d = p.duration
+    except (TypeError, ValueError):
+        raise ProfileFormatError(f"a duration of {p.meta.get('duration')!r:.80}; expected seconds",
+                                 source=source) from None
     if d is not None and not (math.isfinite(d) and abs(d) <= MAX_SECONDS):
         raise ProfileFormatError(f"a duration of {d:.6g} s; expected at most {MAX_SECONDS:.0e} s "
                                  "(is the time unit right?)", source=source)
     return p
+
+
+def carried_meta(meta, source: str, where: str) -> dict:
+    """Meta a file carries in our ``x-profmagic`` block, as a dict whose duration and rates are finite
+    numbers: the rest of profmagic computes with them, so a hostile value must be refused here."""
+    if meta is None:
+        return {}
+    if not isinstance(meta, dict):
+        raise ProfileFormatError("expected an object", source=source, where=where)
+    for k in ("duration", "rate", "requested_rate", "start_time"):
+        v = meta.get(k)
+        if v is not None and not (type(v) in (int, float) and math.isfinite(v)):
+            raise ProfileFormatError(f"expected a finite number, got {v!r:.80}", source=source, where=f"{where}.{k}")
+    return dict(meta)
 
 
 def read_path(path, fmt: str | None = None, max_bytes: int | None = None, **options):

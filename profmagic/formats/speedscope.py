@@ -416,7 +416,7 @@ def from_dict(doc, source: str = "<input>", metric: str = "wall", raw: Raw | Non
     time_units = units - {"none", "bytes"}
     meta = {"format": NAME, "source": source, "exporter": doc.get("exporter"), "name": doc.get("name"),
             "units": sorted(units), "threads": threads}
-    carried = dict(ext.get("meta") or {})
+    carried = _carried_meta(ext, source)
     if carried.get("format") not in (None, NAME):
         carried["converted_from"] = carried["format"]
     meta.update(carried)
@@ -432,6 +432,19 @@ def from_dict(doc, source: str = "<input>", metric: str = "wall", raw: Raw | Non
         if m not in stacks_df:
             stacks_df[m] = np.nan
     return Profile(frames, stacks_df, samples_df, meta, raw, primary)
+
+
+def _carried_meta(ext: dict, source: str) -> dict:
+    """The x-profmagic block's meta; its metric and unknown metrics checked too (a hostile file must
+    not make them fail later)."""
+    from . import carried_meta
+    meta = carried_meta(ext.get("meta"), source, f"{EXT}.meta")
+    if not isinstance(ext.get("metric", ""), str):
+        raise _err(source, f"{EXT}.metric", "expected a metric name")
+    unknown = ext.get("unknown_metrics") or []
+    if not (isinstance(unknown, list) and all(isinstance(m, str) for m in unknown)):
+        raise _err(source, f"{EXT}.unknown_metrics", "expected a list of metric names")
+    return meta
 
 
 def _jsonable(v):
