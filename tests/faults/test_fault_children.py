@@ -4,6 +4,7 @@ sitecustomize, a forked child's thread carries its own id and CPU clock."""
 from __future__ import annotations
 
 import pytest
+from conftest import documented
 
 pytestmark = [pytest.mark.kernel, pytest.mark.timeout(300)]
 
@@ -130,3 +131,22 @@ os.waitpid(pid, 0)
     assert threads == [f'Thread {pid} "MainThread"'], (version, threads, parent_tid)
     cpu = kc.value(f"fn_total({lab!r}, 'forked_spin', 'cpu')")
     assert about(cpu, 0.3), (version, cpu)   # spin() runs for 0.3 s of CPU time; not NaN
+
+
+def test_a_damaged_child_capture_leaves_out_that_child_only(kc):
+    # A child writes junk into its own capture file in the recording's folder: that child is left
+    # out with a warning; the parent's profile is still there.
+    code = ("import os, time\\nt = time.perf_counter() + 0.3\\nwhile time.perf_counter() < t: pass\\n"
+            "path = os.path.join(os.environ['PROFMAGIC_CHILD_DIR'], '%d.jsonl' % os.getpid())\\n"
+            "open(path, 'a').write('not json\\\\n[1, 2]\\\\n')\\n")
+    r = kc.run(f'''%%profile -b sampler --subprocesses --idle -q
+import subprocess
+subprocess.run([sys.executable, "-c", "{code}"], check=True, timeout=60)
+busy(0.2)
+''')
+    assert r.error is None, r.text()
+    documented("child-unreadable", r.stderr)
+    pid = kc.value("[int(k.split()[1]) for k in _profile.meta['unreadable_children']][0]")
+    assert f"child {pid} left out" in r.stderr and "expected one JSON record per line" in r.stderr
+    assert list(kc.value("procs()")) == [kc.value("multi.processes(_profile)[0]")]
+    assert kc.value("fn_total(multi.processes(_profile)[0], 'busy')") == pytest.approx(0.2, abs=0.1)
