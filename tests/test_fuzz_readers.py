@@ -174,7 +174,7 @@ def _hostile() -> dict[str, bytes]:
         "pstats tuple of 2^28 items, 19 bytes": b"{" + key + b"(" + struct.pack("<i", 1 << 28),
         "pstats tuple of 2^31-1 items, 19 bytes": b"{" + key + b"(" + struct.pack("<i", (1 << 31) - 1),
         "pstats string of 2^31-1 bytes": b"{" + key + b"u" + struct.pack("<i", (1 << 31) - 1),
-        "pstats dict of 100,000 int keys (16x when built)": b"{" + ints + b"0",
+        "pstats dict of 100,000 int keys (16x when built)": b"{" + key + b"N" + ints + b"0",
         "pstats nested 200,000 deep": b"{" + key + b")\x01" * 200_000,
         "speedscope nested 100,000 deep": head + b"[" * 100_000 + b"]" * 100_000 + b"}}",
         "folded counts of 309 digits": b"a;b 1" + b"0" * 308 + b"\nc 1" + b"0" * 308 + b"\n",
