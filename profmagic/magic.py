@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import os
 import sys
 import threading
 

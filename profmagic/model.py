@@ -508,7 +508,8 @@ class StackBuilder:
         stacks = {"thread": np.asarray(self._stack_thread, dtype=np.int64),
                   "stack": pd.Series(self._stack_frames, dtype=object)}
         counts = np.asarray(self._agg["samples"], dtype=np.float64) if n else np.zeros(0)
-        stacks["samples"] = counts.astype(np.int64) if np.all(counts == np.round(counts)) else counts
+        whole = np.all(counts == np.round(counts)) and (not n or np.abs(counts).max() < 2.0 ** 53)
+        stacks["samples"] = counts.astype(np.int64) if whole else counts   # huge counts stay float: no wrap
         for m, vals in self._agg.items():
             if m != "samples":
                 stacks[m] = np.asarray(vals, dtype=np.float64)

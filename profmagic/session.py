@@ -19,7 +19,7 @@ from typing import Callable
 
 from . import backends, kernel, multi, nested, procfs, tempdirs, threads, transforms, validate
 from .backends.base import Options, default_mode
-from .errors import ProfilerError
+from .errors import ProfileFormatError, ProfilerError
 from .model import Profile
 from .transforms import Cell
 
@@ -107,7 +107,8 @@ class Session:
         self.message: str | None = None
         self.error: BaseException | None = None
         self.children = None           # childsampler.Children while --subprocesses records children
-        self.child_records: dict = {}
+        self.child_records: dict = {}   # (pid, image) -> that process image's capture
+        self.child_failures: dict = {}  # pid -> why the start-up hook did not record that child
         self.child_t0 = 0.0
 
     @property
@@ -219,6 +220,7 @@ class Session:
             if self.children is not None:
                 self.child_records = self.children.stop()
                 self.child_t0 = self.children.t0
+                self.child_failures = self.children.failures
             if self.memory:
                 profile = self._memray().read_both(self.module, capture, self.options)
             else:
@@ -293,15 +295,27 @@ class Session:
             return p.with_meta(processes=info,
                                children="py-spy -s (children found by polling; their start is missed)")
         parts, labels = [p], [me]
-        for pid, data in sorted(self.child_records.items()):
-            c = children.read(data, source=f"child {pid}", t0=self.child_t0)
+        last_image = dict(sorted(self.child_records))   # pid -> its last image (exec)
+        unreadable = {}
+        for (pid, image), data in sorted(self.child_records.items()):
+            source = f"child {pid}" + (f" (exec {image})" if image else "")
+            try:   # one bad capture must not lose the others, nor the parent's
+                c = children.read(data, source=source, t0=self.child_t0)
+            except ProfileFormatError as e:
+                unreadable[source] = str(e)
+                self.warn(f"{source} left out: its capture is unreadable ({e})")
+                continue
             if cell.filename:   # a forked child carries the cell's frames: cut above them
                 c = transforms.trim_to_cell(c, cell.filename, threads=[])
             lab = self._process_label(pid, multi.child_name(c))
+            if lab in labels:   # the same pid and command line before and after an exec
+                lab += f" · exec {image}"
             info = {"pid": pid, "ppid": c.meta.get("ppid"), "argv": c.meta.get("argv"),
                     "backend": "childsampler", "rate": c.meta.get("rate"),
-                    "started_at": c.meta.get("started_at"), "ended": procfs.ended(pid),
-                    "samples": c.sample_count}
+                    "started_at": c.meta.get("started_at"),
+                    "ended": procfs.ended(pid) or image < last_image[pid], "samples": c.sample_count}
+            if image:
+                info["exec"] = image   # this pid's image after its image-th exec
             if info["ended"]:
                 info["ended_at"] = c.meta.get("last_sample_at")
             if c.meta.get("torn_lines"):
@@ -309,9 +323,11 @@ class Session:
             parts.append(multi.with_process(c, lab, info))
             labels.append(lab)
         merged = multi.concat(parts, key="process", labels=labels)
-        meta = p.meta.replace(processes=merged.meta.processes, children=(
-            "each child sampled itself from its start (fork hook / sitecustomize); not recorded: "
-            "non-Python children and Pythons started with -S, -I or a cleared environment"))
+        meta = p.meta.replace(
+            processes=merged.meta.processes, unreadable_children=unreadable or None,
+            children_not_recorded=self.child_failures or None,
+            children=("each child sampled itself from its start (fork hook / sitecustomize); not recorded: "
+                      "non-Python children and Pythons started with -S, -I or a cleared environment"))
         return merged.replace(meta=meta, metric=p.metric)
 
 
