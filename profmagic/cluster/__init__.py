@@ -13,9 +13,12 @@ labelled with its task prefix), aggregates there, and sends the result back thro
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from ..errors import ProfilerError
-from ..model import Profile
+
+if TYPE_CHECKING:   # not imported: a worker loads this package and must not pay for pandas
+    from ..model import Profile
 
 ENGINES = ("dask", "ray")
 INSTALL = {"dask": "pip install 'dask[distributed]'", "ray": "pip install ray"}
