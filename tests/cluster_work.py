@@ -98,20 +98,13 @@ def errors(profile, results, tol: float = 0.10) -> dict:
     return out
 
 
-def record_cell(target, fn, **options):
-    """(profile, fn's result): the driver recorded by the built-in sampler, every worker by a
-    cluster recording of ``target`` (a Dask client or "ray"), like one %%profile --cluster cell."""
+def record_cell(target, fn):
+    """(profile, fn's result): the driver recorded by the built-in sampler, every worker of
+    ``target`` (a Dask client or "ray") too, like one %%profile --cluster cell."""
     import profmagic
-    from profmagic import cluster
-    rec = cluster.Recording(target, **options)
-    rec.start()
-    try:
-        with profmagic.profile("sampler", mode="both", announce=lambda s: None) as drv:
-            out = fn()
-        p = rec.stop(drv.profile, driver_pid=os.getpid())
-    finally:
-        rec.close()
-    return p, out
+    with profmagic.profile("sampler", mode="both", announce=lambda s: None, cluster=target) as rec:
+        out = fn()
+    return rec.profile, out
 
 
 @contextlib.contextmanager

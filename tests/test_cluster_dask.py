@@ -21,6 +21,7 @@ import cluster_work as work  # noqa: E402
 from profmagic import cluster  # noqa: E402
 from profmagic.cluster import dask as engine  # noqa: E402
 from profmagic.cluster import tasks as tasks_view  # noqa: E402
+from profmagic.errors import ProfilerError  # noqa: E402
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -168,3 +169,47 @@ def test_no_dask_client_says_how_to_make_one():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout.strip()
     from faults.conftest import documented
     documented("cluster-no-dask-client", out)
+
+
+def test_profile_with_cluster_keeps_the_profile_when_the_block_raises(client):
+    import profmagic
+    with pytest.raises(KeyError, match="after the tasks"):
+        with profmagic.profile("sampler", cluster=client, announce=lambda s: None) as rec:
+            results = client.gather([client.submit(work.spin, i, pure=False) for i in range(4)])
+            raise KeyError("after the tasks")
+    p = rec.profile
+    assert p.meta["partial"].startswith("the code raised KeyError")
+    r = tasks_view.ranks(p)
+    assert list(r["role"]).count("driver") == 1 and (r.loc[r["role"] == "worker", "samples"] > 0).all(), r
+    assert len(r[r["role"] == "worker"]) == 2
+    errs = work.errors(p, results)
+    assert errs["spin"]["ok"], errs
+    clean(client)
+
+
+def test_record_a_running_cluster_for_a_duration(client):
+    # Both workers spin through the whole recording: each one's spin wall time is its recording's length.
+    futs = [client.submit(work.spin, i, 3.0, pure=False) for i in range(2)]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and sum(map(len, client.processing().values())) < 2:
+        time.sleep(0.05)
+    p = cluster.record(client, duration=1.0)
+    client.gather(futs)
+    r = tasks_view.ranks(p)
+    assert list(r["role"]) == ["worker", "worker"], r          # no driver: the code runs elsewhere
+    per = tasks_view.tasks(p, by_worker=True)
+    for lab in r.index:
+        spun, recorded = float(per.at[("spin", lab), "wall"]), p.meta["processes"][lab]["duration"]
+        assert recorded >= 1.0 and abs(spun - recorded) <= 0.1 * recorded, (lab, spun, recorded)
+    clean(client)
+
+
+def test_dask_name_is_a_client_in_the_namespace(client):
+    from faults.conftest import documented
+    assert cluster.resolve("dask:c", {"c": client}) is client
+    assert cluster.resolve("dask") is client     # the current client
+    for ns, what in (({}, "there is no variable 'c' in the notebook"), ({"c": 3}, "c is a int, not a")):
+        with pytest.raises(ProfilerError) as e:
+            cluster.resolve("dask:c", ns)
+        assert what in str(e.value) and "\n" not in str(e.value)
+        documented("cluster-no-such-client", str(e.value))

@@ -27,6 +27,8 @@ from .worker import MAGIC, PAYLOAD_VERSION, SAMPLE_ARRAYS
 
 TASK = "task"
 BACKEND = "cluster sampler"
+DRIVER_META = ("cell", "partial", "cell_wall", "cell_cpu", "cell_run_delay", "pid", "mode", "requested_rate",
+               "backend_choice", "versions", "message", "warnings")
 
 
 def decode(data: bytes, source: str = "<worker>") -> dict:
@@ -217,9 +219,11 @@ def assemble(results: list[dict], driver: Profile | None = None, *, engine: str,
                         "payload_bytes": sizes,
                         "unreachable": [k for k, v in procs.items() if v.get("status") in ("unreachable", "error")],
                         "ended": [k for k, v in procs.items() if v.get("status") == "ended"]}}
-    if driver is not None:
-        for k in ("cell", "partial", "cell_wall", "cell_cpu", "pid"):
+    if driver is not None:   # what the driver's session found out about the cell, and what to tell
+        for k in DRIVER_META:
             if driver.meta.get(k) is not None:
                 meta[k] = driver.meta[k]
     p = tables.profile(meta, driver.metric if driver is not None else "wall")
-    return p.replace(meta={**p.meta, "sample_count": p.sample_count})
+    if driver is not None and driver.meta.get("cell_thread") in set(p.thread_table["label"]):
+        meta["cell_thread"] = driver.meta["cell_thread"]
+    return p.replace(meta={**p.meta, **meta, "sample_count": p.sample_count})
