@@ -47,19 +47,22 @@ def pid(*_):
 _LOCK = threading.Lock()
 
 
-def locked(i=0, seconds=0.3, hold=0.0):
-    """Waits for this process's lock held by another thread for ``hold`` seconds, then spins."""
+def locked(i=0, seconds=0.3, hold=0.0, lock=None):
+    """Waits for ``lock`` (default: this process's) held by another thread for ``hold`` seconds,
+    then spins."""
+    lock = lock or _LOCK
+
     def work():
         if hold:
-            threading.Thread(target=_hold, args=(hold,), daemon=True).start()
+            threading.Thread(target=_hold, args=(lock, hold), daemon=True).start()
             time.sleep(0.01)
-        with _LOCK:
+        with lock:
             _burn(seconds)
     return _measure("locked", work)
 
 
-def _hold(seconds):
-    with _LOCK:
+def _hold(lock, seconds):
+    with lock:
         time.sleep(seconds)
 
 
