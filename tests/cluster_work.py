@@ -111,9 +111,10 @@ def record_cell(target, fn):
 
 
 @contextlib.contextmanager
-def local_ray(num_cpus: int = 2):
-    """A real local Ray job started with profmagic's worker hook, tests/ on its workers' path;
-    shut down and cleaned up after. ray.init is tried once more only when Ray's own start-up timed
+def local_ray(num_cpus: int = 2, hook: bool = True):
+    """A real local Ray job started with profmagic's worker hook (``hook=False``: the runtime_env is
+    not given, the hook must come from ``profmagic.cluster.ray.install()``), tests/ on its workers'
+    path; shut down and cleaned up after. ray.init is tried once more only when Ray's own start-up timed
     out (its raylet waits a fixed 15 s for its dashboard agent, which a loaded machine can miss)."""
     import ray
 
@@ -128,8 +129,8 @@ def local_ray(num_cpus: int = 2):
         try:
             for attempt in (1, 2):
                 try:
-                    ray.init(num_cpus=num_cpus, include_dashboard=False, runtime_env=engine.runtime_env(),
-                             log_to_driver=False)
+                    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+                             **({"runtime_env": engine.runtime_env()} if hook else {}))
                     break
                 except Exception as e:  # noqa: BLE001 - Ray raises a bare Exception for this
                     if "timed out during startup" not in str(e) or attempt == 2:
