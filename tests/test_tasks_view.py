@@ -146,6 +146,8 @@ def test_clicking_a_task_or_a_worker_shows_its_icicle(cluster_profile):
         box.show_icicle(task=task, worker=worker)
         fig = box.icicle_box.children[0].outputs[0]["data"]["application/vnd.plotly.v1+json"]
         sub = T.sub_profile(p, rank=worker, task=task)
+        what = " · ".join(x for x in (f"task {task}" if task else "", worker or "every worker") if x)
+        assert f"Icicle · {what}" in fig["layout"]["title"]["text"]
         root = fig["data"][0]
         assert root["values"][0] == pytest.approx(sub.total(p.metric) * 1e6, rel=1e-3)
         names = set(sub.frames.loc[[f for s in sub.stacks["stack"] for f in s], "name"])

@@ -92,7 +92,8 @@ def shares(profile: Profile, metric: str | None = None, top: int = 15,
     total. The ``top`` functions by their largest share in any process."""
     metric = metric or profile.metric
     cols, vals = {}, {}
-    for p in processes(profile) or ["(one process)"]:
+    gone = absent(profile)
+    for p in [q for q in processes(profile) if q not in gone] or ["(one process)"]:
         sub = process_profile(profile, p)
         total = sub.total(metric)
         f = sub.functions(metric)

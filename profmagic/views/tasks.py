@@ -26,7 +26,14 @@ from .ranks import CPU_COLOUR, OFF_COLOUR
 
 TOP = 8          # task prefixes drawn one by one per worker; the rest are summed into "(other tasks)"
 OTHER = "(other tasks)"
-NOTE = "CPU + off-CPU = wall time spent in tasks; the driver runs no task"
+LEGEND = dict(orientation="h", y=-0.3, yanchor="top")
+
+
+def _note(profile: Profile) -> str:
+    """What the bars are, and how many samples they hold (those of threads running a task)."""
+    st = profile.stacks
+    n = int(st.loc[st[T.TASK].notna(), "samples"].sum()) if T.TASK in st else 0
+    return f"CPU + off-CPU = wall time spent in tasks ({n:,} task samples); the driver runs no task"
 
 
 def _worker_rows(profile: Profile):
@@ -86,10 +93,10 @@ def summed(profile: Profile) -> go.Figure:
                 customdata=custom, hovertemplate="%{y}<br>CPU %{x:.3f} s" + tail)
     fig.add_bar(y=names, x=t["off_cpu"], orientation="h", name="off-CPU time (s) = wall − cpu",
                 marker_color=OFF_COLOUR, customdata=custom, hovertemplate="%{y}<br>off-CPU %{x:.3f} s" + tail)
-    fig.update_layout(barmode="stack", title=dict(text=title(profile, "wall", _summed_title(profile), None, NOTE),
-                                                  x=0.01, font=dict(size=13)),
-                      height=int(min(900, 150 + 28 * max(1, len(t)))), margin=dict(l=8, r=8, t=80, b=8),
-                      yaxis=dict(autorange="reversed"), xaxis_title="seconds", legend=dict(orientation="h", y=-0.2))
+    fig.update_layout(barmode="stack", title=dict(text=title(profile, "wall", _summed_title(profile), None,
+                                                             _note(profile)), x=0.01, font=dict(size=13)),
+                      height=int(min(900, 220 + 28 * max(1, len(t)))), margin=dict(l=8, r=8, t=80, b=60),
+                      yaxis=dict(autorange="reversed"), xaxis_title="seconds", legend=LEGEND)
     return fig
 
 
@@ -117,10 +124,10 @@ def per_worker(profile: Profile) -> go.Figure:
         fig.add_bar(y=missing, x=[0] * len(missing), orientation="h", name="no data", marker_color="#9d9d9d",
                     customdata=why, hovertemplate="%{y}<br>%{customdata}<extra></extra>")
     fig.update_layout(barmode="stack", title=dict(text=title(profile, "wall", "Tasks · per worker", None,
-                                                             NOTE + "; hatched = off-CPU"),
+                                                             _note(profile) + "; hatched = off-CPU"),
                                                   x=0.01, font=dict(size=13)),
-                      height=int(min(900, 150 + 30 * max(1, len(rows)))), margin=dict(l=8, r=8, t=80, b=8),
-                      yaxis=dict(autorange="reversed"), xaxis_title="seconds", legend=dict(orientation="h", y=-0.2))
+                      height=int(min(900, 240 + 30 * max(1, len(rows)))), margin=dict(l=8, r=8, t=80, b=60),
+                      yaxis=dict(autorange="reversed"), xaxis_title="seconds", legend=LEGEND)
     return fig
 
 
@@ -141,7 +148,7 @@ def _summed_html(profile: Profile) -> str:
                     f"<td>{fmt('wall', float(r.wall))}</td><td>{fmt('cpu', float(r.cpu))}</td>"
                     f"<td>{fmt('wall', float(r.off_cpu))}</td><td>{r.wall_share:.0%}</td>"
                     f"<td>{int(r.samples):,}</td><td>{keys}</td></tr>")
-    return (f"<div style='font:12px sans-serif'>{title(profile, 'wall', _summed_title(profile), None, NOTE)}"
+    return (f"<div style='font:12px sans-serif'>{title(profile, 'wall', _summed_title(profile), None, _note(profile))}"
             "</div><table class='profmagic-tasks-summed' style='font:12px sans-serif'><tr><th>task</th>"
             f"<th><span style='color:{CPU_COLOUR}'>■</span> CPU <span style='color:{OFF_COLOUR}'>■</span> off-CPU"
             "</th><th>wall</th><th>CPU</th><th>off-CPU</th><th>share of task wall</th><th>samples</th><th>keys</th>"
@@ -172,7 +179,7 @@ def _per_worker_html(profile: Profile) -> str:
                     f"<td style='white-space:nowrap'>{_bar(parts, top or 1.0)}</td>"
                     f"<td>{fmt('wall', float(wall.loc[lab].sum()))}</td>{cells}</tr>")
     return (f"<div style='font:12px sans-serif;margin-top:6px'>"
-            f"{title(profile, 'wall', 'Tasks · per worker', None, NOTE + '; light = off-CPU')}</div>"
+            f"{title(profile, 'wall', 'Tasks · per worker', None, _note(profile) + '; light = off-CPU')}</div>"
             "<table class='profmagic-tasks-per-worker' style='font:12px sans-serif'><tr><th>worker</th><th></th>"
             f"<th>in tasks</th>{head}</tr>" + "".join(body) + "</table>")
 
@@ -224,7 +231,10 @@ def widget(profile: Profile, metric: str | None = None):
             ice.children = []
             return
         sub = T.sub_profile(profile, rank=worker, task=task)
-        ice.children = [out(icicle.figure(sub, metric=metric))]
+        fig = icicle.figure(sub, metric=metric)
+        what = " · ".join(x for x in (f"task {task}" if task else "", worker or "every worker") if x)
+        fig.update_layout(title_text=title(sub, metric, f"Icicle · {what}", None))
+        ice.children = [out(fig)]
 
     pick_task.observe(show, names="value")
     pick_worker.observe(show, names="value")
