@@ -21,6 +21,8 @@ import cluster_work as work  # noqa: E402
 from profmagic import cluster  # noqa: E402
 from profmagic.cluster import dask as engine  # noqa: E402
 from profmagic.cluster import tasks as tasks_view  # noqa: E402
+from profmagic.views import ranks as ranks_view  # noqa: E402
+from profmagic.views import tasks as tasks_html  # noqa: E402
 from profmagic.errors import ProfilerError  # noqa: E402
 
 pytestmark = pytest.mark.timeout(180)
@@ -131,6 +133,11 @@ def test_unreachable_worker_is_named_and_stopped_afterwards(client):
     assert info["address"] == frozen and gone.index[0] == f"dask worker {info['name']}"
     assert (r.loc[r["status"] == "ok", "samples"] > 0).all()
     assert p.meta["cluster"]["unreachable"] == list(gone.index)
+    # The Ranks and Tasks views list it with Dask's words.
+    why = f"could not be reached: {gone['error'].iloc[0]}"
+    assert tasks_view.missing(p) == {gone.index[0]: why}
+    assert f"<td>{gone.index[0]} (no samples)</td><td></td><td>{why}</td>" in ranks_view.html(p)
+    assert f"no data: {gone['error'].iloc[0]}" in tasks_html.html(p)
     time.sleep(0.5)
     clean(client)
 

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from ..cluster.tasks import missing, straggler
 from ..multi import PROCESS, by_process, processes
 from ..model import Profile
 from . import esc, fmt, metric_label, title
@@ -39,22 +40,9 @@ def _ended_note(row) -> str:
     return f" (ended at +{at:.2f} s)" if at is not None and at == at else " (ended)"
 
 
-def absent(profile: Profile) -> dict[str, str]:
-    """Ranks with no samples that ``meta["processes"]`` names (a cluster worker that could not be
-    reached, or ended leaving no data): label -> what happened, with the engine's error."""
-    from ..cluster.tasks import STATUS_TEXT
-    have = set(by_process(profile).index)
-    out = {}
-    for label, i in (profile.meta.get("processes") or {}).items():
-        status = (i or {}).get("status", "ok")
-        if label not in have and status != "ok":
-            out[label] = STATUS_TEXT.get(status, status) + (f": {i['error']}" if i.get("error") else "")
-    return out
-
-
 def bars(profile: Profile, metric: str | None = None) -> go.Figure:
     """One horizontal bar per process: CPU + off-CPU where both are known, else ``metric``; ranks
-    without samples (``absent``) are listed with what happened to them."""
+    without samples (``cluster.tasks.missing``) are listed with what happened to them."""
     metric = metric or profile.metric
     t = by_process(profile)
     names = [esc(p, 70) + esc(_ended_note(r)) for p, r in t.iterrows()]
@@ -72,7 +60,7 @@ def bars(profile: Profile, metric: str | None = None) -> go.Figure:
         vals = t[m].where(~split) if m in t else t["samples"].where(~split)
         fig.add_bar(y=names, x=vals, orientation="h", name=f"{metric_label(m)} (CPU/off-CPU split unknown)",
                     marker_color="#9d9d9d", hovertemplate="%{y}<br>%{x:.4g}<extra></extra>")
-    gone = absent(profile)
+    gone = missing(profile)
     if gone:
         fig.add_bar(y=[esc(p, 70) + " (no samples)" for p in gone], x=[0] * len(gone), orientation="h",
                     name="no samples", marker_color="#9d9d9d", customdata=[esc(w, 300) for w in gone.values()],
@@ -92,7 +80,7 @@ def shares(profile: Profile, metric: str | None = None, top: int = 15,
     total. The ``top`` functions by their largest share in any process."""
     metric = metric or profile.metric
     cols, vals = {}, {}
-    gone = absent(profile)
+    gone = missing(profile)
     for p in [q for q in processes(profile) if q not in gone] or ["(one process)"]:
         sub = process_profile(profile, p)
         total = sub.total(metric)
@@ -134,11 +122,11 @@ def differs_most(profile: Profile, metric: str | None = None) -> str:
     there are at least two (the parent runs different code by design)."""
     metric = metric or profile.metric
     if profile.meta.get("cluster"):
-        from ..cluster.tasks import straggler
         s = straggler(profile)
         if s["worker"] is not None:
             return s["text"]
-    procs = processes(profile)
+    gone = missing(profile)
+    procs = [p for p in processes(profile) if p not in gone]
     info = profile.meta.get("processes") or {}
     peers = [p for p in procs if (info.get(p) or {}).get("role") not in ("parent", "driver")]
     if len(peers) < 2:
@@ -200,7 +188,7 @@ def _bars_html(profile: Profile, metric: str) -> str:
         rows.append(f"<tr class='profmagic-rank-bar'><td>{esc(p, 70)}{esc(_ended_note(r))}</td>"
                     f"<td style='white-space:nowrap'>{bar}</td><td>{val}</td></tr>")
     rows += [f"<tr class='profmagic-rank-bar profmagic-rank-absent'><td>{esc(p, 70)} (no samples)</td><td></td>"
-             f"<td>{esc(why, 300)}</td></tr>" for p, why in absent(profile).items()]
+             f"<td>{esc(why, 300)}</td></tr>" for p, why in missing(profile).items()]
     return (f"<div style='font:12px sans-serif'>{title(profile, metric, 'Processes', None, '')}<br>"
             f"<span style='color:{CPU_COLOUR}'>■</span> CPU time · <span style='color:{OFF_COLOUR}'>■</span> "
             "off-CPU time = wall − cpu</div><table class='profmagic-ranks-bars' style='font:12px sans-serif'>"
