@@ -210,7 +210,9 @@ class Session:
             self.cluster.collect()
         except Exception as e:  # noqa: BLE001 - e.g. the scheduler went away: the driver's profile still shows
             self.cluster_error = (f"the {self.cluster.engine} workers could not be collected "
-                                  f"({type(e).__name__}: {e}); this profile is the driver's only")
+                                  f"({type(e).__name__}: {e}); this profile is the driver's only. A sampler "
+                                  "left on a worker stops by itself after an hour (docs/errors.md: "
+                                  "cluster-not-collected)")
 
     def _with_workers(self, p: Profile) -> Profile:
         """The driver's profile with one rank per worker (cluster/assemble.py)."""

@@ -220,3 +220,21 @@ def test_dask_name_is_a_client_in_the_namespace(client):
             cluster.resolve("dask:c", ns)
         assert what in str(e.value) and "\n" not in str(e.value)
         documented("cluster-no-such-client", str(e.value))
+
+
+def test_a_client_closed_in_the_block_leaves_the_driver_profile_and_says_why(client):
+    import profmagic
+    from faults.conftest import documented
+    other = distributed.Client(client.scheduler.address)      # a second client of the same cluster
+    with profmagic.profile("sampler", cluster=other, announce=lambda s: None) as rec:
+        client.gather([client.submit(work.spin, i, 0.1, pure=False) for i in range(2)])
+        other.close()                                          # the cell closes the client being profiled
+    p = rec.profile
+    assert p.meta.get("cluster") is None and "task" not in p.stacks       # the driver's profile only
+    (warning,) = [w for w in p.meta["warnings"] if "could not be collected" in w]
+    documented("cluster-not-collected", "profmagic: " + warning)
+    # What docs/errors.md says to do: the plugin is still registered; unregistering it stops the samplers.
+    name = rec.session.cluster.session.plugin
+    assert name in client.run(lambda dask_worker: list(dask_worker.plugins))[sorted(client.run(work.pid))[0]]
+    client.unregister_worker_plugin(name)
+    clean(client)
