@@ -155,3 +155,18 @@ def test_clicking_a_task_or_a_worker_shows_its_icicle(cluster_profile):
         assert sub.total("wall") < p.total("wall")
     box.show_icicle()
     assert box.icicle_box.children == ()
+
+
+def test_the_widget_holds_a_weakly_referenced_profile_weakly():
+    import gc
+    import weakref
+    out, ready = {}, threading.Barrier(1)
+    _worker("solo", 0.0, out, ready)
+    p = assemble([{"status": "ok", "payload": out["solo"][0], "name": "solo", "pid": 7}], engine="dask")
+    box = view.widget(weakref.ref(p))
+    box.show_icicle(task="locked")
+    assert len(box.icicle_box.children) == 1
+    del p
+    gc.collect()
+    box.show_icicle(task="locked")          # the same pick again: drawn anew, from the reference
+    assert "deleted" in box.icicle_box.children[0].value

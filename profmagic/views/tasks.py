@@ -13,6 +13,7 @@ The numbers are ``profmagic.cluster.tasks``'s tables; task prefixes and worker n
 from __future__ import annotations
 
 import html as _html
+import weakref
 
 import numpy as np
 import pandas as pd
@@ -196,15 +197,17 @@ def html(profile: Profile) -> str:
             + _summed_html(profile) + _per_worker_html(profile) + "</div>")
 
 
-def widget(profile: Profile, metric: str | None = None):
+def widget(profile, metric: str | None = None):
     """ipywidgets: the straggler line, both figures, and a task picker and a worker picker; the
-    icicle below shows what is picked (a task on every worker, a worker's tasks, or both)."""
+    icicle below shows what is picked (a task on every worker, a worker's tasks, or both).
+    ``profile``: a Profile, or a weak reference to one (a report's, which ``del`` may free)."""
     import json
 
     import ipywidgets as W
 
     from . import icicle
     mime = "application/vnd.plotly.v1+json"
+    get = profile if isinstance(profile, weakref.ref) else (lambda: profile)
 
     def out(fig):
         o = W.Output()
@@ -212,9 +215,10 @@ def widget(profile: Profile, metric: str | None = None):
                       "data": {mime: json.loads(fig.to_json()), "text/plain": "<plotly figure>"}},)
         return o
 
-    metric = metric or profile.metric
-    task_names = [str(k) for k in T.tasks(profile).index]
-    r = T.ranks(profile)
+    p = get()
+    metric = metric or p.metric
+    task_names = [str(k) for k in T.tasks(p).index]
+    r = T.ranks(p)
     workers = [str(w) for w in r.index[(r["role"] == "worker") & (r["samples"] > 0)]]
     pick_task = W.ToggleButtons(options=[("every task", -1)] + [(k[:40], i) for i, k in enumerate(task_names)],
                                 value=-1, description="task", tooltips=["every task"] + task_names)
@@ -223,14 +227,18 @@ def widget(profile: Profile, metric: str | None = None):
     pick_task.add_class("profmagic-tasks-pick")
     pick_worker.add_class("profmagic-tasks-pick-worker")
     ice = W.VBox()
+    picking = [False]
 
     def show(_=None):
+        if picking[0]:
+            return
         task = None if pick_task.value == -1 else task_names[pick_task.value]
         worker = None if pick_worker.value == -1 else workers[pick_worker.value]
-        if task is None and worker is None:
-            ice.children = []
+        whole = get()
+        if task is None and worker is None or whole is None:
+            ice.children = [] if whole is not None else [W.HTML("this profile was deleted from the kernel (del)")]
             return
-        sub = T.sub_profile(profile, rank=worker, task=task)
+        sub = T.sub_profile(whole, rank=worker, task=task)
         fig = icicle.figure(sub, metric=metric)
         what = " · ".join(x for x in (f"task {task}" if task else "", worker or "every worker") if x)
         fig.update_layout(title_text=title(sub, metric, f"Icicle · {what}", None))
@@ -238,13 +246,17 @@ def widget(profile: Profile, metric: str | None = None):
 
     pick_task.observe(show, names="value")
     pick_worker.observe(show, names="value")
-    box = W.VBox([W.HTML(f"<b>{line(profile)}</b>"), out(summed(profile)), out(per_worker(profile)),
-                  pick_task, pick_worker, ice])
+    box = W.VBox([W.HTML(f"<b>{line(p)}</b>"), out(summed(p)), out(per_worker(p)), pick_task, pick_worker, ice])
     box.add_class("profmagic-tasks")
+    del p, r
 
     def pick(task: str | None = None, worker: str | None = None):   # what a click does, for tests and scripts
-        pick_task.value = -1 if task is None else task_names.index(task)
-        pick_worker.value = -1 if worker is None else workers.index(worker)
+        picking[0] = True
+        try:
+            pick_task.value = -1 if task is None else task_names.index(task)
+            pick_worker.value = -1 if worker is None else workers.index(worker)
+        finally:
+            picking[0] = False
         show()
     box.show_icicle = pick
     box.icicle_box = ice
