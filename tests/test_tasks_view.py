@@ -170,3 +170,17 @@ def test_the_widget_holds_a_weakly_referenced_profile_weakly():
     gc.collect()
     box.show_icicle(task="locked")          # the same pick again: drawn anew, from the reference
     assert "deleted" in box.icicle_box.children[0].value
+
+
+def test_a_worker_that_ran_no_task_is_listed_as_such():
+    out = {}
+    _worker("busy", 0.0, out, threading.Barrier(1))
+    idle = WorkerSampler(100.0, task_of=lambda: {})          # a worker whose threads ran no task
+    idle.start()
+    time.sleep(0.1)
+    p = assemble([{"status": "ok", "payload": out["busy"][0], "name": "busy", "pid": 1},
+                  {"status": "ok", "payload": idle.stop(), "name": "idle", "pid": 2}], engine="dask")
+    assert "no data: ran no task during the recording" in view.html(p)
+    (gone,) = [tr for tr in view.per_worker(p).data if tr.name == "no data"]
+    assert list(gone.customdata) == ["ran no task during the recording"] and gone.y[0].endswith("dask worker idle")
+    assert T.missing(p) == {}                                # it ran to the end: not missing from the Ranks view

@@ -52,8 +52,8 @@ def _worker_name(label: str, row) -> str:
 
 def _why(row) -> str:
     """Why a worker has no task samples: the engine's error, or what happened to it."""
-    if row["error"]:
-        return str(row["error"])
+    if isinstance(row["error"], str) and row["error"]:   # NaN in the table where there is none
+        return row["error"]
     return "ran no task during the recording" if row["status"] == "ok" else str(row["status_text"])
 
 
@@ -113,12 +113,13 @@ def per_worker(profile: Profile) -> go.Figure:
         c = cpu[task].to_numpy()
         off = np.clip(wall[task].to_numpy() - c, 0, None)
         label = esc(task, 40)
+        named = [label] * len(names)      # in customdata, not in the template: a name may hold %{...}
         fig.add_bar(y=names, x=c, orientation="h", name=f"{label} · CPU", marker_color=colour, legendgroup=label,
-                    hovertemplate=f"%{{y}}<br>{label}: CPU %{{x:.3f}} s<extra></extra>")
+                    customdata=named, hovertemplate="%{y}<br>%{customdata}: CPU %{x:.3f} s<extra></extra>")
         fig.add_bar(y=names, x=off, orientation="h", name=f"{label} · off-CPU", legendgroup=label,
                     marker=dict(color="white", line=dict(color=colour, width=1),
                                 pattern=dict(shape="/", fgcolor=colour)),
-                    hovertemplate=f"%{{y}}<br>{label}: off-CPU %{{x:.3f}} s<extra></extra>")
+                    customdata=named, hovertemplate="%{y}<br>%{customdata}: off-CPU %{x:.3f} s<extra></extra>")
     missing = [n for n, (_, r) in zip(names, rows.iterrows()) if r["samples"] == 0]
     if missing:
         why = [esc(_why(r), 300) for _, r in rows.iterrows() if r["samples"] == 0]
