@@ -43,13 +43,18 @@ def two_workers(client):
     client.wait_for_workers(2, timeout=120)
 
 
-def clean(client):
-    """No profmagic thread, spill folder or session on any worker, nor here (the nannies')."""
-    left = client.run(engine._leftovers)
+def clean(client, session: str):
+    """No profmagic thread or session on any worker, nor here (the nannies'), and no spill folder of
+    this recording (the temporary folder is shared: other runs on this machine may have theirs)."""
+    left = client.run(engine._leftovers, session)
     for addr, w in left.items():
         assert w["threads"] == [] and w["spill_dirs"] == [] and w["sessions"] == [], (addr, w)
-    here = engine._leftovers()
+    here = engine._leftovers(session)
     assert here["spill_dirs"] == [] and here["threads"] == [], here
+
+
+def session_of(p) -> str:
+    return p.meta["cluster"]["session"]
 
 
 def test_workers_are_ranks_and_task_prefixes_match_the_truth(client):
@@ -74,7 +79,7 @@ def test_workers_are_ranks_and_task_prefixes_match_the_truth(client):
     drv = p.stacks[p.stacks["process"] == r.index[r["role"] == "driver"][0]]
     assert drv["task"].isna().all() and drv["wall"].sum() > 0.5 * max(x["wall"] for x in results)
     assert "Client.gather" in set(p.frames.loc[[f for s in drv["stack"] for f in s], "name"])
-    clean(client)
+    clean(client, session_of(p))
 
 
 def test_killed_worker_keeps_what_it_spilled(client):
@@ -109,7 +114,7 @@ def test_killed_worker_keeps_what_it_spilled(client):
     # Spilled every second: at least up to the last spill before the kill, never more than it ran.
     assert 1.0 <= spun <= killed_after + 0.2, (spun, killed_after)
     client.wait_for_workers(2)
-    clean(client)
+    clean(client, session_of(p))
 
 
 def test_unreachable_worker_is_named_and_stopped_afterwards(client):
@@ -139,7 +144,7 @@ def test_unreachable_worker_is_named_and_stopped_afterwards(client):
     assert f"<td>{gone.index[0]} (no samples)</td><td></td><td>{why}</td>" in ranks_view.html(p)
     assert f"no data: {gone['error'].iloc[0]}" in tasks_html.html(p)
     time.sleep(0.5)
-    clean(client)
+    clean(client, session_of(p))
 
 
 def test_straggler_is_the_worker_waiting_on_a_lock(client):
@@ -155,7 +160,7 @@ def test_straggler_is_the_worker_waiting_on_a_lock(client):
     assert s["worker"] is not None and str(pids[slow]) in s["worker"], s
     assert s["task"] == "locked" and s["task_off_cpu_share"] > 0.5, s
     assert "straggler" in s["text"] and "off-CPU" in s["text"]
-    clean(client)
+    clean(client, session_of(p))
 
 
 def test_missing_dask_is_one_line_with_the_install():
@@ -191,7 +196,7 @@ def test_profile_with_cluster_keeps_the_profile_when_the_block_raises(client):
     assert len(r[r["role"] == "worker"]) == 2
     errs = work.errors(p, results)
     assert errs["spin"]["ok"], errs
-    clean(client)
+    clean(client, session_of(p))
 
 
 def test_record_a_running_cluster_for_a_duration(client):
@@ -208,7 +213,7 @@ def test_record_a_running_cluster_for_a_duration(client):
     for lab in r.index:
         spun, recorded = float(per.at[("spin", lab), "wall"]), p.meta["processes"][lab]["duration"]
         assert recorded >= 1.0 and abs(spun - recorded) <= 0.1 * recorded, (lab, spun, recorded)
-    clean(client)
+    clean(client, session_of(p))
 
 
 def test_dask_name_is_a_client_in_the_namespace(client):
@@ -237,4 +242,4 @@ def test_a_client_closed_in_the_block_leaves_the_driver_profile_and_says_why(cli
     name = rec.session.cluster.session.plugin
     assert name in client.run(lambda dask_worker: list(dask_worker.plugins))[sorted(client.run(work.pid))[0]]
     client.unregister_worker_plugin(name)
-    clean(client)
+    clean(client, rec.session.cluster.session.id)

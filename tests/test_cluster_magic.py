@@ -6,6 +6,10 @@ measured themselves (within 10%); the report shows the ranks and names the strag
 raises still shows its profile; nothing is left on the workers; bad --cluster values and missing
 engines are one line each, before the cell runs; ``%load_ext profmagic`` gives a later ray.init()
 profmagic's worker hook without importing Ray.
+
+The 10% bound is the issue's. Measured errors (bench/RESULTS.md) are under 1% at load average 10;
+one run at load ~13 with 4 spin and 4 nap tasks missed it (nap wall +14%: a sampling interval
+stretched by the load at each task's start), so the cells run 8 of each, like the engine tests.
 """
 from __future__ import annotations
 
@@ -53,14 +57,17 @@ def ray_leftovers():
              sorted({tuple(t) for t in v["threads"].values()})) for v in ray_engine.leftovers().values()]
 
 def dask_leftovers():
-    return [w for w in list(client.run(dask_engine._leftovers).values()) + [dask_engine._leftovers()]
+    """What the last recording left on the workers or here (its spill folders: the temporary folder
+    is shared with other runs on this machine)."""
+    session = _profile.meta["cluster"]["session"]
+    return [w for w in list(client.run(dask_engine._leftovers, session).values()) + [dask_engine._leftovers(session)]
             if w["threads"] or w["spill_dirs"] or w["sessions"]]
 '''
 
 DASK_CELL = '''%%profile --backend sampler --cluster {target}
 ran = True
-results = client.gather([client.submit(work.spin, i, pure=False) for i in range(4)]
-                        + [client.submit(work.nap, i, pure=False) for i in range(4)])
+results = client.gather([client.submit(work.spin, i, pure=False) for i in range(8)]
+                        + [client.submit(work.nap, i, pure=False) for i in range(8)])
 '''
 
 
@@ -143,7 +150,7 @@ def test_cluster_ray_after_load_ext_gets_the_hook_without_importing_ray(k):
     assert r.status == "ok", r.text() + str(r.error)
     try:
         r = k.run("%%profile --backend sampler --cluster ray\n"
-                  "results = ray.get([spin.remote(i) for i in range(4)] + [nap.remote(i) for i in range(4)])\n",
+                  "results = ray.get([spin.remote(i) for i in range(8)] + [nap.remote(i) for i in range(8)])\n",
                   timeout=180)
         assert r.status == "ok" and "and every ray worker" in r.text(), r.text() + str(r.error)
         s = k.value("summary(results)")

@@ -135,7 +135,7 @@ class Recording:
         self.collect()
         t = time.perf_counter()
         p = assemble(self.results, driver, engine=self.engine, t0=self.t0, driver_pid=driver_pid,
-                     driver_name=driver_name)
+                     driver_name=driver_name, session=self.session.id)
         self.stop_seconds["assemble"] = time.perf_counter() - t
         return p
 

@@ -160,12 +160,13 @@ class _Tables:
 
 
 def assemble(results: list[dict], driver: Profile | None = None, *, engine: str, t0: float | None = None,
-             driver_pid: int | None = None, driver_name: str = "driver") -> Profile:
+             driver_pid: int | None = None, driver_name: str = "driver", session: str | None = None) -> Profile:
     """One Profile: the driver (if recorded) and one rank per worker result.
 
     ``results``: dicts with ``status`` (ok, ended, unreachable, error), ``payload`` bytes where the
     worker sent or left one, ``error`` (the engine's words), and ``name``/``label``/``pid``/``host``.
     ``t0`` is the driver's start in epoch seconds: worker sample times are shifted onto it.
+    ``session``: the recording's id (its spill folders are named after it), kept in ``meta["cluster"]``.
     """
     tables, procs, missing = _Tables(), {}, {}
     if driver is not None:
@@ -215,7 +216,7 @@ def assemble(results: list[dict], driver: Profile | None = None, *, engine: str,
             "note": ("workers: wall = time since the worker's previous sampling pass, cpu = the thread's CPU clock "
                      "over it; stack rows hold every sample, the time-ordered samples a bounded, evenly thinned "
                      "subset (samples_kept_every per rank)"),
-            "cluster": {"engine": engine, "workers": sum(1 for v in procs.values() if v.get("role") == "worker"),
+            "cluster": {"engine": engine, "session": session, "workers": sum(1 for v in procs.values() if v.get("role") == "worker"),
                         "payload_bytes": sizes,
                         "unreachable": [k for k, v in procs.items() if v.get("status") in ("unreachable", "error")],
                         "ended": [k for k, v in procs.items() if v.get("status") == "ended"]}}
