@@ -35,7 +35,8 @@ METRIC_LABELS = {
     "allocations": "allocations (count)",
 }
 # What the upper layers lend the Profile's convenience methods (save, views, display, concat): the
-# root package fills these in, so the model imports nothing above it.
+# root package fills these in (``_lend_hooks``, called at the end of this module), so the model
+# imports nothing above it.
 HOOKS: dict[str, Callable] = {}
 
 
@@ -855,3 +856,9 @@ def _table_for_labels(table: pd.DataFrame, stacks: pd.DataFrame) -> pd.DataFrame
         return table
     rows = table.reset_index(drop=True).to_dict("records") + [{"label": x} for x in extra]
     return thread_table(rows)
+
+
+# The root package is always loaded before this module and imports nothing of ours but the errors.
+from . import _lend_hooks  # noqa: E402
+
+_lend_hooks(HOOKS)

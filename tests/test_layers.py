@@ -17,10 +17,10 @@ LAYERS = {
     "model": 1, "validate": 1, "launch": 1,
     "transforms": 2, "multi": 2,
     "formats": 3,
-    "childsampler": 3,
+    "childsampler": 3, "cluster": 3,
     "views": 4, "backends": 4, "downloads": 4,
     "report": 5, "page": 6,
-    "kernel": 6, "session": 6, "cluster": 6,
+    "kernel": 6, "session": 6,
     "attaching": 7,
     "magic": 8, "cellrun": 7, "live": 7, "cli": 8, "casestudy": 8, "demo": 8, "__init__": 9, "__main__": 10,
 }
