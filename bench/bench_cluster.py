@@ -11,6 +11,7 @@
     .venv/bin/python bench/bench_cluster.py --no-write  # print only
     .venv/bin/python bench/bench_cluster.py --sizes 2 --pairs 1 --no-ray   # quick
     .venv/bin/python bench/bench_cluster.py --paper     # the driver's side at 10, 100, 1,000 workers
+    .venv/bin/python bench/bench_cluster.py --imports   # what a worker pays to import profmagic's side
 """
 from __future__ import annotations
 
@@ -197,6 +198,48 @@ def paper(counts: list[int], write: bool) -> None:
         write_section("\n".join(lines))
 
 
+IMPORT_CODE = """
+import sys, time
+import {engine}
+t, c = time.perf_counter(), time.process_time()
+{before}import profmagic.cluster.{module}
+print(time.perf_counter() - t, time.process_time() - c, "pandas" in sys.modules)
+"""
+
+
+def imports(runs: int, write: bool) -> None:
+    """A worker's import of profmagic's side (``profmagic.cluster.dask`` in a Dask worker, ``.ray``
+    from Ray's start-up hook), after the engine itself, in fresh interpreters. "before" adds
+    ``profmagic.model``, which the root package imported until the model became lazy: pandas."""
+    import subprocess
+    lines = ["## Cluster workers: import cost (issue 17)", "",
+             f"Command: `.venv/bin/python bench/bench_cluster.py --imports --runs {runs}` "
+             f"({time.strftime('%Y-%m-%d')}, 2 shared cores, load average at start {os.getloadavg()[0]:.1f}). "
+             "Each run a fresh Python that imports the engine first (as a worker has), then profmagic's worker "
+             "side; before/after alternate. \"before\" also imports `profmagic.model` (pandas, numpy): what the "
+             "root package imported until the model loaded on first use.", "",
+             "| engine | module | variant | wall s median (min–max) | CPU s median (min–max) | pandas imported |",
+             "|---|---|---|---|---|---|"]
+    for engine, module in (("distributed", "dask"), ("ray", "ray")):
+        got = {"before": [], "after": []}
+        for _ in range(runs):
+            for variant in ("before", "after"):
+                code = IMPORT_CODE.format(engine=engine, module=module,
+                                          before="import profmagic.model\n" if variant == "before" else "")
+                out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                                     check=True).stdout.split()
+                got[variant].append((float(out[0]), float(out[1]), out[2] == "True"))
+        for variant, xs in got.items():
+            w, c = [x[0] for x in xs], [x[1] for x in xs]
+            row = (f"| {engine} | profmagic.cluster.{module} | {variant} | {statistics.median(w):.3f} "
+                   f"({min(w):.3f}–{max(w):.3f}) | {statistics.median(c):.3f} ({min(c):.3f}–{max(c):.3f}) | "
+                   f"{'yes' if all(x[2] for x in xs) else 'no' if not any(x[2] for x in xs) else 'some runs'} |")
+            print(row, flush=True)
+            lines.append(row)
+    if write:
+        write_section("\n".join(lines))
+
+
 def decode_info(payload: bytes) -> dict:
     from profmagic.cluster.assemble import decode
     doc = decode(payload)
@@ -212,7 +255,11 @@ def main() -> None:
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--workers-on-paper", default="10,100,1000", help="worker counts for the driver-side test")
     ap.add_argument("--paper", action="store_true", help="only the driver's side at many workers")
+    ap.add_argument("--imports", action="store_true", help="only a worker's import of profmagic's side")
+    ap.add_argument("--runs", type=int, default=5, help="with --imports: fresh interpreters per variant")
     args = ap.parse_args()
+    if args.imports:
+        return imports(args.runs, not args.no_write)
     if args.paper:
         return paper([int(x) for x in args.workers_on_paper.split(",")], not args.no_write)
     import distributed

@@ -1,19 +1,27 @@
 """profmagic: profile one notebook cell with real profilers and see it inline.
 
-The root imports only the model and the errors; everything else loads on first use, so
-``profmagic.load(path)`` imports no recorder.
+The root imports only the errors; the model (pandas) and everything else load on first use, so
+``profmagic.load(path)`` imports no recorder, and a cluster worker that imports
+``profmagic.cluster.dask`` or ``.ray`` imports no pandas.
 """
 from __future__ import annotations
 
-from . import model as _model
+from typing import TYPE_CHECKING
+
 from .errors import ProfileFormatError, ProfilerError
-from .model import Profile
+
+if TYPE_CHECKING:
+    from .model import Profile
 
 __all__ = ["load", "save", "Profile", "ProfileFormatError", "ProfilerError", "compare", "profile", "attach",
            "load_ipython_extension", "__version__"]
 
 
 def __getattr__(name: str):
+    if name in ("Profile", "model"):
+        import importlib
+        model = importlib.import_module(f"{__name__}.model")
+        return model if name == "model" else model.Profile
     if name == "__version__":
         from importlib.metadata import PackageNotFoundError, version
         try:
@@ -66,7 +74,7 @@ def unload_ipython_extension(ipython):
     _unload(ipython)
 
 
-# -- what the model's convenience methods use (model.HOOKS) ------------------------------------------
+# -- what the model's convenience methods use: model.py calls _lend_hooks(HOOKS) when it loads --------
 def _view(p: Profile, name: str, **kw):
     import importlib
     return importlib.import_module(f"{__name__}.views.{name}").figure(p, **kw)
@@ -92,5 +100,6 @@ def _concat(profiles, key: str = "rank", labels=None) -> Profile:
     return concat(profiles, key=key, labels=labels)
 
 
-_model.HOOKS.update(save=save, view=_view, speedscope=_speedscope, folded=_folded, mimebundle=_mimebundle,
-                    concat=_concat)
+def _lend_hooks(hooks: dict) -> None:
+    hooks.update(save=save, view=_view, speedscope=_speedscope, folded=_folded, mimebundle=_mimebundle,
+                 concat=_concat)

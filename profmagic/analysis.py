@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from .boilerplate import FOLDED_FILE
+from .cluster.tasks import missing, straggler
 from .model import MEMORY_METRICS, METRIC_LABELS, Profile, unique_ints
 from .multi import PROCESS, by_process, processes
 
@@ -115,7 +116,8 @@ def shares(profile: Profile, metric: str | None = None, top: int = 15,
     total. The ``top`` functions by their largest share in any process."""
     metric = metric or profile.metric
     cols, vals = {}, {}
-    for p in processes(profile) or ["(one process)"]:
+    gone = missing(profile)
+    for p in [q for q in processes(profile) if q not in gone] or ["(one process)"]:
         sub = process_profile(profile, p)
         total = sub.total(metric)
         f = sub.functions(metric)
@@ -134,11 +136,17 @@ def differs_most(profile: Profile, metric: str | None = None) -> str:
     in total variation distance, from the median of the others'; and the function whose total
     share differs most. Where all processes spend their time alike (or tie, as two always do),
     the one whose total is furthest from the others' median. Compares the children only when
-    there are at least two (the parent runs different code by design)."""
+    there are at least two (the parent runs different code by design). In a cluster profile: the
+    straggler (cluster.tasks.straggler); ranks without samples are left out."""
     metric = metric or profile.metric
-    procs = processes(profile)
+    if profile.meta.get("cluster"):
+        s = straggler(profile)
+        if s["worker"] is not None:
+            return s["text"]
+    gone = missing(profile)
+    procs = [p for p in processes(profile) if p not in gone]
     info = profile.meta.get("processes") or {}
-    peers = [p for p in procs if (info.get(p) or {}).get("role") != "parent"]
+    peers = [p for p in procs if (info.get(p) or {}).get("role") not in ("parent", "driver")]
     if len(peers) < 2:
         peers = procs
     if len(peers) < 2:

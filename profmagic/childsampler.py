@@ -10,8 +10,11 @@ An out-of-process sampler (py-spy ``-s``) finds children by polling and misses t
   starts the sampler from this file, then imports the child's own ``sitecustomize`` if it had one.
 
 Each child appends one line per sampling pass to ``<dir>/<pid>.jsonl`` with one ``write()``, so a
-child that is killed keeps every pass already written. The parent writes ``<dir>/STOP`` when the
-recording ends: children still running stop sampling and close their file.
+child that is killed keeps every pass already written. A process that ``exec``s a new Python image
+keeps its pid: the new image writes ``<pid>.<n>.jsonl`` (n = 1, 2...), so both images' files survive.
+A hook that fails writes why to ``<dir>/<pid>.failed``, never to the child's stderr. The parent
+writes ``<dir>/STOP`` when the recording ends: children still running stop sampling and close
+their file.
 
 The child side uses the standard library only (it runs before the child's own imports, and a
 spawned child must not pay for importing pandas): it writes lines where the built-in sampler
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -55,25 +59,31 @@ class ChildSampler:
         self.dir = directory
         self.interval = 1.0 / float(rate)
         self.rate = float(rate)
-        self.fd = os.open(os.path.join(directory, f"{os.getpid()}.jsonl"),
-                          os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self.image, self.fd = _own_file(directory)
         self.codes = Codes(self.new_code)
         self.nframes = 0
         self.clocks: dict[tuple, ThreadClock] = {}
         self.pending: list = []   # records of this pass: frames first seen in it, then samples
+        # The thread that starts the sampler: after fork() on Python < 3.13 its Thread object still
+        # carries the parent's native_id (threading._after_fork does not update it).
+        self.starter = (threading.current_thread(), threading.get_native_id())
         for t in threading.enumerate():   # CPU from now on: the start-up before the sampler is not sampled
-            if t.native_id is not None:
-                clock = self.clocks[(t.ident, t.native_id)] = ThreadClock(t.ident, t.native_id)
+            nid = self.native_id(t)
+            if nid is not None:
+                clock = self.clocks[(t.ident, nid)] = ThreadClock(t.ident, nid)
                 clock.baseline()
         self.name = None
         self.stop = threading.Event()
-        self.write({"v": 1, "pid": os.getpid(), "ppid": os.getppid(), "argv": _argv(),
+        self.write({"v": 1, "pid": os.getpid(), "image": self.image, "ppid": os.getppid(), "argv": _argv(),
                     "t0": time.perf_counter(), "rate": self.rate, "python": sys.version.split()[0]})
         self.thread = threading.Thread(target=self.run, name="profmagic-child-sampler", daemon=True)
         self.thread.start()
 
     def write(self, *records) -> None:
         os.write(self.fd, "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records).encode())
+
+    def native_id(self, t) -> int | None:
+        return self.starter[1] if t is self.starter[0] else getattr(t, "native_id", None)
 
     def new_code(self, code, line: int) -> int:
         fid = self.nframes
@@ -114,7 +124,7 @@ class ChildSampler:
             if ident == me:
                 continue
             t = live.get(ident)
-            nid = getattr(t, "native_id", None)
+            nid = self.native_id(t)
             clock = self.clocks.get((ident, nid))
             if clock is None:
                 clock = self.clocks[(ident, nid)] = ThreadClock(ident, nid)
@@ -124,6 +134,20 @@ class ChildSampler:
                         None if cpu is None or cpu != cpu else cpu, stack])
         self.pending = []
         self.write(*out)
+
+
+def _own_file(directory: str) -> tuple[int, int]:
+    """(image, fd) of this process image's new file: ``<pid>.jsonl``, or ``<pid>.<n>.jsonl`` when an
+    earlier image of this pid (before an exec) has one."""
+    pid = os.getpid()
+    for image in range(1000):
+        name = f"{pid}.jsonl" if image == 0 else f"{pid}.{image}.jsonl"
+        try:
+            fd = os.open(os.path.join(directory, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+            return image, fd
+        except FileExistsError:
+            continue
+    raise OSError(f"{pid}: 1000 process images already recorded")
 
 
 def _argv() -> list[str]:
@@ -174,6 +198,9 @@ def deactivate() -> None:
 
 
 # -- parent side -------------------------------------------------------------------------
+_FILE = re.compile(r"(\d+)(?:\.(\d+))?\.(jsonl|failed)")
+
+
 class Children:
     """The parent's end: ``start()`` before the code, ``stop()`` after, ``close()`` always.
 
@@ -187,6 +214,7 @@ class Children:
         self.t0 = 0.0
         self.t1 = 0.0
         self._seen: dict[str, tuple[int, int]] = {}   # file -> (bytes read, samples in them)
+        self.failures: dict[int, str] = {}   # pid -> why its start-up hook did not record it
 
     def start(self) -> None:
         from .tempdirs import TempDir
@@ -196,7 +224,7 @@ class Children:
         from .launch import sitecustomize
         with open(os.path.join(hook, "sitecustomize.py"), "w") as f:
             f.write(sitecustomize("%%profile --subprocesses", __file__, "start_from_env",
-                                  "child sampler did not start"))
+                                  "child sampler did not start", failures_in=ENV_DIR))
         env = {ENV_DIR: self.tmp.path, ENV_RATE: repr(self.rate),
                "PYTHONPATH": os.pathsep.join(p for p in (hook, os.environ.get("PYTHONPATH")) if p)}
         self.saved_env = {k: os.environ.get(k) for k in env}
@@ -213,8 +241,10 @@ class Children:
                 os.environ[k] = v
         self.saved_env = {}
 
-    def stop(self) -> dict[int, bytes]:
-        """Tell children to stop; the bytes each child wrote, by pid."""
+    def stop(self) -> dict[tuple[int, int], bytes]:
+        """Tell children to stop; the bytes each child process image wrote, by (pid, image): image 0
+        is the process as forked or started, 1, 2... the images it ``exec``'d. ``failures``: pid ->
+        why the hook did not start in that child."""
         self.t1 = time.perf_counter()
         self._restore()
         if self.tmp is None:
@@ -223,9 +253,14 @@ class Children:
             pass
         out = {}
         for name in sorted(os.listdir(self.tmp.path)):
-            if name.endswith(".jsonl"):
+            m = _FILE.fullmatch(name)
+            if m:
                 with open(self.tmp.file(name), "rb") as f:
-                    out[int(name[:-6])] = f.read()
+                    data = f.read()
+                if m.group(3) == "failed":
+                    self.failures[int(m.group(1))] = data.decode(errors="replace").strip()
+                else:
+                    out[int(m.group(1)), int(m.group(2) or 0)] = data
         return out
 
     def samples_so_far(self) -> int:

@@ -36,24 +36,27 @@ class _Parser(argparse.ArgumentParser):
 
 
 def summary(p, top: int = 10) -> str:
-    """A plain-text summary: format, threads, samples, duration, top functions by self and total."""
-    out = [f"format:   {p.meta.get('format', '?')}" + (f" (backend {p.meta['backend']})"
-                                                       if p.meta.get("backend") not in (None, p.meta.get("format")) else ""),
-           f"metric:   {p.describe()}",
+    """A plain-text summary: format, threads, samples, duration, top functions by self and total.
+    What comes from the file (names, files, labels) is escaped for the terminal."""
+    backend = p.meta.get("backend")
+    out = [f"format:   {escape(p.meta.get('format', '?'))}"
+           + (f" (backend {escape(backend)})" if backend not in (None, p.meta.get("format")) else ""),
+           f"metric:   {escape(p.describe())}",
            f"threads:  {len(p.threads)}",
            f"samples:  {p.sample_count:,}",
            f"total:    {p.total():,.6g} ({p.metric})"]
     d = p.duration
     out.append(f"duration: {d:.6g} s" if d is not None else "duration: unknown (no time order in this source)")
     if p.meta.get("approximate"):
-        out.append(f"note:     approximate: {p.meta['approximate']}")
+        out.append(f"note:     approximate: {escape(p.meta['approximate'])}")
     fn = p.functions()
     total = p.total() or 1
     for key in ("self", "total"):
         out.append(f"\ntop {top} functions by {key} ({p.metric}):")
         for _, r in fn.sort_values(key, ascending=False, kind="stable").head(top).iterrows():
             share = 100.0 * r[key] / total
-            out.append(f"  {share:6.2f}%  {r[key]:>12,.6g}  {r['name']}" + (f"  [{r['file']}]" if r["file"] else ""))
+            out.append(f"  {share:6.2f}%  {r[key]:>12,.6g}  {escape(r['name'])}"
+                       + (f"  [{escape(r['file'])}]" if r["file"] else ""))
     return "\n".join(out)
 
 
@@ -107,7 +110,7 @@ def main(argv=None) -> int:
 
 
 def fail(message: str) -> int:
-    print("profmagic: " + " ".join(message.split()), file=sys.stderr)
+    print("profmagic: " + escape(" ".join(message.split())), file=sys.stderr)
     return 2
 
 
@@ -283,7 +286,7 @@ def _attachers(native: bool = False) -> list[str]:
 
 
 def record_command(args, command: list[str]) -> int:
-    from . import launch, validate
+    from . import launch
     from .backends.base import Options, default_mode
     exe = launch.resolve(command[0])
     if exe is None:

@@ -1,4 +1,4 @@
-"""`make demo`: execute the four teaching notebooks headless, write HTML copies under
+"""`make demo`: execute the five teaching notebooks headless, write HTML copies under
 build/notebooks/, print their paths and a three-line summary of the case study."""
 from __future__ import annotations
 

@@ -42,8 +42,7 @@ try:
     _s.loader.exec_module(_m)
     _m.{call}()
 except Exception as _e:  # never break the process's start-up
-    sys.stderr.write("profmagic: {failed}: %r\\n" % (_e,))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
+{report}sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
 # The process's own sitecustomize, if it has one, in this one's place (deleting this module from
 # sys.modules instead makes the import machinery fail with KeyError when there is none).
 import importlib.machinery as _mach, importlib.util as _u
@@ -54,12 +53,25 @@ if _own is not None:
 '''
 
 
-def sitecustomize(why: str, path: str, call: str, failed: str) -> str:
+_TO_STDERR = '    sys.stderr.write("profmagic: {failed}: %r\\n" % (_e,))\n'
+_TO_FILE = ('    try:  # not on the child\'s stderr: that is the program\'s own output\n'
+            '        with open(os.path.join(os.environ[{env!r}], "%d.failed" % os.getpid()), "a") as _f:\n'
+            '            _f.write("{failed}: %r\\n" % (_e,))\n'
+            '    except Exception:\n'
+            '        pass\n')
+
+
+def sitecustomize(why: str, path: str, call: str, failed: str, failures_in: str | None = None) -> str:
     """The text of a sitecustomize.py that loads the module at ``path`` by path (a child must not
-    import profmagic to start), calls its ``call()``, says ``failed: <error>`` on stderr if that
-    raises, then runs the process's own sitecustomize, if it has one."""
+    import profmagic to start), calls its ``call()``, then runs the process's own sitecustomize, if
+    it has one. If the call raises, ``failed: <error>`` goes to stderr, or, with ``failures_in`` (the
+    name of an environment variable holding a directory), to ``<that directory>/<pid>.failed``."""
     name = "_profmagic_" + os.path.splitext(os.path.basename(path))[0]
-    return _SITECUSTOMIZE.format(why=why, name=name, path=os.path.abspath(path), call=call, failed=failed)
+    report = (_TO_FILE.format(env=failures_in, failed=failed) if failures_in
+              else _TO_STDERR.format(failed=failed))
+    return _SITECUSTOMIZE.format(why=why, name=name, path=os.path.abspath(path), call=call, report=report)
+
+
 # argv[0] of the stop-then-exec launcher is "-c"; the command follows.
 _STOP_EXEC = ("import os, signal, sys\n"
               "os.kill(os.getpid(), signal.SIGSTOP)\n"

@@ -16,7 +16,7 @@ import threading
 import time
 import zlib
 
-from . import procfs, transforms
+from . import procfs
 from .backends.base import Options
 from .threads import OWN, mark_own
 

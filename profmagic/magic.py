@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import os
 import sys
 import threading
 
@@ -14,7 +13,8 @@ from . import awaits, cellrun, live, session, transforms, validate
 from .errors import ProfileFormatError, ProfilerError
 from .model import MEMORY_METRICS, Profile
 # Options that take a value: the line magic's statement starts after the last option.
-_VALUED = {"-b", "--backend", "--backends", "--rate", "--mode", "-o", "--output", "--pid", "--duration", "--timing"}
+_VALUED = {"-b", "--backend", "--backends", "--rate", "--mode", "-o", "--output", "--pid", "--duration", "--timing",
+           "--cluster"}
 
 
 def split_line(line: str) -> tuple[str, str]:
@@ -49,6 +49,12 @@ class QuietProfile(Profile):
 
 def quiet(p: Profile) -> QuietProfile:
     return QuietProfile(p.frames, p.stacks, p.samples, p.meta, p.raw, p.metric, threads=p.thread_table)
+
+
+def _say(e: Exception) -> None:
+    """A ProfilerError as one line on stderr, with one ``profmagic:`` prefix."""
+    text = str(e)
+    print(text if text.startswith("profmagic:") else f"profmagic: {text}", file=sys.stderr)
 
 
 def mode_of(args) -> str | None:
@@ -103,6 +109,9 @@ class ProfileMagics(Magics):
     @argument("-o", "--output", default=None, metavar="FILE", help="write the speedscope JSON here")
     @argument("-q", "--quiet", action="store_true", help="no display; the Profile is still returned")
     @argument("--no-live", action="store_true", help="no live view while the cell runs (a status line only)")
+    @argument("--cluster", default=None, metavar="ENGINE",
+              help="dask (the current distributed.Client), dask:NAME (the Client in variable NAME) or ray: "
+                   "every worker is recorded too, one rank each beside the kernel")
     @line_cell_magic
     def profile(self, line: str = "", cell: str | None = None):
         """Profile a cell (``%%profile``) or a statement (``%profile f()``); returns the Profile."""
@@ -127,8 +136,9 @@ class ProfileMagics(Magics):
             args.output = validate.output(args.output)
             validate.memory(args.backend, args.memory, args.leaks, args.allocated, args.mode, args.pid,
                             args.backends)
+            args.cluster = self.cluster_target(args)
         except ProfilerError as e:
-            print(f"profmagic: {e}", file=sys.stderr)
+            _say(e)
             return None
         if args.compare:
             if args.mode not in (None, "both"):
@@ -155,6 +165,17 @@ class ProfileMagics(Magics):
         if args.backends is not None:
             return self.run_backends(code, args)
         return self.run(code, args)  # session.Session warns when --gil overrides --idle
+
+    def cluster_target(self, args):
+        """--cluster checked: the Client or "ray" (cluster.resolve), None without --cluster."""
+        if args.cluster is None:
+            return None
+        for option, given in (("--pid", args.pid is not None), ("--backends", args.backends is not None),
+                              ("--subprocesses", args.subprocesses), ("--rerun", args.rerun)):
+            if given:
+                raise ProfilerError(session.CLUSTER_ALONE.format(option=option))
+        from . import cluster
+        return cluster.resolve(args.cluster, self.shell.user_ns)
 
     def run_backends(self, code: str, args):
         """``--backends a,b,c``: the cell once per backend, shown side by side; a dict is returned."""
@@ -224,7 +245,7 @@ class ProfileMagics(Magics):
             **{k: True for k in ("memory", "leaks", "allocated") if getattr(args, k)})
         names = transforms.cell_names(getattr(ip.compile, "_filename_map", {}))
         out = live.Output(enabled=not args.quiet)
-        session_kw = dict(cell=code, file_names=names, announce=out.text)
+        session_kw = dict(cell=code, file_names=names, announce=out.text, cluster=args.cluster)
         if not args.quiet and not args.no_live:
             session_kw["started"] = lambda s: live.Live(s, out).start_and_stop()
         ns = ip.user_ns
@@ -239,7 +260,7 @@ class ProfileMagics(Magics):
                                              **session_kw)
         except (ProfilerError, ProfileFormatError) as e:  # a reader error here: the profiler's own file is bad
             out.clear()
-            print(f"profmagic: {e}", file=sys.stderr)
+            _say(e)
             return None
         if profile is not None:
             if args.output:
@@ -336,11 +357,16 @@ def _run_async(backend, options, cell, ns, session_kw, box):
 
 
 def load_ipython_extension(ipython) -> None:
+    import importlib.util
+
     from . import kernel
     kernel.remember_threads()
     ipython.register_magics(ProfileMagics)
     from .report import warm_up
     warm_up()   # the front end loads its plotly renderer now, not after the first profiled cell
+    if importlib.util.find_spec("ray") is not None:   # found, not imported (Ray takes seconds to import)
+        from .cluster import ray as ray_engine
+        ray_engine.install()   # a later ray.init() starts its workers with profmagic's hook
 
 
 def unload_ipython_extension(ipython) -> None:

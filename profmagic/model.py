@@ -36,7 +36,8 @@ METRIC_LABELS = {
     "allocations": "allocations (count)",
 }
 # What the upper layers lend the Profile's convenience methods (save, views, display, concat): the
-# root package fills these in, so the model imports nothing above it.
+# root package fills these in (``_lend_hooks``, called at the end of this module), so the model
+# imports nothing above it.
 HOOKS: dict[str, Callable] = {}
 
 
@@ -516,7 +517,8 @@ class StackBuilder:
         stacks = {"thread": np.asarray(self._stack_thread, dtype=np.int64),
                   "stack": pd.Series(self._stack_frames, dtype=object)}
         counts = np.asarray(self._agg["samples"], dtype=np.float64) if n else np.zeros(0)
-        stacks["samples"] = counts.astype(np.int64) if np.all(counts == np.round(counts)) else counts
+        whole = np.all(counts == np.round(counts)) and (not n or np.abs(counts).max() < 2.0 ** 53)
+        stacks["samples"] = counts.astype(np.int64) if whole else counts   # huge counts stay float: no wrap
         for m, vals in self._agg.items():
             if m != "samples":
                 stacks[m] = np.asarray(vals, dtype=np.float64)
@@ -892,3 +894,9 @@ def _function_labels(names, files, ids) -> list[str]:
     for lab in out:
         again[lab] = again.get(lab, 0) + 1
     return [lab if again[lab] == 1 else f"{lab} #{i}" for lab, i in zip(out, ids)]
+
+
+# The root package is always loaded before this module and imports nothing of ours but the errors.
+from . import _lend_hooks  # noqa: E402
+
+_lend_hooks(HOOKS)

@@ -6,6 +6,9 @@ manager::
     with profmagic.profile("sampler", mode="both") as rec:
         work()
     rec.profile
+
+With ``cluster=`` ("dask", a ``distributed.Client``, "ray"), every worker of that cluster is recorded
+too (profmagic/cluster/): one Profile, the driver (this process) and one rank per worker.
 """
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ from typing import Callable
 
 from . import backends, kernel, multi, nested, procfs, tempdirs, threads, transforms, validate
 from .backends.base import Options, default_mode
-from .errors import ProfilerError
+from .errors import ProfileFormatError, ProfilerError
 from .model import Profile
 from .transforms import Cell
 
@@ -49,6 +52,10 @@ def rerun_refused(backend: str) -> str:
             "wall time, once for CPU time). The code may not be safe to run twice, so profmagic never "
             "does it silently. Fix: add --rerun to allow the second run; or use --backend sampler "
             "(or py-spy, eu-stack), which give both clocks from one run.")
+
+
+CLUSTER_ALONE = ("--cluster records the workers during one run of the code, with this process as the driver; "
+                 "it cannot be combined with {option}")
 
 
 def make_options(**kw) -> Options:
@@ -91,7 +98,7 @@ class Session:
 
     def __init__(self, backend: str = "auto", options: Options | None = None, *, cell: str | None = None,
                  cell_filename: str | None = None, file_names: dict | None = None,
-                 announce: Callable[[str], None] | None = None, tracker=None):
+                 announce: Callable[[str], None] | None = None, tracker=None, cluster=None):
         self.requested = backend
         self.tracker = tracker         # awaits.Tracker of a top-level-await cell
         self.options = options or Options()
@@ -107,8 +114,22 @@ class Session:
         self.message: str | None = None
         self.error: BaseException | None = None
         self.children = None           # childsampler.Children while --subprocesses records children
-        self.child_records: dict = {}
+        self.child_records: dict = {}   # (pid, image) -> that process image's capture
+        self.child_failures: dict = {}  # pid -> why the start-up hook did not record that child
         self.child_t0 = 0.0
+        self.cluster = self._cluster_recording(cluster)   # cluster.Recording of the workers, or None
+        self.cluster_error: str | None = None
+
+    def _cluster_recording(self, target):
+        """The workers' Recording for ``cluster=``, checked now (ProfilerError before anything runs)."""
+        if target is None:
+            return None
+        o = self.options
+        if o.subprocesses:
+            raise ProfilerError(CLUSTER_ALONE.format(option="--subprocesses"))
+        from . import cluster
+        target = cluster.resolve(target)
+        return target if isinstance(target, cluster.Recording) else cluster.Recording(target, rate=o.rate)
 
     @property
     def children_method(self) -> str | None:
@@ -157,7 +178,8 @@ class Session:
             what = f"{self.name} at {o.rate:g} Hz" if clocked else f"{self.name} ({memray_mode(o)})"
             if memray is not None:
                 what += f", and memory with memray ({memray_mode(o)})"
-            self.announce(f"recording with {what} (pid {o.pid})…")
+            workers = f" and every {self.cluster.engine} worker" if self.cluster is not None else ""
+            self.announce(f"recording with {what} (pid {o.pid}){workers}…")
         backend_options = o
         if self.children_method == "hook":
             from .childsampler import Children
@@ -169,6 +191,8 @@ class Session:
         if memray is not None:
             self.recorder = memray.TimeAndMemory(self.name, self.recorder, backend_options)
         try:
+            if self.cluster is not None:   # first: the workers sample from the code's first moment
+                self.cluster.start()
             if self.children is not None:
                 self.children.start()
             self.recorder.start()
@@ -204,8 +228,12 @@ class Session:
                 rec.close()
         finally:
             ch, self.children = self.children, None
-            if ch is not None:
-                ch.close()
+            try:
+                if ch is not None:
+                    ch.close()
+            finally:
+                if self.cluster is not None:   # idempotent; stops any sampler a worker still runs
+                    self.cluster.close()
 
     def finish(self, error: BaseException | None = None) -> Profile | None:
         """Stop, read and process. Call from the thread that ran the code, right after it."""
@@ -219,6 +247,9 @@ class Session:
             if self.children is not None:
                 self.child_records = self.children.stop()
                 self.child_t0 = self.children.t0
+                self.child_failures = self.children.failures
+            if self.cluster is not None:
+                self._collect_workers()
             if self.memory:
                 profile = self._memray().read_both(self.module, capture, self.options)
             else:
@@ -227,7 +258,25 @@ class Session:
             self.close()
         run_delay = None if delay is None or self.t_delay is None else delay - self.t_delay
         self.profile = self.process(profile, self.cell_context(wall, cpu, run_delay))
+        if self.cluster is not None:
+            self.profile = self._with_workers(self.profile)
         return self.profile
+
+    def _collect_workers(self) -> None:
+        try:
+            self.cluster.collect()
+        except Exception as e:  # noqa: BLE001 - e.g. the scheduler went away: the driver's profile still shows
+            self.cluster_error = (f"the {self.cluster.engine} workers could not be collected "
+                                  f"({type(e).__name__}: {e}); this profile is the driver's only. A sampler "
+                                  "left on a worker stops by itself after an hour (docs/errors.md: "
+                                  "cluster-not-collected)")
+
+    def _with_workers(self, p: Profile) -> Profile:
+        """The driver's profile with one rank per worker (cluster/assemble.py)."""
+        if self.cluster_error is not None:
+            return p.with_meta(warnings=tuple(p.meta.warnings) + (self.cluster_error,))
+        driver = "kernel" if "ipykernel" in sys.modules else "driver"
+        return self.cluster.stop(p, driver_pid=self.options.pid, driver_name=driver)
 
     def cell_context(self, wall: float, cpu: float, run_delay: float | None) -> Cell:
         o = self.options
@@ -293,15 +342,27 @@ class Session:
             return p.with_meta(processes=info,
                                children="py-spy -s (children found by polling; their start is missed)")
         parts, labels = [p], [me]
-        for pid, data in sorted(self.child_records.items()):
-            c = children.read(data, source=f"child {pid}", t0=self.child_t0)
+        last_image = dict(sorted(self.child_records))   # pid -> its last image (exec)
+        unreadable = {}
+        for (pid, image), data in sorted(self.child_records.items()):
+            source = f"child {pid}" + (f" (exec {image})" if image else "")
+            try:   # one bad capture must not lose the others, nor the parent's
+                c = children.read(data, source=source, t0=self.child_t0)
+            except ProfileFormatError as e:
+                unreadable[source] = str(e)
+                self.warn(f"{source} left out: its capture is unreadable ({e})")
+                continue
             if cell.filename:   # a forked child carries the cell's frames: cut above them
                 c = transforms.trim_to_cell(c, cell.filename, threads=[])
             lab = self._process_label(pid, multi.child_name(c))
+            if lab in labels:   # the same pid and command line before and after an exec
+                lab += f" · exec {image}"
             info = {"pid": pid, "ppid": c.meta.get("ppid"), "argv": c.meta.get("argv"),
                     "backend": "childsampler", "rate": c.meta.get("rate"),
-                    "started_at": c.meta.get("started_at"), "ended": procfs.ended(pid),
-                    "samples": c.sample_count}
+                    "started_at": c.meta.get("started_at"),
+                    "ended": procfs.ended(pid) or image < last_image[pid], "samples": c.sample_count}
+            if image:
+                info["exec"] = image   # this pid's image after its image-th exec
             if info["ended"]:
                 info["ended_at"] = c.meta.get("last_sample_at")
             if c.meta.get("torn_lines"):
@@ -309,9 +370,11 @@ class Session:
             parts.append(multi.with_process(c, lab, info))
             labels.append(lab)
         merged = multi.concat(parts, key="process", labels=labels)
-        meta = p.meta.replace(processes=merged.meta.processes, children=(
-            "each child sampled itself from its start (fork hook / sitecustomize); not recorded: "
-            "non-Python children and Pythons started with -S, -I or a cleared environment"))
+        meta = p.meta.replace(
+            processes=merged.meta.processes, unreadable_children=unreadable or None,
+            children_not_recorded=self.child_failures or None,
+            children=("each child sampled itself from its start (fork hook / sitecustomize); not recorded: "
+                      "non-Python children and Pythons started with -S, -I or a cleared environment"))
         return merged.replace(meta=meta, metric=p.metric)
 
 
@@ -361,6 +424,8 @@ def run(backend: str, options: Options, run_callable: Callable[[], object], star
     if options.mode == "both" and backend != "auto" and backends.get(backend).CAPS.one_clock_per_run:
         if not options.extra.get("rerun"):
             raise ProfilerError(rerun_refused(backend))
+        if session_kw.get("cluster") is not None:
+            raise ProfilerError(CLUSTER_ALONE.format(option="--rerun"))
         return run_twice(backend, options, run_callable, **session_kw)
     s = Session(backend, options, **session_kw)
     s.start()
@@ -404,16 +469,17 @@ def run_twice(backend: str, options: Options, run_callable: Callable[[], object]
 
 class profile:
     """Context manager: ``with profmagic.profile("sampler", mode="both") as rec: work()``; then
-    ``rec.profile``. Exceptions from the block propagate after the profile is built."""
+    ``rec.profile``. Exceptions from the block propagate after the profile is built. ``cluster=``
+    ("dask", a ``distributed.Client``, "ray"): every worker of that cluster is recorded too."""
 
-    def __init__(self, backend: str = "auto", **options):
+    def __init__(self, backend: str = "auto", cluster=None, **options):
         announce = options.pop("announce", lambda text: print(text, file=sys.stderr))
         opts = make_options(**options)
         if opts.mode == "both" and backend != "auto" and backends.get(backend).CAPS.one_clock_per_run:
             raise ProfilerError(rerun_refused(backend).replace(
                 "add --rerun to allow the second run", "a with block cannot run twice: profile a function "
                 "with profmagic.session.record(backend, options, fn) and rerun=True, or %%profile --rerun"))
-        self.session = Session(backend, opts, announce=announce)
+        self.session = Session(backend, opts, announce=announce, cluster=cluster)
         self.profile: Profile | None = None
 
     def __enter__(self):

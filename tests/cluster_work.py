@@ -47,19 +47,22 @@ def pid(*_):
 _LOCK = threading.Lock()
 
 
-def locked(i=0, seconds=0.3, hold=0.0):
-    """Waits for this process's lock held by another thread for ``hold`` seconds, then spins."""
+def locked(i=0, seconds=0.3, hold=0.0, lock=None):
+    """Waits for ``lock`` (default: this process's) held by another thread for ``hold`` seconds,
+    then spins."""
+    lock = lock or _LOCK
+
     def work():
         if hold:
-            threading.Thread(target=_hold, args=(hold,), daemon=True).start()
+            threading.Thread(target=_hold, args=(lock, hold), daemon=True).start()
             time.sleep(0.01)
-        with _LOCK:
+        with lock:
             _burn(seconds)
     return _measure("locked", work)
 
 
-def _hold(seconds):
-    with _LOCK:
+def _hold(lock, seconds):
+    with lock:
         time.sleep(seconds)
 
 
@@ -98,26 +101,20 @@ def errors(profile, results, tol: float = 0.10) -> dict:
     return out
 
 
-def record_cell(target, fn, **options):
-    """(profile, fn's result): the driver recorded by the built-in sampler, every worker by a
-    cluster recording of ``target`` (a Dask client or "ray"), like one %%profile --cluster cell."""
+def record_cell(target, fn):
+    """(profile, fn's result): the driver recorded by the built-in sampler, every worker of
+    ``target`` (a Dask client or "ray") too, like one %%profile --cluster cell."""
     import profmagic
-    from profmagic import cluster
-    rec = cluster.Recording(target, **options)
-    rec.start()
-    try:
-        with profmagic.profile("sampler", mode="both", announce=lambda s: None) as drv:
-            out = fn()
-        p = rec.stop(drv.profile, driver_pid=os.getpid())
-    finally:
-        rec.close()
-    return p, out
+    with profmagic.profile("sampler", mode="both", announce=lambda s: None, cluster=target) as rec:
+        out = fn()
+    return rec.profile, out
 
 
 @contextlib.contextmanager
-def local_ray(num_cpus: int = 2):
-    """A real local Ray job started with profmagic's worker hook, tests/ on its workers' path;
-    shut down and cleaned up after. ray.init is tried once more only when Ray's own start-up timed
+def local_ray(num_cpus: int = 2, hook: bool = True):
+    """A real local Ray job started with profmagic's worker hook (``hook=False``: the runtime_env is
+    not given, the hook must come from ``profmagic.cluster.ray.install()``), tests/ on its workers'
+    path; shut down and cleaned up after. ray.init is tried once more only when Ray's own start-up timed
     out (its raylet waits a fixed 15 s for its dashboard agent, which a loaded machine can miss)."""
     import ray
 
@@ -132,8 +129,8 @@ def local_ray(num_cpus: int = 2):
         try:
             for attempt in (1, 2):
                 try:
-                    ray.init(num_cpus=num_cpus, include_dashboard=False, runtime_env=engine.runtime_env(),
-                             log_to_driver=False)
+                    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+                             **({"runtime_env": engine.runtime_env()} if hook else {}))
                     break
                 except Exception as e:  # noqa: BLE001 - Ray raises a bare Exception for this
                     if "timed out during startup" not in str(e) or attempt == 2:

@@ -24,6 +24,9 @@ import cluster_work as work  # noqa: E402
 from profmagic import cluster  # noqa: E402
 from profmagic.cluster import dask as engine  # noqa: E402
 from profmagic.cluster import tasks as tasks_view  # noqa: E402
+from profmagic.views import ranks as ranks_view  # noqa: E402
+from profmagic.views import tasks as tasks_html  # noqa: E402
+from profmagic.errors import ProfilerError  # noqa: E402
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.requires("dask")]
 
@@ -43,13 +46,18 @@ def two_workers(client):
     client.wait_for_workers(2, timeout=120)
 
 
-def clean(client):
-    """No profmagic thread, spill folder or session on any worker, nor here (the nannies')."""
-    left = client.run(engine._leftovers)
+def clean(client, session: str):
+    """No profmagic thread or session on any worker, nor here (the nannies'), and no spill folder of
+    this recording (the temporary folder is shared: other runs on this machine may have theirs)."""
+    left = client.run(engine._leftovers, session)
     for addr, w in left.items():
         assert w["threads"] == [] and w["spill_dirs"] == [] and w["sessions"] == [], (addr, w)
-    here = engine._leftovers()
+    here = engine._leftovers(session)
     assert here["spill_dirs"] == [] and here["threads"] == [], here
+
+
+def session_of(p) -> str:
+    return p.meta["cluster"]["session"]
 
 
 def test_workers_are_ranks_and_task_prefixes_match_the_truth(client):
@@ -74,7 +82,7 @@ def test_workers_are_ranks_and_task_prefixes_match_the_truth(client):
     drv = p.stacks[p.stacks["process"] == r.index[r["role"] == "driver"][0]]
     assert drv["task"].isna().all() and drv["wall"].sum() > 0.5 * max(x["wall"] for x in results)
     assert "Client.gather" in set(p.frames.loc[[f for s in drv["stack"] for f in s], "name"])
-    clean(client)
+    clean(client, session_of(p))
 
 
 def test_killed_worker_keeps_what_it_spilled(client):
@@ -109,7 +117,7 @@ def test_killed_worker_keeps_what_it_spilled(client):
     # Spilled every second: at least up to the last spill before the kill, never more than it ran.
     assert 1.0 <= spun <= killed_after + 0.2, (spun, killed_after)
     client.wait_for_workers(2)
-    clean(client)
+    clean(client, session_of(p))
 
 
 def test_unreachable_worker_is_named_and_stopped_afterwards(client):
@@ -133,8 +141,13 @@ def test_unreachable_worker_is_named_and_stopped_afterwards(client):
     assert info["address"] == frozen and gone.index[0] == f"dask worker {info['name']}"
     assert (r.loc[r["status"] == "ok", "samples"] > 0).all()
     assert p.meta["cluster"]["unreachable"] == list(gone.index)
+    # The Ranks and Tasks views list it with Dask's words.
+    why = f"could not be reached: {gone['error'].iloc[0]}"
+    assert tasks_view.missing(p) == {gone.index[0]: why}
+    assert f"<td>{gone.index[0]} (no samples)</td><td></td><td>{why}</td>" in ranks_view.html(p)
+    assert f"no data: {gone['error'].iloc[0]}" in tasks_html.html(p)
     time.sleep(0.5)
-    clean(client)
+    clean(client, session_of(p))
 
 
 def test_straggler_is_the_worker_waiting_on_a_lock(client):
@@ -150,7 +163,7 @@ def test_straggler_is_the_worker_waiting_on_a_lock(client):
     assert s["worker"] is not None and str(pids[slow]) in s["worker"], s
     assert s["task"] == "locked" and s["task_off_cpu_share"] > 0.5, s
     assert "straggler" in s["text"] and "off-CPU" in s["text"]
-    clean(client)
+    clean(client, session_of(p))
 
 
 def test_missing_dask_is_one_line_with_the_install():
@@ -171,3 +184,65 @@ def test_no_dask_client_says_how_to_make_one():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout.strip()
     from faults.conftest import documented
     documented("cluster-no-dask-client", out)
+
+
+def test_profile_with_cluster_keeps_the_profile_when_the_block_raises(client):
+    import profmagic
+    with pytest.raises(KeyError, match="after the tasks"):
+        with profmagic.profile("sampler", cluster=client, announce=lambda s: None) as rec:
+            results = client.gather([client.submit(work.spin, i, pure=False) for i in range(4)])
+            raise KeyError("after the tasks")
+    p = rec.profile
+    assert p.meta["partial"].startswith("the code raised KeyError")
+    r = tasks_view.ranks(p)
+    assert list(r["role"]).count("driver") == 1 and (r.loc[r["role"] == "worker", "samples"] > 0).all(), r
+    assert len(r[r["role"] == "worker"]) == 2
+    errs = work.errors(p, results)
+    assert errs["spin"]["ok"], errs
+    clean(client, session_of(p))
+
+
+def test_record_a_running_cluster_for_a_duration(client):
+    # Both workers spin through the whole recording: each one's spin wall time is its recording's length.
+    futs = [client.submit(work.spin, i, 3.0, pure=False) for i in range(2)]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and sum(map(len, client.processing().values())) < 2:
+        time.sleep(0.05)
+    p = cluster.record(client, duration=1.0)
+    client.gather(futs)
+    r = tasks_view.ranks(p)
+    assert list(r["role"]) == ["worker", "worker"], r          # no driver: the code runs elsewhere
+    per = tasks_view.tasks(p, by_worker=True)
+    for lab in r.index:
+        spun, recorded = float(per.at[("spin", lab), "wall"]), p.meta["processes"][lab]["duration"]
+        assert recorded >= 1.0 and abs(spun - recorded) <= 0.1 * recorded, (lab, spun, recorded)
+    clean(client, session_of(p))
+
+
+def test_dask_name_is_a_client_in_the_namespace(client):
+    from faults.conftest import documented
+    assert cluster.resolve("dask:c", {"c": client}) is client
+    assert cluster.resolve("dask") is client     # the current client
+    for ns, what in (({}, "there is no variable 'c' in the notebook"), ({"c": 3}, "c is a int, not a")):
+        with pytest.raises(ProfilerError) as e:
+            cluster.resolve("dask:c", ns)
+        assert what in str(e.value) and "\n" not in str(e.value)
+        documented("cluster-no-such-client", str(e.value))
+
+
+def test_a_client_closed_in_the_block_leaves_the_driver_profile_and_says_why(client):
+    import profmagic
+    from faults.conftest import documented
+    other = distributed.Client(client.scheduler.address)      # a second client of the same cluster
+    with profmagic.profile("sampler", cluster=other, announce=lambda s: None) as rec:
+        client.gather([client.submit(work.spin, i, 0.1, pure=False) for i in range(2)])
+        other.close()                                          # the cell closes the client being profiled
+    p = rec.profile
+    assert p.meta.get("cluster") is None and "task" not in p.stacks       # the driver's profile only
+    (warning,) = [w for w in p.meta["warnings"] if "could not be collected" in w]
+    documented("cluster-not-collected", "profmagic: " + warning)
+    # What docs/errors.md says to do: the plugin is still registered; unregistering it stops the samplers.
+    name = rec.session.cluster.session.plugin
+    assert name in client.run(lambda dask_worker: list(dask_worker.plugins))[sorted(client.run(work.pid))[0]]
+    client.unregister_worker_plugin(name)
+    clean(client, rec.session.cluster.session.id)

@@ -119,3 +119,14 @@ def test_sub_profile_keeps_one_task_with_its_samples():
     assert len(nap.samples) == int((p.samples["stack"].map(p.stacks["task"]) == "nap").sum())
     assert (nap.samples["stack"] < len(nap.stacks)).all()
     assert set(nap.frames.loc[[s[-1] for s in nap.stacks["stack"]], "name"]) == {"nap.<locals>.<lambda>"}   # in sleep()
+
+
+def test_the_worker_side_imports_no_pandas():
+    # What a Ray worker imports at every start (the hook) and a Dask worker at its first recording.
+    import subprocess
+    import sys
+    code = ("import sys\nimport profmagic.cluster.ray\n"
+            "print(sorted(m for m in ('pandas', 'numpy', 'profmagic.model') if m in sys.modules))\n"
+            "import profmagic.cluster.dask\nprint('pandas' in sys.modules, 'profmagic.model' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.split("\n")[:2] == ["[]", "False False"], out.stdout + out.stderr

@@ -16,13 +16,14 @@ LAYERS = {
     "errors": 0, "threads": 0, "procfs": 0, "tempdirs": 0, "awaits": 0, "nested": 0, "sampling": 0, "terminal": 0,
     "model": 1, "validate": 1, "launch": 1,
     "transforms": 2, "multi": 2, "boilerplate": 2,
-    "formats": 3,
-    "childsampler": 3, "analysis": 3,
-    "views": 4, "backends": 4, "downloads": 4,
-    "report": 5, "page": 6,
-    "kernel": 6, "session": 6, "cluster": 6,
-    "attaching": 7,
-    "magic": 8, "cellrun": 7, "live": 7, "cli": 8, "casestudy": 8, "demo": 8, "__init__": 9, "__main__": 10,
+    "formats": 3, "childsampler": 3, "cluster": 3,
+    "analysis": 4,
+    "views": 5, "backends": 5, "downloads": 5,
+    "report": 6,
+    "page": 7, "kernel": 7, "session": 7,
+    "attaching": 8, "cellrun": 8, "live": 8,
+    "magic": 9, "cli": 9, "casestudy": 9, "demo": 9,
+    "__init__": 10, "__main__": 11,
 }
 
 

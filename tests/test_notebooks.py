@@ -17,10 +17,10 @@ NOTEBOOKS = run.notebooks()
 pytestmark = [pytest.mark.kernel, pytest.mark.timeout(400)]
 
 
-def test_the_four_notebooks_are_there():
+def test_the_five_notebooks_are_there():
     assert [p.name for p in NOTEBOOKS] == ["01-wall-cpu-off-cpu.ipynb", "02-choosing-a-profiler.ipynb",
                                            "03-python-and-native-stacks.ipynb",
-                                           "04-case-study-worker-thread.ipynb"]
+                                           "04-case-study-worker-thread.ipynb", "05-cluster.ipynb"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])

@@ -2,8 +2,10 @@
 import cProfile
 import marshal
 import math
+import os
 import profile as pyprofile
 import pstats
+import subprocess
 import time
 
 import pytest
@@ -153,3 +155,67 @@ def test_sniff_is_specific(dumped):
     assert fmt.sniff(marshal.dumps({}))
     assert not fmt.sniff(b'{"profiles": [], "shared": {"frames": []}}')
     assert not fmt.sniff(marshal.dumps([1, 2, 3]))
+
+
+# -- the marshal subset reader (issue 21) ---------------------------------------------------------------
+DUMP = r'''
+import cProfile, marshal, sys
+src = "def leaf(n):\n    return sum(range(n))\ndef rec(n):\n    return leaf(50) if n == 0 else rec(n - 1)\n"
+ns = {}
+exec(compile(src, "модуль_ü.py", "exec"), ns)   # a non-ASCII file name: marshal writes it as 'u'
+pr = cProfile.Profile()
+pr.enable()
+ns["rec"](40); sorted(str(i) for i in range(300)); [ns["leaf"](i) for i in range(200)]
+pr.disable()
+pr.dump_stats(sys.argv[1])
+print(repr(sorted(marshal.loads(open(sys.argv[1], "rb").read()).items())))
+'''
+
+
+def _python(minor: int) -> str | None:
+    import glob
+    import shutil
+    found = sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/3.{minor}.*/bin/python3")))
+    return found[-1] if found else shutil.which(f"python3.{minor}")
+
+
+@pytest.mark.parametrize("minor", [11, 12, 13])
+def test_reader_decodes_real_dumps_as_marshal_does(minor, tmp_path):
+    python = _python(minor)
+    if python is None:
+        pytest.skip(f"no Python 3.{minor} here (looked in ~/.pyenv/versions and PATH)")
+    path = tmp_path / "dump.prof"
+    r = subprocess.run([python, "-c", DUMP, str(path)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    data = path.read_bytes()
+    assert data[0] == 0xFB   # a dict with FLAG_REF, as dump_stats writes
+    got = fmt.decode(data)
+    assert repr(sorted(got.items())) == r.stdout.strip()   # what that Python's own marshal.loads returned
+    assert any(k[0] == "модуль_ü.py" for k in got) and len(got) >= 5
+    assert fmt.load(data) == got and profmagic.load(str(path)).meta["functions"] == len(got)
+
+
+@pytest.mark.parametrize("obj", [
+    {("a.py", 1, "f"): (1, 2, 0.5, -1.25, {})},
+    {"k": (0, -1, 2**31 - 1, -2**31, 2**31, -2**40, 2**62, -(2**62) + 1)},
+    {"s": ("", "x", "é", "\ud800", "日本", "a" * 300, b"bytes", None, True, False, ())},
+    {"nested": ((1, (2, (3,))), {"in": {"deeper": (1.5,)}})},
+])
+def test_reader_matches_marshal_on_the_subset(obj):
+    shared = ("shared", 1)
+    obj = {**obj, "ref1": shared, "ref2": shared}   # marshal writes the second as a reference
+    data = marshal.dumps(obj)
+    assert fmt.decode(data) == obj == marshal.loads(data)
+
+
+@pytest.mark.parametrize("obj, what", [
+    ({"c": compile("1", "x", "eval")}, "code object"),
+    ({"l": [1, 2]}, "list"),
+    ({"s": {1}}, "set"),
+    ({"f": frozenset({1})}, "frozenset"),
+    ({"x": 1j}, "complex number"),
+    ({"i": 2**80}, "too large for a count"),
+])
+def test_reader_refuses_what_pstats_never_holds(obj, what):
+    with pytest.raises(profmagic.ProfileFormatError, match=what):
+        fmt.decode(marshal.dumps(obj), source="bad.prof")

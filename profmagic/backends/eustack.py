@@ -6,7 +6,6 @@ with ``eu-stack`` in a loop; on stop it sends SIGINT and reads the sampled captu
 from __future__ import annotations
 
 import os
-import re
 import select
 import shutil
 import signal

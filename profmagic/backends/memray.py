@@ -135,7 +135,7 @@ class Recorder:
         try:
             tracker.__enter__()
         except RuntimeError as e:  # another Tracker is active (memray allows one per process)
-            del tracker  # its writer compresses its file when freed: before the folder goes, not after
+            tracker = None  # its writer compresses its file when freed: before the folder goes, not after
             self.close()
             raise ProfilerError(f"memray could not start: {e}. Finish the other memray recording first "
                                 "(a %%memray_flamegraph cell or a memray.Tracker block)") from None

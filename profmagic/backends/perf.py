@@ -39,10 +39,8 @@ import subprocess
 import sys
 import time
 
-import pandas as pd
 
 from ..errors import ProfilerError
-from ..threads import thread_label
 from ..tempdirs import TempDir
 from .base import OWN_GROUP, Capabilities, Capture, Options, reap, tool_version
 from .perf_jitdump import JitDump

@@ -9,13 +9,19 @@
 Each worker samples itself in-process (cluster/worker.py: wall and CPU per thread, every sample
 labelled with its task prefix), aggregates there, and sends the result back through the engine
 (dask.py, ray.py). ``assemble.py`` makes the Profile; ``tasks.py`` the per-task and per-rank tables.
+
+``%%profile --cluster dask|dask:NAME|ray`` and ``profmagic.profile(backend, cluster=...)`` record the
+driver (the kernel) with the chosen backend and the workers with a ``Recording`` (session.py).
 """
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from ..errors import ProfilerError
-from ..model import Profile
+
+if TYPE_CHECKING:   # not imported: a worker loads this package and must not pay for pandas
+    from ..model import Profile
 
 ENGINES = ("dask", "ray")
 INSTALL = {"dask": "pip install 'dask[distributed]'", "ray": "pip install ray"}
@@ -53,6 +59,39 @@ def _dask_client(target):
                             "(client = distributed.Client(...)), or name it: --cluster dask:client") from None
 
 
+def resolve(target, namespace=None):
+    """What ``--cluster`` / ``cluster=`` names, checked before anything runs (ProfilerError, one line,
+    otherwise): "dask" -> the current ``distributed.Client``; "dask:NAME" -> the Client in variable
+    NAME of ``namespace`` (the notebook's); a Client -> itself; "ray" -> "ray" once Ray is connected
+    with profmagic's worker hook; a ``Recording`` -> itself."""
+    if isinstance(target, Recording):
+        return target
+    engine = engine_of(target)
+    if engine == "ray":
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            raise missing_engine("ray") from None
+        from . import ray as ray_engine
+        ray_engine.check()
+        return "ray"
+    if not isinstance(target, str) or ":" not in target:
+        return _dask_client(target)
+    name = target.split(":", 1)[1]
+    try:
+        import distributed
+    except ImportError:
+        raise missing_engine("dask") from None
+    if namespace is None or name not in namespace:
+        where = "the notebook" if namespace is not None else "Python (pass the Client itself: cluster=client)"
+        raise ProfilerError(f"profmagic: --cluster dask:{name}: there is no variable {name!r} in {where}")
+    client = namespace[name]
+    if not isinstance(client, distributed.Client):
+        raise ProfilerError(f"profmagic: --cluster dask:{name}: {name} is a {type(client).__name__}, not a "
+                            "distributed.Client")
+    return client
+
+
 def session(target, **options):
     """The engine's Session for ``target``: ``start()``, ``stop() -> results``, ``close()``."""
     engine = engine_of(target)
@@ -75,7 +114,7 @@ class Recording:
         self.session = session(target, **options)
         self.engine = self.session.engine
         self.t0: float | None = None
-        self.results: list[dict] | None = None
+        self.results: list[dict] | None = None      # what collect() brought back
         self.stop_seconds: dict[str, float] = {}
         self.profile: Profile | None = None
 
@@ -83,15 +122,21 @@ class Recording:
         self.t0 = time.time()
         self.session.start()
 
+    def collect(self) -> None:
+        """Stop every worker's sampler and bring back what it recorded (once; ``stop`` calls it)."""
+        if self.results is None:
+            t = time.perf_counter()
+            self.results = self.session.stop()
+            self.stop_seconds["collect"] = time.perf_counter() - t
+
     def stop(self, driver: Profile | None = None, driver_pid: int | None = None,
              driver_name: str = "driver") -> Profile:
         from .assemble import assemble
+        self.collect()
         t = time.perf_counter()
-        self.results = self.session.stop()
-        t1 = time.perf_counter()
         p = assemble(self.results, driver, engine=self.engine, t0=self.t0, driver_pid=driver_pid,
-                     driver_name=driver_name)
-        self.stop_seconds = {"collect": t1 - t, "assemble": time.perf_counter() - t1}
+                     driver_name=driver_name, session=self.session.id)
+        self.stop_seconds["assemble"] = time.perf_counter() - t
         return p
 
     def close(self) -> None:

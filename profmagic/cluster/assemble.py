@@ -27,6 +27,8 @@ from .worker import MAGIC, PAYLOAD_VERSION, SAMPLE_ARRAYS
 
 TASK = "task"
 BACKEND = "cluster sampler"
+DRIVER_META = ("cell", "partial", "cell_wall", "cell_cpu", "cell_run_delay", "pid", "mode", "requested_rate",
+               "backend_choice", "versions", "message", "warnings")
 
 
 def decode(data: bytes, source: str = "<worker>") -> dict:
@@ -158,12 +160,13 @@ class _Tables:
 
 
 def assemble(results: list[dict], driver: Profile | None = None, *, engine: str, t0: float | None = None,
-             driver_pid: int | None = None, driver_name: str = "driver") -> Profile:
+             driver_pid: int | None = None, driver_name: str = "driver", session: str | None = None) -> Profile:
     """One Profile: the driver (if recorded) and one rank per worker result.
 
     ``results``: dicts with ``status`` (ok, ended, unreachable, error), ``payload`` bytes where the
     worker sent or left one, ``error`` (the engine's words), and ``name``/``label``/``pid``/``host``.
     ``t0`` is the driver's start in epoch seconds: worker sample times are shifted onto it.
+    ``session``: the recording's id (its spill folders are named after it), kept in ``meta["cluster"]``.
     """
     tables, procs, missing = _Tables(), {}, {}
     if driver is not None:
@@ -213,13 +216,15 @@ def assemble(results: list[dict], driver: Profile | None = None, *, engine: str,
             "note": ("workers: wall = time since the worker's previous sampling pass, cpu = the thread's CPU clock "
                      "over it; stack rows hold every sample, the time-ordered samples a bounded, evenly thinned "
                      "subset (samples_kept_every per rank)"),
-            "cluster": {"engine": engine, "workers": sum(1 for v in procs.values() if v.get("role") == "worker"),
+            "cluster": {"engine": engine, "session": session, "workers": sum(1 for v in procs.values() if v.get("role") == "worker"),
                         "payload_bytes": sizes,
                         "unreachable": [k for k, v in procs.items() if v.get("status") in ("unreachable", "error")],
                         "ended": [k for k, v in procs.items() if v.get("status") == "ended"]}}
-    if driver is not None:
-        for k in ("cell", "partial", "cell_wall", "cell_cpu", "pid"):
+    if driver is not None:   # what the driver's session found out about the cell, and what to tell
+        for k in DRIVER_META:
             if driver.meta.get(k) is not None:
                 meta[k] = driver.meta[k]
     p = tables.profile(meta, driver.metric if driver is not None else "wall")
-    return p.replace(meta={**p.meta, "sample_count": p.sample_count})
+    if driver is not None and driver.meta.get("cell_thread") in set(p.thread_table["label"]):
+        meta["cell_thread"] = driver.meta["cell_thread"]
+    return p.replace(meta={**p.meta, **meta, "sample_count": p.sample_count})

@@ -143,7 +143,8 @@ class Session:
         self.rate = float(rate)
         self.threads = threads
         self.timeout = float(timeout)
-        # A worker's first recording imports profmagic (pandas): seconds on a loaded machine.
+        # A worker's first recording imports profmagic's worker side (no pandas, but a loaded
+        # machine can take seconds to start anything).
         self.start_timeout = float(start_timeout)
         self.start_error: str | None = None
         self.max_samples = max_samples

@@ -80,6 +80,18 @@ def not_hooked_message() -> str:
             "(or call profmagic.cluster.ray.install() before ray.init()), then run the cell again")
 
 
+def check() -> None:
+    """Ray is connected, and its job's workers run profmagic's hook (ProfilerError otherwise)."""
+    import ray
+
+    from ..errors import ProfilerError
+    if not ray.is_initialized():
+        raise ProfilerError("profmagic: --cluster ray needs a connected Ray: call ray.init() first (after "
+                            "%load_ext profmagic, or with runtime_env=profmagic.cluster.ray.runtime_env())")
+    if not hooked():
+        raise ProfilerError(not_hooked_message())
+
+
 # -- worker side ----------------------------------------------------------------------------
 _agent = None
 
@@ -435,12 +447,7 @@ class Session:
     def __init__(self, rate: float = 100.0, threads: str = "tasks", timeout: float = 10.0,
                  max_samples: int | None = None, max_seconds: float = 3600.0, node_timeout: float = 60.0):
         import ray
-        from ..errors import ProfilerError
-        if not ray.is_initialized():
-            raise ProfilerError("profmagic: --cluster ray needs a connected Ray: call ray.init(runtime_env="
-                                "profmagic.cluster.ray.runtime_env()) first")
-        if not hooked():
-            raise ProfilerError(not_hooked_message())
+        check()
         self.id = uuid.uuid4().hex[:12]
         # Workers of the job are not known before they are asked: one per CPU of the cluster, at most.
         workers = int(ray.cluster_resources().get("CPU", 1))

@@ -4,7 +4,8 @@ straggler. pandas only: no plotly, so the views can be drawn by any front end.
 - ``ranks``: one row per rank (the driver and every worker), unreachable ones included;
 - ``tasks``: wall, CPU and off-CPU per task prefix, summed over workers, or per worker;
 - ``straggler``: the worker whose task time is furthest above the others', and the task that
-  makes the difference.
+  makes the difference;
+- ``missing``: the ranks without samples (unreachable, or ended leaving nothing), with why.
 """
 from __future__ import annotations
 
@@ -43,6 +44,19 @@ def ranks(profile: Profile) -> pd.DataFrame:
     out = pd.DataFrame(rows, columns=["rank", "role", "status", "samples", "wall", "cpu", "off_cpu",
                                       "tasks_wall", "other_cpu", "error"]).set_index("rank")
     out["status_text"] = [STATUS_TEXT.get(s, s) for s in out["status"]]
+    return out
+
+
+def missing(profile: Profile) -> dict[str, str]:
+    """Ranks that ``meta["processes"]`` names but that have no samples and did not run to the end
+    (a worker that could not be reached, or ended leaving no data): label -> what happened, with
+    the engine's error. {} for a profile that is not a cluster's."""
+    have = set(by_process(profile).index)
+    out = {}
+    for label, i in (profile.meta.get("processes") or {}).items():
+        status = (i or {}).get("status", "ok")
+        if label not in have and status != "ok":
+            out[label] = STATUS_TEXT.get(status, status) + (f": {i['error']}" if i.get("error") else "")
     return out
 
 

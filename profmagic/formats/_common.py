@@ -41,9 +41,21 @@ def load_json(data: bytes, source: str):
         raise ProfileFormatError(f"invalid JSON: {e.msg}", source=source, line=e.lineno, offset=offset) from None
     except UnicodeDecodeError as e:
         raise ProfileFormatError(f"not UTF-8 text: {e.reason}", source=source, offset=e.start) from None
+    except ValueError as e:   # an integer with more digits than Python converts
+        raise ProfileFormatError(f"invalid JSON: {e}", source=source) from None
 
 
 def ext_block(doc) -> dict:
     """Our extension block of a JSON object, or {}."""
     block = doc.get(EXT) if isinstance(doc, dict) else None
     return block if isinstance(block, dict) else {}
+
+
+_THREAD_TYPES = {"pid": (int,), "tid": (int,), "name": (str,), "process": (str,), "rank": (int, str),
+                 "backend": (str,), "python": (bool,)}
+
+
+def thread_attrs(row: dict) -> dict:
+    """The attributes of a thread row our writer carried, those of the right type only (the row
+    comes from a file, which may be hostile)."""
+    return {k: v for k, v in row.items() if type(v) in _THREAD_TYPES.get(k, ())}

@@ -9,6 +9,7 @@ multiprocessing name) and ``["s", time, tid, thread name, wall, cpu, [frame ids,
 from __future__ import annotations
 
 import json
+import math
 
 from ..errors import ProfileFormatError
 from ..model import Profile, Raw, StackBuilder
@@ -22,9 +23,34 @@ def sniff(head: bytes) -> bool:
     return h.startswith(b'{"v":1,"pid":')
 
 
+def _num(v) -> bool:
+    return type(v) in (int, float) and math.isfinite(v)
+
+
+def _header(rec) -> bool:
+    argv = rec.get("argv", []) if isinstance(rec, dict) else None
+    return (isinstance(rec, dict) and rec.get("v") == 1 and type(rec.get("pid")) is int
+            and _num(rec.get("t0", 0.0)) and _num(rec.get("rate", 1)) and type(argv) is list
+            and all(type(a) is str for a in argv))
+
+
+def _record(rec, ids) -> bool:
+    """A frame, name or sample record with the types the child writes."""
+    kind = rec[0] if type(rec) is list and rec else None
+    if kind == "f":
+        return len(rec) == 5 and type(rec[1]) is int and type(rec[2]) is str and type(rec[3]) is str \
+            and type(rec[4]) is int
+    if kind == "n":
+        return len(rec) == 2 and type(rec[1]) is str
+    return kind == "s" and len(rec) == 7 and _num(rec[1]) and (rec[2] is None or type(rec[2]) is int) \
+        and type(rec[3]) is str and _num(rec[4]) and (rec[5] is None or _num(rec[5])) \
+        and type(rec[6]) is list and all(type(f) is int and f in ids for f in rec[6])
+
+
 def read(data: bytes, source: str = "<child>", t0: float | None = None) -> Profile:
     """One child's capture as a Profile (wall and cpu per sample). Times count from ``t0`` (the
-    parent's start, on the same perf_counter clock), else from the child's own start."""
+    parent's start, on the same perf_counter clock), else from the child's own start. Every fault
+    but a torn last line is a ProfileFormatError naming the line."""
     b = StackBuilder()
     head = None
     ids: dict[int, int] = {}
@@ -32,6 +58,8 @@ def read(data: bytes, source: str = "<child>", t0: float | None = None) -> Profi
     torn = 0
     last_t = None
     lines = data.split(b"\n")
+    while lines and not lines[-1]:
+        lines.pop()
     offset = 0
     for n, raw in enumerate(lines, 1):
         here, offset = offset, offset + len(raw) + 1
@@ -39,39 +67,37 @@ def read(data: bytes, source: str = "<child>", t0: float | None = None) -> Profi
             continue
         try:
             rec = json.loads(raw)
-        except ValueError:
-            if n == len(lines) or (n == len(lines) - 1 and not lines[-1]):
+        except (ValueError, RecursionError):
+            if n == len(lines):
                 torn += 1
                 continue
-            raise ProfileFormatError("expected one JSON record per line", source=source, line=n, offset=here)
+            raise ProfileFormatError("expected one JSON record per line", source=source, line=n,
+                                     offset=here) from None
         if head is None:
-            if not isinstance(rec, dict) or rec.get("v") != 1:
-                raise ProfileFormatError('expected the header {"v": 1, "pid": ...}', source=source, line=n)
+            if not _header(rec):
+                raise ProfileFormatError('expected the header {"v": 1, "pid": ..., "t0": ..., "rate": ..., '
+                                         '"argv": [...]}', source=source, line=n)
             head = rec
             if t0 is None:
                 t0 = float(head.get("t0") or 0.0)
             continue
-        try:
-            kind = rec[0]
-            if kind == "f":
-                ids[rec[1]] = b.frame(rec[2], rec[3], rec[4], "python")
-            elif kind == "n":
-                name = rec[1]
-            elif kind == "s":
-                _, t, nid, tname, wall, cpu, stack = rec
-                th = b.thread(thread_label(nid, tname), tid=nid, name=tname, pid=head.get("pid"), python=True)
-                b.add(b.stack(th, [ids[f] for f in stack]), samples=1, time=t - t0, wall=float(wall),
-                      cpu=float("nan") if cpu is None else float(cpu))
-                last_t = t
-            else:
-                raise ValueError(kind)
-        except (ValueError, TypeError, KeyError, IndexError) as e:
-            raise ProfileFormatError(f"expected a frame ['f', ...], name ['n', ...] or sample ['s', ...] "
-                                     f"record ({type(e).__name__}: {e})", source=source, line=n) from None
+        if not _record(rec, ids):
+            raise ProfileFormatError("expected a frame ['f', id, name, file, line], a name ['n', name] or a sample "
+                                     "['s', time, tid, thread, wall, cpu, [frame ids]]", source=source, line=n)
+        if rec[0] == "f":
+            ids[rec[1]] = b.frame(rec[2], rec[3], rec[4], "python")
+        elif rec[0] == "n":
+            name = rec[1]
+        else:
+            _, t, nid, tname, wall, cpu, stack = rec
+            th = b.thread(thread_label(nid, tname), tid=nid, name=tname, pid=head["pid"], python=True)
+            b.add(b.stack(th, [ids[f] for f in stack]), samples=1, time=t - t0, wall=float(wall),
+                  cpu=float("nan") if cpu is None else float(cpu))
+            last_t = t
     if head is None:
         raise ProfileFormatError("empty child capture: no header line", source=source, offset=0)
     meta = {"format": NAME, "source": source, "backend": "childsampler", "rate": head.get("rate"),
-            "pid": head.get("pid"), "ppid": head.get("ppid"), "argv": head.get("argv"), "process_name": name,
-            "started_at": head.get("t0", t0) - t0, "last_sample_at": None if last_t is None else last_t - t0,
-            "torn_lines": torn}
+            "pid": head["pid"], "image": head.get("image", 0), "ppid": head.get("ppid"), "argv": head.get("argv"),
+            "process_name": name, "started_at": head.get("t0", t0) - t0,
+            "last_sample_at": None if last_t is None else last_t - t0, "torn_lines": torn}
     return b.build(metric="wall", meta=meta, raw=Raw(data, NAME, options={"t0": t0}))

@@ -17,7 +17,7 @@ from ..model import Profile, Raw, StackBuilder
 NAME = "folded"
 # As flamegraph.pl: the stack is everything before the last whitespace and the count.
 _LINE = re.compile(r"^(.*)\s(\d+(?:\.\d*)?)$")
-_PY_FRAME = re.compile(r"^.* \((.+\.pyx?):(\d+)\)$")
+_PY_TAIL = re.compile(r"\.pyx?:(\d+)\)$")   # the end of "name (file.py:12)"
 
 
 def sniff(head: bytes) -> bool:
@@ -37,9 +37,14 @@ def frame_kind(name: str) -> tuple[str, str | None, int | None]:
         return "kernel", None, None
     if name.endswith("_[j]"):
         return "other", None, None
-    m = _PY_FRAME.match(name)
+    # "name (file.py:12)": the end first, then the last " (" before it. For a name (no newline in it)
+    # this is what r"^.* \((.+\.pyx?):(\d+)\)$" matches, in linear time: that regex takes time
+    # quadratic in a name of many " (".
+    m = _PY_TAIL.search(name)
     if m:
-        return "python", m.group(1), int(m.group(2))
+        p = name.rfind(" (", 0, m.start() - 1)
+        if p >= 0:
+            return "python", name[p + 2:m.start(1) - 1], int(m.group(1))
     return "other", None, None
 
 
@@ -173,5 +178,11 @@ def write_text(profile: Profile, metric: str | None = None, thread_roots: bool |
     return "".join(f"{k} {_fmt(agg[k])}\n" for k in keys)
 
 
+_LONE = re.compile("[\ud800-\udc7f\udd00-\udfff]")
+
+
 def write(profile: Profile, metric: str | None = None) -> bytes:
-    return write_text(profile, metric).encode("utf-8", errors="surrogateescape")
+    # surrogateescape gives back the bytes a name was read from; any other lone surrogate (from JSON's
+    # "\ud800") has no UTF-8: it is written as the text \ud800.
+    text = _LONE.sub(lambda m: f"\\u{ord(m.group()):04x}", write_text(profile, metric))
+    return text.encode("utf-8", errors="surrogateescape")

@@ -71,6 +71,25 @@ _KERNEL_MOD = re.compile(r"^\[|vmlinux$")
 # Sniffing: a frame line proper (hex address, symbol, module in parentheses).
 _SNIFF_FRAME = re.compile(r"\s*[0-9a-fA-F]+\s+\S.* \(.*\)\s*$", re.A)
 _SIDE_BAND = re.compile(r"PERF_RECORD_(\w+)(.*)$")
+
+
+# The regexes above backtrack in time quadratic in a line's length on some hostile lines (many " (" and
+# no ")" after them; a long blank run). These give the same matches in bounded time:
+def _frame_match(line: str):
+    """_FRAME.match(line): only when a ")" follows a " (", and only up to the last ")"."""
+    end = line.rfind(")")
+    return _FRAME.match(line, 0, end + 1) if end > 0 and line.rfind(" (", 0, end) >= 0 else None
+
+
+def _header_match(line: str):
+    """_HEADER.match(line) within the first 512 characters (comm is at most 16, then pid/tid)."""
+    return _HEADER.match(line, 0, 512)
+
+
+def _sniff_frame_match(line: str):
+    """_SNIFF_FRAME.match(line): only when the line ends with ")" and has a " (" before it."""
+    body = line.rstrip(" \t\n\r\x0b\x0c")   # ASCII blanks, as \s with re.A
+    return _SNIFF_FRAME.match(line) if body.endswith(")") and body.rfind(" (", 0, len(body) - 1) >= 0 else None
 _CPU_EVENTS = ("cpu-clock", "task-clock")
 _NAN = float("nan")
 _MAX_WARNINGS = 5
@@ -93,11 +112,11 @@ def sniff(head: bytes) -> bool:
         if not line.strip():
             after_header = False
             continue
-        if _SNIFF_FRAME.match(line) and not line[:1].isspace() and not after_header:
+        if _sniff_frame_match(line) and not line[:1].isspace() and not after_header:
             return False  # column-0 frames are only valid right after a header
-        if after_header and _SNIFF_FRAME.match(line):
+        if after_header and _sniff_frame_match(line):
             return True
-        if _HEADER.match(line) and ":" in line:
+        if _header_match(line) and ":" in line:
             seen_header = after_header = True
             continue
         if not seen_header:
@@ -300,9 +319,9 @@ class Parser:
         """The cache entry of a frame line, or None when the line is not one."""
         entry = self._lines.get(line)
         if entry is None:
-            if _HEADER.match(line) is not None:
+            if _header_match(line) is not None:
                 return None
-            f = _FRAME.match(line)
+            f = _frame_match(line)
             if f is None:
                 return None
             groups = f.group(1, 2, 3)
@@ -351,7 +370,7 @@ class Parser:
             counted[:] = [n, before]
             return before + 1
 
-        header_match, blocks, no_frames = _HEADER.match, self._blocks, ((), (), [])
+        header_match, blocks, no_frames = _header_match, self._blocks, ((), (), [])
         for i, chunk in enumerate(chunks):
             peeled = 0
             while self.all_events and chunk and chunk[0] not in "#\n":  # leading PERF_RECORD_* lines
@@ -408,7 +427,7 @@ class Parser:
                 continue
             if line[0] == "#":
                 continue
-            m = _HEADER.match(line)
+            m = _header_match(line)
             if m is not None:
                 sb = self._side_band(line, m)
                 if sb is not None:

@@ -12,18 +12,22 @@ pstats keeps caller→callee pairs only, not stacks, so stacks are rebuilt, appr
    (self-calls included); functions reachable only through a cycle start a walk of their own.
 2. Walk the remaining acyclic graph callers first. A root has one path, itself, with share 1.
    A function's paths are its callers' paths extended by it, each caller weighted by its share
-   of the function's cumtime (by call count where cumtimes are all zero). At most
-   ``MAX_PATHS`` paths are kept per function, heaviest first, renormalised.
+   of the function's cumtime (by call count where cumtimes are all zero). Only the heaviest
+   paths are kept per function (at most ``MAX_PATHS``), renormalised; how many, and how deep,
+   is bounded by the size of the call graph (``rebuild``), so a dense graph cannot explode.
 3. Each function's tottime is split over its paths by those shares; the last path takes the
    remainder, so the rebuilt total equals the sum of tottime.
 
-``table()`` gives the exact flat table (the primary view of this format). marshal is not
-meant for untrusted input: read only files you would load with pstats.
+``table()`` gives the exact flat table (the primary view of this format). The bytes are read by
+``decode``, a reader of the marshal subset pstats files use, not by ``marshal``, which is not
+meant for untrusted input (a crafted file can crash the process).
 """
 from __future__ import annotations
 
-import marshal
+import heapq
 import math
+import struct
+import sys
 
 import numpy as np
 import pandas as pd
@@ -32,7 +36,12 @@ from ..errors import ProfileFormatError
 from ..model import Profile, Raw, StackBuilder
 
 NAME = "pstats"
-MAX_PATHS = 256
+MAX_PATHS = 256          # paths kept per function, at most
+MIN_PER_FUNCTION = 4     # ... and at least, whatever the budget
+# The rebuilt stacks are bounded by the call graph's size (functions + caller entries):
+PATHS_PER_ENTRY, MIN_PATHS = 2, 20_000
+FRAMES_PER_ENTRY, MIN_FRAMES = 40, 1_000_000
+CUT = "[callers cut]"    # stands for the callers above a path cut to the depth limit
 APPROXIMATE = ("stacks rebuilt from caller→callee pairs (pstats keeps no stacks): each function's "
                "time is split over its callers in proportion to their cumtime; the flat table is exact")
 
@@ -50,13 +59,205 @@ def sniff(head: bytes) -> bool:
     return False
 
 
-def _num(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
 def _label(key) -> str:
     file, line, name = key
     return name if file == "~" else f"{name} ({file}:{line})"
+
+
+# The marshal format (CPython's Python/marshal.c): a type code byte, with FLAG_REF (0x80) set when
+# the object goes into the reference table, then its payload. pstats files use only the codes below.
+MAX_DEPTH = 10          # a pstats dict nests 4 deep: stats{key: (.., callers{key: (..)})}
+MEMORY_FACTOR = 8       # estimated bytes of objects built per byte of input, at most
+MEMORY_BASE = 1 << 20
+_EXPECT = "; expected a pstats dict (marshalled dicts, tuples, strings, ints and floats)"
+_I32 = struct.Struct("<i").unpack_from
+_F64 = struct.Struct("<d").unpack_from
+_PENDING = object()     # the reference of a container still being read
+_NO_KEY = object()
+_OTHER = {"c": "code object", "[": "list", "<": "set", ">": "frozenset", "x": "complex number",
+          "y": "complex number", "S": "StopIteration", ".": "Ellipsis"}
+
+
+def decode(data: bytes, source: str = "<input>"):
+    """What ``marshal.loads(data)`` returns, for the subset pstats files use: dict, tuple, str, int,
+    float (and None, True, False).
+
+    Not ``marshal``, which trusts its input (a crafted file can crash the process or make it allocate
+    gigabytes): every declared length is checked against the bytes left before anything is built,
+    nesting is at most ``MAX_DEPTH``, the objects built are estimated to stay within
+    ``MEMORY_FACTOR`` times the input, a reference to a container still being read (a cycle) is
+    refused, and so is every other type (code objects, lists, sets...).
+    """
+    data = bytes(data)
+    size = len(data)
+    budget = MEMORY_FACTOR * size + MEMORY_BASE
+    refs: list = []
+    stack: list[list] = []   # open containers: [list of items | dict, items left | pending key, ref slot]
+    pos = 0
+
+    def fail(msg, at):
+        raise ProfileFormatError(msg + _EXPECT, source=source, offset=at)
+
+    def short(n, what, at, left):
+        fail(f"the marshal data ends early: {what} needs {n:,} bytes, {left:,} are left", at)
+
+    def count(data, pos, one_byte, what, at):
+        """(a declared count of items or bytes, the position after it): one byte or four, at most
+        the bytes left (every item takes at least one)."""
+        width = 1 if one_byte else 4
+        if pos + width > len(data):
+            short(width, f"{what}'s length", at, len(data) - pos)
+        n = data[pos] if one_byte else _I32(data, pos)[0]
+        pos += width
+        if not 0 <= n <= len(data) - pos:
+            fail(f"{what} declares {n:,} items but only {len(data) - pos:,} bytes are left", at)
+        return n, pos
+
+    def too_big(at):
+        fail(f"the marshal data would need more than {MEMORY_FACTOR}x its size in memory", at)
+
+    while True:
+        at = pos
+        if pos + 1 > size:
+            short(1, "a type code", at, size - pos)
+        code = data[pos]
+        flag = code & 0x80
+        code &= 0x7F
+        pos += 1
+        if code == 0x72:                                    # 'r' a reference
+            if pos + 4 > size:
+                short(4, "a reference", at, size - pos)
+            i = _I32(data, pos)[0]
+            pos += 4
+            if not 0 <= i < len(refs):
+                fail(f"reference {i} to an object not read yet ({len(refs)} so far)", at)
+            v = refs[i]
+            if v is _PENDING:
+                fail(f"reference {i} to a container that is still being read (a cycle)", at)
+            flag = 0
+        elif code == 0x69:                                  # 'i' int32
+            if pos + 4 > size:
+                short(4, "an int", at, size - pos)
+            v = _I32(data, pos)[0]
+            pos += 4
+            budget -= 32
+        elif code == 0x67:                                  # 'g' binary float
+            if pos + 8 > size:
+                short(8, "a float", at, size - pos)
+            v = _F64(data, pos)[0]
+            pos += 8
+            budget -= 24
+        elif code in (0x28, 0x29, 0x7B):                    # '(' tuple, ')' small tuple, '{' dict
+            if len(stack) >= MAX_DEPTH:
+                fail(f"the marshal data nests deeper than {MAX_DEPTH} levels", at)
+            slot = -1
+            if code == 0x7B:
+                budget -= 64
+                c, n = {}, _NO_KEY
+            else:
+                n, pos = count(data, pos, code == 0x29, "a tuple", at)
+                budget -= 56 + 8 * n
+                c = []
+            if budget < 0:
+                too_big(at)
+            if flag:
+                slot = len(refs)
+                refs.append(_PENDING)
+            if n != 0:
+                stack.append([c, n, slot])
+                continue
+            v = ()                                          # the empty tuple: complete already
+            if flag:
+                refs[slot] = v
+            flag = 0
+        elif code in (0x75, 0x74, 0x61, 0x41, 0x7A, 0x5A, 0x73):   # u t a A z Z: str; s: bytes
+            n, pos = count(data, pos, code in (0x7A, 0x5A), "a string", at)
+            raw = data[pos:pos + n]
+            pos += n
+            if code == 0x73:
+                v = raw
+            elif code in (0x75, 0x74):                      # UTF-8, surrogates allowed (as marshal)
+                try:
+                    v = raw.decode("utf-8", "surrogatepass")
+                except UnicodeDecodeError as e:
+                    fail(f"a string that is not UTF-8 ({e.reason})", at)
+            else:                                           # one byte per character
+                v = raw.decode("latin-1")
+            if code in (0x74, 0x41, 0x5A):
+                v = sys.intern(v)
+            budget -= sys.getsizeof(v)
+        elif code == 0x6C:                                  # 'l' long: 15-bit digits, least first
+            if pos + 4 > size:
+                short(4, "an int", at, size - pos)
+            n = _I32(data, pos)[0]
+            pos += 4
+            if abs(n) > 5:   # 75 bits: more than any count or line number
+                fail(f"an int of {abs(n)} 15-bit digits (too large for a count or line number)", at)
+            if pos + 2 * abs(n) > size:
+                short(2 * abs(n), "an int", at, size - pos)
+            v = 0
+            for k in range(abs(n) - 1, -1, -1):
+                d = data[pos + 2 * k] | data[pos + 2 * k + 1] << 8
+                if d >> 15 or (d == 0 and k == abs(n) - 1):
+                    fail("an int with a digit out of range", at)
+                v = v << 15 | d
+            pos += 2 * abs(n)
+            v = -v if n < 0 else v
+            budget -= 40
+        elif code == 0x66:                                  # 'f' float as text
+            if pos + 1 > size:
+                short(1, "a float length", at, size - pos)
+            n = data[pos]
+            if pos + 1 + n > size:
+                short(1 + n, "a float", at, size - pos)
+            raw = data[pos + 1:pos + 1 + n]
+            pos += 1 + n
+            try:
+                v = float(raw.decode("ascii"))
+            except ValueError:
+                fail(f"a float that is not a number ({raw!r})", at)
+            budget -= 24
+        elif code in (0x4E, 0x54, 0x46):                    # N T F
+            v = None if code == 0x4E else code == 0x54
+        elif code == 0x30 and stack and stack[-1][1] is _NO_KEY:   # '0' ends a dict
+            c, _, slot = stack.pop()
+            v = c
+            if slot >= 0:
+                refs[slot] = v
+            flag = 0
+        else:
+            what = "TYPE_NULL outside a dict" if code == 0x30 else _OTHER.get(chr(code), f"type code {code:#04x}")
+            fail(f"marshal {what} is not part of a pstats file", at)
+        if budget < 0:
+            too_big(at)
+        if flag:
+            refs.append(v)
+        # Put the value into the open containers, closing each one it completes.
+        while stack:
+            top = stack[-1]
+            c = top[0]
+            if c.__class__ is list:
+                c.append(v)
+                top[1] -= 1
+                if top[1]:
+                    break
+                v = tuple(c)
+            elif top[1] is _NO_KEY:
+                top[1] = v
+                break
+            else:
+                try:
+                    c[top[1]] = v
+                except TypeError:
+                    fail(f"a dict key of type {type(top[1]).__name__}", at)
+                top[1] = _NO_KEY
+                budget -= 64
+                break
+            stack.pop()
+            if top[2] >= 0:
+                refs[top[2]] = v
+        else:
+            return v   # bytes after the object are ignored, as marshal does
 
 
 def load(data: bytes, source: str = "<input>") -> dict:
@@ -67,36 +268,32 @@ def load(data: bytes, source: str = "<input>") -> dict:
     if not data or data[0] not in (0x7B, 0xFB):
         raise ProfileFormatError("expected a marshalled dict (first byte '{'), as pstats.Stats.dump_stats "
                                  f"writes; got {data[:8]!r}", source=source, offset=0)
-    try:
-        stats = marshal.loads(data)
-    except EOFError:
-        raise ProfileFormatError("the marshal data ends early; expected a complete pstats dict",
-                                 source=source, offset=len(data)) from None
-    except (ValueError, TypeError) as e:
-        raise ProfileFormatError(f"not valid marshal data ({e}); expected a pstats dict",
-                                 source=source, where="marshal stream") from None
+    stats = decode(data, source)
     if not isinstance(stats, dict):
         raise ProfileFormatError(f"expected a dict, got {type(stats).__name__}", source=source, offset=0)
     if not stats:
         raise ProfileFormatError("the stats dict holds no functions; expected at least one entry",
                                  source=source, offset=0)
+    num, isfinite = (int, float), math.isfinite   # type(), not isinstance(): bool is refused
+
+    def nums(t, n):   # a tuple of n finite numbers (a sum is finite only when every term is)
+        return type(t) is tuple and len(t) == n and all(type(v) in num for v in t) and isfinite(sum(t))
+
     for i, (key, val) in enumerate(stats.items()):
-        where = f"entry {i} {key!r}"
-        if not (isinstance(key, tuple) and len(key) == 3 and isinstance(key[0], str)
-                and isinstance(key[1], int) and isinstance(key[2], str)):
+        if not (type(key) is tuple and len(key) == 3 and type(key[0]) is str
+                and type(key[1]) is int and type(key[2]) is str):
             raise ProfileFormatError("expected a key (file: str, line: int, function: str)",
                                      source=source, where=f"entry {i}")
-        if not (isinstance(val, tuple) and len(val) == 5 and all(_num(v) for v in val[:4])
-                and isinstance(val[4], dict)):
+        if not (type(val) is tuple and len(val) == 5 and nums(val[:4], 4) and type(val[4]) is dict):
             raise ProfileFormatError("expected (primitive calls, calls, tottime, cumtime, callers: dict)",
-                                     source=source, where=where)
+                                     source=source, where=f"entry {i} {key!r}")
         for ck, cv in val[4].items():
             if ck not in stats:
                 raise ProfileFormatError(f"caller {ck!r} has no entry of its own; expected every caller "
-                                         "to be a key of the dict", source=source, where=where)
-            if not (_num(cv) or (isinstance(cv, tuple) and len(cv) == 4 and all(_num(v) for v in cv))):
+                                         "to be a key of the dict", source=source, where=f"entry {i} {key!r}")
+            if not (nums(cv, 4) or (type(cv) in num and isfinite(cv))):
                 raise ProfileFormatError(f"caller {ck!r}: expected (calls, primitive calls, tottime, cumtime) "
-                                         "or a call count", source=source, where=where)
+                                         "or a call count", source=source, where=f"entry {i} {key!r}")
     return stats
 
 
@@ -157,27 +354,88 @@ def _acyclic_parents(keys: list, stats: dict) -> tuple[list[list[tuple[int, floa
     return parents, post[::-1]
 
 
-def rebuild(stats: dict) -> tuple[list, list[dict[tuple, float]], bool]:
-    """(keys, per function {path of key indices: share}, whether paths were pruned)."""
-    keys = list(stats)
-    parents, order = _acyclic_parents(keys, stats)
-    paths: list[dict[tuple, float]] = [{} for _ in keys]
-    pruned = False
+def budgets(stats: dict) -> tuple[int, int]:
+    """(paths, frames) the rebuilt stacks may hold, in proportion to the call graph's size."""
+    size = len(stats) + sum(len(v[4]) for v in stats.values())
+    return max(MIN_PATHS, PATHS_PER_ENTRY * size), max(MIN_FRAMES, FRAMES_PER_ENTRY * size)
+
+
+class Paths:
+    """The rebuilt paths as a tree: node ``i`` is function ``func[i]`` called from node ``parent[i]``
+    (-1 at a root). ``of[f]``: function ``f``'s paths as ``(share, node)``, heaviest first."""
+
+    def __init__(self, n: int):
+        self.parent: list[int] = []
+        self.func: list[int] = []
+        self.depth: list[int] = []
+        self.of: list[list[tuple[float, int]]] = [[] for _ in range(n)]
+        self.per_function = 0      # the most paths kept for one function
+        self.pruned = False        # whether some function had more
+        self.max_depth = 0         # paths deeper than this are cut at the root side (0: none)
+
+    def extend(self, f: int, paths: list[tuple[float, int]]) -> None:
+        """``of[f]``: each (share, node) in ``paths`` with ``f`` appended to the node's path."""
+        n = len(self.func)
+        self.of[f] = [(w, n + i) for i, (w, _) in enumerate(paths)]
+        self.parent += [up for _, up in paths]
+        self.func += [f] * len(paths)
+        self.depth += [self.depth[up] + 1 if up >= 0 else 1 for _, up in paths]
+
+
+def _paths(n: int, parents: list, order: list[int], cap: int) -> Paths:
+    """Each function's ``cap`` heaviest paths, found by merging its callers' path lists (each sorted
+    heaviest first) rather than extending all of them."""
+    t = Paths(n)
+    t.per_function = cap
     for f in order:
         if not parents[f]:
-            paths[f] = {(f,): 1.0}
+            t.extend(f, [(1.0, -1)])
             continue
-        acc: dict[tuple, float] = {}
-        for g, share in parents[f]:
-            for p, w in paths[g].items():
-                q = p + (f,)
-                acc[q] = acc.get(q, 0.0) + w * share
-        if len(acc) > MAX_PATHS:
-            pruned = True
-            acc = dict(sorted(acc.items(), key=lambda kv: -kv[1])[:MAX_PATHS])
-        tot = sum(acc.values())
-        paths[f] = {p: w / tot for p, w in acc.items()} if tot > 0 else {p: 1.0 / len(acc) for p in acc}
-    return keys, paths, pruned
+        lists = [(t.of[g], share) for g, share in parents[f]]
+        heap = [(-share * ps[0][0], j, 0) for j, (ps, share) in enumerate(lists)]
+        heapq.heapify(heap)
+        got = []
+        while heap and len(got) < cap:
+            w, j, k = heap[0]
+            ps, share = lists[j]
+            got.append((-w, ps[k][1]))
+            if k + 1 < len(ps):
+                heapq.heapreplace(heap, (-share * ps[k + 1][0], j, k + 1))
+            else:
+                heapq.heappop(heap)
+        t.pruned = t.pruned or bool(heap)
+        tot = sum(w for w, _ in got)
+        t.extend(f, [(w / tot, up) for w, up in got] if tot > 0 else [(1.0 / len(got), up) for _, up in got])
+    return t
+
+
+def rebuild(stats: dict) -> tuple[list, Paths]:
+    """The function keys, and their paths.
+
+    Work and memory stay in proportion to the call graph (see ``budgets``): each function keeps at
+    most ``min(MAX_PATHS, paths budget / functions)`` paths; when their frames exceed the frames
+    budget, fewer paths per function (down to ``MIN_PER_FUNCTION``), and if that is not enough, the
+    paths are cut at the root side to the depth that fits."""
+    keys = list(stats)
+    parents, order = _acyclic_parents(keys, stats)
+    path_budget, frame_budget = budgets(stats)
+    cap = max(MIN_PER_FUNCTION, min(MAX_PATHS, path_budget // max(1, len(keys))))
+    t = _paths(len(keys), parents, order, cap)
+    frames = sum(t.depth)
+    if frames > frame_budget and cap > MIN_PER_FUNCTION:   # deep paths: keep fewer, not shorter
+        t = _paths(len(keys), parents, order, max(MIN_PER_FUNCTION, cap * frame_budget // frames))
+        frames = sum(t.depth)
+    if frames > frame_budget:   # the deepest cut D with sum(min(depth, D)) within budget
+        depths = t.depth
+        lo, hi = 2, max(depths)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if sum(min(d, mid) for d in depths) <= frame_budget:
+                lo = mid
+            else:
+                hi = mid - 1
+        t.max_depth = lo
+    return keys, t
 
 
 def _frame_args(key) -> tuple:
@@ -191,21 +449,35 @@ def from_stats(stats: dict, metric: str = "wall", thread: str = "pstats", raw: R
                source: str = "<input>", thread_attrs: dict | None = None) -> Profile:
     if metric not in ("wall", "cpu"):
         raise ValueError(f"metric must be 'wall' or 'cpu', got {metric!r}")
-    keys, paths, pruned = rebuild(stats)
+    keys, t = rebuild(stats)
     b = StackBuilder()
     fids = [b.frame(*_frame_args(k)) for k in keys]
+    cut = b.frame(CUT, None, None, "other") if t.max_depth else None
     b.thread(thread, **(thread_attrs or {}))
+    stacks: list[tuple] = []     # each node's stack of frame ids, root first
+    for i, (up, f, d) in enumerate(zip(t.parent, t.func, t.depth)):
+        if not t.max_depth or d <= t.max_depth:
+            stacks.append((stacks[up] if up >= 0 else ()) + (fids[f],))
+        else:   # keep the leafmost max_depth - 1 frames under the CUT frame
+            tail = []
+            while len(tail) < t.max_depth - 1:
+                tail.append(fids[t.func[i]])
+                i = t.parent[i]
+            stacks.append((cut, *reversed(tail)))
     for i, k in enumerate(keys):
         _, nc, tt, _, _ = stats[k]
-        items = list(paths[i].items())
         left = float(tt)
-        for j, (path, share) in enumerate(items):
-            w = left if j == len(items) - 1 else float(tt) * share
+        last = len(t.of[i]) - 1
+        for j, (share, node) in enumerate(t.of[i]):
+            w = left if j == last else float(tt) * share
             left -= w
-            sid = b.stack(thread, [fids[x] for x in path])
-            b.add(sid, samples=0, **{metric: w, "calls": float(nc) * share})
+            b.add(b.stack(thread, stacks[node]), samples=0, **{metric: w, "calls": float(nc) * share})
     other = "cpu" if metric == "wall" else "wall"
-    approx = APPROXIMATE + (f"; only the {MAX_PATHS} heaviest paths per function are kept" if pruned else "")
+    approx = APPROXIMATE
+    if t.pruned:
+        approx += f"; only the {t.per_function} heaviest paths per function are kept"
+    if t.max_depth:
+        approx += f"; paths deeper than {t.max_depth} frames are cut: their callers above are one frame {CUT!r}"
     meta = {"format": NAME, "source": source, "method": "deterministic (every call and return)",
             "approximate": approx, "functions": len(keys),
             "calls": int(sum(v[1] for v in stats.values())),

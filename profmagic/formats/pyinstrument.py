@@ -11,13 +11,12 @@ CPU timer (recorded in our ``x-profmagic`` block, which pyinstrument ignores).
 """
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
 
 from ..errors import ProfileFormatError
-from ._common import ext_block, load_json
+from ._common import EXT, ext_block, load_json, thread_attrs
 from ..model import Profile, Raw, StackBuilder
 
 NAME = "pyinstrument"
@@ -76,9 +75,14 @@ def read(data: bytes, source: str = "<input>", metric: str | None = None,
         if not (isinstance(doc.get(k), (int, float)) and not isinstance(doc.get(k), bool)):
             raise _err(source, k, f"expected a number in {k!r}, got {doc.get(k)!r}")
     ext = ext_block(doc)
+    if metric is None and ext.get("metric", "wall") not in ("wall", "cpu"):
+        raise _err(source, f"{EXT}.metric", f"expected 'wall' or 'cpu', got {ext['metric']!r:.80}")
     metric = metric or ext.get("metric") or "wall"
     if metric not in ("wall", "cpu"):
         raise ValueError(f"metric must be 'wall' or 'cpu', got {metric!r}")
+    if thread_labels is None and not (isinstance(ext.get("thread_labels", {}), dict)
+                                      and all(isinstance(v, str) for v in ext.get("thread_labels", {}).values())):
+        raise _err(source, f"{EXT}.thread_labels", "expected an object of thread labels")
     labels = {str(k): v for k, v in (thread_labels or ext.get("thread_labels") or {}).items()}
     other = "cpu" if metric == "wall" else "wall"
     b = StackBuilder()
@@ -122,10 +126,12 @@ def read(data: bytes, source: str = "<input>", metric: str | None = None,
         "target": doc.get("target_description"),
         "process_cpu_time": doc.get("cpu_time"),
     }
-    meta.update({k: v for k, v in ext.items() if k not in ("thread_labels", "threads", "metric")})
+    from . import carried_meta
+    meta.update(carried_meta({k: v for k, v in ext.items() if k not in ("thread_labels", "threads", "metric")},
+                             source, EXT))
     for row in ext.get("threads") or ():
         if isinstance(row, dict) and row.get("label") in b.threads:
-            b.thread(row["label"], **{k: row.get(k) for k in ("pid", "tid", "name", "python")})
+            b.thread(row["label"], **thread_attrs(row))
     other = "cpu" if metric == "wall" else "wall"
     return b.build(metric=metric, meta=meta, raw=Raw(bytes(data), NAME, filename="profile.pyisession"),
                    unknown_metrics=(other,))

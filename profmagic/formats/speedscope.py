@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ProfileFormatError
-from ..model import MEMORY_METRICS, THREAD_COLUMNS, WEIGHT_METRICS, Profile, Raw, make_frames, thread_table
-from ._common import EXT, ext_block, load_json, version as _version
+from ..model import MEMORY_METRICS, WEIGHT_METRICS, Profile, Raw, make_frames, thread_table
+from ._common import EXT, ext_block, load_json, thread_attrs, version as _version
 
 NAME = "speedscope"
 SCHEMA = "https://www.speedscope.app/file-format-schema.json"
@@ -295,7 +295,7 @@ def _read_fast(data: bytes, source: str, metric: str):
     skeleton, blobs = cut
     try:
         doc = json.loads(skeleton)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except ValueError:   # invalid JSON, not UTF-8, an integer over Python's digit limit
         return None
     # Every placeholder must sit where a sampled profile's samples or weights belong.
     profiles = doc.get("profiles") if isinstance(doc, dict) else None
@@ -411,7 +411,7 @@ def from_dict(doc, source: str = "<input>", metric: str = "wall", raw: Raw | Non
     time_units = units - {"none", "bytes"}
     meta = {"format": NAME, "source": source, "exporter": doc.get("exporter"), "name": doc.get("name"),
             "units": sorted(units)}
-    carried = dict(ext.get("meta") or {})
+    carried = _carried_meta(ext, source)
     if carried.get("format") not in (None, NAME):
         carried["converted_from"] = carried["format"]
     meta.update(carried)
@@ -436,7 +436,7 @@ def _ext_threads(ext: dict, n: int) -> list[dict] | None:
     rows = ext.get("threads")
     if not isinstance(rows, list) or len(rows) != n or not all(isinstance(r, dict) and "label" in r for r in rows):
         return None
-    return [{k: r.get(k) for k in THREAD_COLUMNS} for r in rows]
+    return [{**thread_attrs(r), "label": str(r["label"])} for r in rows]
 
 
 # py-spy names each thread `Thread <tid> "<name>"`, with --subprocesses `Process <pid> Thread <tid> "<name>"`.
@@ -455,6 +455,19 @@ def _named_threads(labels: list[str], exporter: str) -> list[dict]:
             rows.append({"label": lab if pid is None else lab.split(" ", 2)[2], "tid": tid, "name": name,
                          "pid": None if pid is None else int(pid), "backend": "py-spy", "python": True})
     return rows
+
+
+def _carried_meta(ext: dict, source: str) -> dict:
+    """The x-profmagic block's meta; its metric and unknown metrics checked too (a hostile file must
+    not make them fail later)."""
+    from . import carried_meta
+    meta = carried_meta(ext.get("meta"), source, f"{EXT}.meta")
+    if not isinstance(ext.get("metric", ""), str):
+        raise _err(source, f"{EXT}.metric", "expected a metric name")
+    unknown = ext.get("unknown_metrics") or []
+    if not (isinstance(unknown, list) and all(isinstance(m, str) for m in unknown)):
+        raise _err(source, f"{EXT}.unknown_metrics", "expected a list of metric names")
+    return meta
 
 
 def _jsonable(v):

@@ -31,7 +31,7 @@ NAME = "stap"
 _COUNT = re.compile(r"\s*(\d+)", re.A)  # fullmatch: stackcollapse-stap's ^\s*(\d+)+$
 _BLANK = re.compile(r"\s*", re.A)
 _OFFSET = re.compile(r"\+[^+]*$")
-_ADDR = re.compile(r".* : ")
+_ADDR = re.compile(r"^.* : ")  # anchored: unanchored, a long line without " : " takes quadratic time
 _MODULE = re.compile(r"\[([^\[\]]+)\]\s*$")
 # Sniffing: "0xADDR : symbol+off/size [module]" as print_backtrace/print_ubacktrace write them.
 _SNIFF_FRAME = re.compile(r"\s*0x[0-9a-fA-F]+ :(?: |$)", re.A)

@@ -2,7 +2,8 @@
 
 - ``bars``: one bar per process, CPU and off-CPU time (or the profile's metric where CPU is unknown);
 - ``heat``: the top functions by process, each cell the function's share of that process;
-- ``analysis.differs_most`` (above them): one line naming the process that differs most;
+- ``analysis.differs_most`` (above them): one line naming the process that differs most (in a
+  cluster profile: the straggler, ``cluster.tasks.straggler``);
 - ``widget``: all three, and a button per process that shows its icicle (views/icicle.py).
 """
 from __future__ import annotations
@@ -12,6 +13,7 @@ import weakref
 import plotly.graph_objects as go
 
 from ..analysis import differs_most, process_profile, shares
+from ..cluster.tasks import missing
 from ..model import Profile
 from ..multi import by_process, processes
 from . import esc, fmt, metric_label, title
@@ -29,26 +31,34 @@ def _ended_note(row) -> str:
 
 
 def bars(profile: Profile, metric: str | None = None) -> go.Figure:
-    """One horizontal bar per process: CPU + off-CPU where both are known, else ``metric``."""
+    """One horizontal bar per process: CPU + off-CPU where both are known, else ``metric``; ranks
+    without samples (``cluster.tasks.missing``) are listed with what happened to them."""
     metric = metric or profile.metric
     t = by_process(profile)
     names = [esc(p, 70) + esc(_ended_note(r)) for p, r in t.iterrows()]
     fig = go.Figure()
     split = t["cpu"].notna() & t["wall"].notna()
     if split.any():
-        fig.add_bar(y=names, x=t["cpu"].where(split), orientation="h", name="CPU time (s)",
-                    marker_color=CPU_COLOUR, hovertemplate="%{y}<br>CPU %{x:.3f} s<extra></extra>")
+        n = t["samples"].to_numpy()
+        fig.add_bar(y=names, x=t["cpu"].where(split), orientation="h", name="CPU time (s)", customdata=n,
+                    marker_color=CPU_COLOUR, hovertemplate="%{y}<br>CPU %{x:.3f} s · %{customdata} samples<extra></extra>")
         fig.add_bar(y=names, x=t["off_cpu"].where(split), orientation="h", name="off-CPU time (s) = wall − cpu",
-                    marker_color=OFF_COLOUR, hovertemplate="%{y}<br>off-CPU %{x:.3f} s<extra></extra>")
+                    marker_color=OFF_COLOUR, customdata=n,
+                    hovertemplate="%{y}<br>off-CPU %{x:.3f} s · %{customdata} samples<extra></extra>")
     if (~split).any():
         m = metric if metric in ("wall", "cpu") else "samples"
         vals = t[m].where(~split) if m in t else t["samples"].where(~split)
         fig.add_bar(y=names, x=vals, orientation="h", name=f"{metric_label(m)} (CPU/off-CPU split unknown)",
                     marker_color="#9d9d9d", hovertemplate="%{y}<br>%{x:.4g}<extra></extra>")
+    gone = missing(profile)
+    if gone:
+        fig.add_bar(y=[esc(p, 70) + " (no samples)" for p in gone], x=[0] * len(gone), orientation="h",
+                    name="no samples", marker_color="#9d9d9d", customdata=[esc(w, 300) for w in gone.values()],
+                    hovertemplate="%{y}<br>%{customdata}<extra></extra>")
     note = "bars: CPU + off-CPU = wall where the backend measured both"
     fig.update_layout(barmode="stack", title=dict(text=title(profile, metric, "Processes", None, note),
                                                   x=0.01, font=dict(size=13)),
-                      height=int(min(900, 140 + 28 * len(t))), margin=dict(l=8, r=8, t=80, b=8),
+                      height=int(min(900, 140 + 28 * (len(t) + len(gone)))), margin=dict(l=8, r=8, t=80, b=8),
                       yaxis=dict(autorange="reversed"), xaxis_title="seconds",
                       legend=dict(orientation="h", y=-0.15))
     return fig
@@ -87,13 +97,15 @@ def _bars_html(profile: Profile, metric: str) -> str:
             bar = (f"<span style='display:inline-block;height:12px;background:{CPU_COLOUR};"
                    f"width:{300 * cpu / top:.1f}px'></span><span style='display:inline-block;height:12px;"
                    f"background:{OFF_COLOUR};width:{300 * off / top:.1f}px'></span>")
-            val = f"CPU {fmt('cpu', cpu)} + off-CPU {fmt('wall', off)}"
+            val = f"CPU {fmt('cpu', cpu)} + off-CPU {fmt('wall', off)} · {int(r.samples):,} samples"
         else:
             bar = (f"<span style='display:inline-block;height:12px;background:#9d9d9d;"
                    f"width:{300 * (v if v == v else 0) / top:.1f}px'></span>")
             val = f"{fmt(m, v)} ({esc(metric_label(m))}; CPU/off-CPU split unknown)"
         rows.append(f"<tr class='profmagic-rank-bar'><td>{esc(p, 70)}{esc(_ended_note(r))}</td>"
                     f"<td style='white-space:nowrap'>{bar}</td><td>{val}</td></tr>")
+    rows += [f"<tr class='profmagic-rank-bar profmagic-rank-absent'><td>{esc(p, 70)} (no samples)</td><td></td>"
+             f"<td>{esc(why, 300)}</td></tr>" for p, why in missing(profile).items()]
     return (f"<div style='font:12px sans-serif'>{title(profile, metric, 'Processes', None, '')}<br>"
             f"<span style='color:{CPU_COLOUR}'>■</span> CPU time · <span style='color:{OFF_COLOUR}'>■</span> "
             "off-CPU time = wall − cpu</div><table class='profmagic-ranks-bars' style='font:12px sans-serif'>"

@@ -37,7 +37,7 @@ def error_patterns() -> dict[str, re.Pattern]:
     with open(ERRORS_MD, encoding="utf-8") as f:
         text = f.read()
     out = {}
-    for m in re.finditer(r"^### `([\w-]+)`.*?\n```text\n(.*?)\n```", text, re.S | re.M):
+    for m in re.finditer(r"^### `([\w-]+)`[^\n]*\n```text\n(.*?)\n```", text, re.S | re.M):
         parts = [re.escape(p) for p in m.group(2).split("…")]
         out[m.group(1)] = re.compile(".*?".join(parts), re.S)
     return out
