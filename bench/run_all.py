@@ -35,6 +35,11 @@ BENCHES = {
     "bench_async": (["--write"], ["--write", "--rounds", "1"]),
     "bench_memray": (["--write"], ["--write", "--rounds", "1"]),
     "bench_cluster": ([], ["--sizes", "2", "--pairs", "1", "--no-ray", "--workers-on-paper", "10"]),
+    "bench_display": ([], ["--stacks", "200000"]),
+    "bench_fuzz": (["--write-results"], ["--write-results", "--per-format", "100", "--rseeds", "0",
+                                         "--skip-dense"]),
+    "bench_perf": (["--write"], ["--write", "--rounds", "1", "--skip", "names"]),
+    "bench_pyspy_clock": ([], ["--recordings", "1"]),
 }
 
 

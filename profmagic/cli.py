@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 
-from . import load
+from .formats import load
 from .errors import ProfileFormatError, ProfilerError
 from .terminal import escape
 
@@ -116,7 +116,7 @@ def fail(message: str) -> int:
 
 def _load(path: str, fmt: str | None):
     try:
-        return load(path, format=fmt)
+        return load(path, fmt)
     except OSError as e:
         raise CliError(f"cannot read {escape(path)}: {e.strerror or e}") from None
     except ValueError as e:

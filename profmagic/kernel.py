@@ -25,6 +25,14 @@ def remember_threads() -> None:
     _loaded_with.update(procfs.threads())
 
 
+def in_kernel() -> bool:
+    """Whether this process is a Jupyter kernel (not merely a process that imported ipykernel)."""
+    if "ipykernel" not in sys.modules:
+        return False
+    from IPython import get_ipython
+    return getattr(get_ipython(), "kernel", None) is not None
+
+
 def not_users_threads() -> set[int]:
     """Native ids of threads to drop unless --all-threads.
 
@@ -34,7 +42,7 @@ def not_users_threads() -> set[int]:
     worker created by a previous cell is exactly what the case study needs. Outside a kernel: every thread alive now, so
     a ``with profmagic.profile()`` block shows its own."""
     live = procfs.threads()
-    if "ipykernel" not in sys.modules:
+    if not in_kernel():
         return set(live)
     named = {tid for tid, name in live.items() if KERNEL_THREAD.match(name)}
     named |= {t.native_id for t in threading.enumerate()

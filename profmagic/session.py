@@ -1,6 +1,6 @@
 """One recording: start a backend, run the code, stop, read, run the processors, clean up.
 
-Used by the ``%%profile`` magic, by ``attaching`` and by the ``profmagic.profile()`` context
+Used by the ``%%profile`` magic and by the ``profmagic.profile()`` context
 manager::
 
     with profmagic.profile("sampler", mode="both") as rec:
@@ -275,7 +275,7 @@ class Session:
         """The driver's profile with one rank per worker (cluster/assemble.py)."""
         if self.cluster_error is not None:
             return p.with_meta(warnings=tuple(p.meta.warnings) + (self.cluster_error,))
-        driver = "kernel" if "ipykernel" in sys.modules else "driver"
+        driver = "kernel" if kernel.in_kernel() else "driver"
         return self.cluster.stop(p, driver_pid=self.options.pid, driver_name=driver)
 
     def cell_context(self, wall: float, cpu: float, run_delay: float | None) -> Cell:
@@ -320,7 +320,7 @@ class Session:
 
     def _process_label(self, pid: int, name: str | None = None) -> str:
         if pid == self.options.pid:
-            return multi.process_label(pid, "kernel" if "ipykernel" in sys.modules else "parent")
+            return multi.process_label(pid, "kernel" if kernel.in_kernel() else "parent")
         return multi.process_label(pid, name or procfs.cmdline(pid))
 
     def _with_children(self, p: Profile, cell: Cell) -> Profile:

@@ -396,7 +396,7 @@ def test_fresh_venv_record_and_view_from_a_shell(tmp_path):
     os.symlink(os.path.join(os.path.dirname(sys.executable), "py-spy"), venv / "bin" / "py-spy")
     (wheel,) = wheels.glob("profmagic-*.whl")
     subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q",
-                    "--no-deps", str(wheel)], check=True, timeout=240)
+                    "--no-deps", "--ignore-installed", str(wheel)], check=True, timeout=240)
     script = tmp_path / "run.sh"
     script.write_text(
         "set -e\n"

@@ -14,13 +14,13 @@ ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 # Layer of each module or package (by its path under profmagic/); lower layers know nothing above.
 LAYERS = {
     "errors": 0, "threads": 0, "procfs": 0, "tempdirs": 0, "awaits": 0, "nested": 0, "sampling": 0, "terminal": 0,
-    "model": 1, "validate": 1, "launch": 1,
+    "model": 1, "validate": 1, "launch": 1, "kernel": 1,
     "transforms": 2, "multi": 2, "boilerplate": 2,
     "formats": 3, "childsampler": 3, "cluster": 3,
     "analysis": 4,
     "views": 5, "backends": 5, "downloads": 5,
     "report": 6,
-    "page": 7, "kernel": 7, "session": 7,
+    "page": 7, "session": 7,
     "attaching": 8, "cellrun": 8, "live": 8,
     "magic": 9, "cli": 9, "casestudy": 9, "demo": 9,
     "__init__": 10, "__main__": 11,
@@ -50,13 +50,16 @@ def _imports(path: str):
             names = [a.name for a in node.names]
         else:
             continue
+        targets = []   # every unit the statement names: ``from . import a, b`` imports a and b
         for name in names:
             parts = name.split(".")
             if parts[0] != "profmagic" or len(parts) < 2:
                 continue
             target = parts[1]
-            if target in LAYERS or os.path.exists(os.path.join(ROOT, target)):
+            if target not in targets and (target in LAYERS or os.path.exists(os.path.join(ROOT, target))):
+                targets.append(target)
                 yield node.lineno, target
+            if len(parts) > 2 or node.module:   # ``from .model import X``: X is a name, not a unit
                 break
 
 

@@ -174,12 +174,12 @@ def test_del_frees_a_displayed_profile_and_its_report_says_so(kernel):
 
 @pytest.mark.kernel
 def test_show_draws_the_report_of_a_quiet_profile(kernel):
-    """``%%profile -q`` returns its Profile quietly (one line); ``report.show`` draws its report."""
+    """``%%profile -q`` shows nothing and keeps its Profile in ``_profile``; ``report.show`` draws its report."""
     rep = kernel.run("%load_ext profmagic\nimport time")
     assert rep.status == "ok", rep.error
     rep = kernel.run("%%profile -q --backend sampler\ntime.sleep(0.1)")
-    assert rep.status == "ok" and rep.result and set(rep.result) == {"text/plain"}, rep.error
-    rep = kernel.run("from profmagic.report import show\nshow(_)")
+    assert rep.status == "ok" and rep.result is None and rep.data == [], (rep.error, rep.data)
+    rep = kernel.run("from profmagic.report import show\nshow(_profile)")
     assert rep.status == "ok", rep.error
     assert any("<svg" in d.get("text/html", "") for d in rep.data)
     assert any("application/vnd.jupyter.widget-view+json" in d for d in rep.data)

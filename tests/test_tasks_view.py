@@ -18,6 +18,7 @@ from profmagic.cluster.assemble import assemble
 from profmagic.cluster.worker import WorkerSampler
 from profmagic.views import ranks
 from profmagic.views import tasks as view
+from plotly_json import arr
 
 EVIL = "<img src=x onerror=alert(1)>"      # a task prefix is whatever the user named the function
 UNREACHABLE = "OSError: Timed out trying to connect to tcp://10.0.0.9:4242 after 10 s"
@@ -149,7 +150,7 @@ def test_clicking_a_task_or_a_worker_shows_its_icicle(cluster_profile):
         what = " · ".join(x for x in (f"task {task}" if task else "", worker or "every worker") if x)
         assert f"Icicle · {what}" in fig["layout"]["title"]["text"]
         root = fig["data"][0]
-        assert root["values"][0] == pytest.approx(sub.total(p.metric) * 1e6, rel=1e-3)
+        assert arr(root["values"])[0] == pytest.approx(sub.total(p.metric) * 1e6, rel=1e-3)
         names = set(sub.frames.loc[[f for s in sub.stacks["stack"] for f in s], "name"])
         assert ("locked" in names) == (task == "locked" or worker is not None)
         assert sub.total("wall") < p.total("wall")
@@ -184,3 +185,20 @@ def test_a_worker_that_ran_no_task_is_listed_as_such():
     (gone,) = [tr for tr in view.per_worker(p).data if tr.name == "no data"]
     assert list(gone.customdata) == ["ran no task during the recording"] and gone.y[0].endswith("dask worker idle")
     assert T.missing(p) == {}                                # it ran to the end: not missing from the Ranks view
+
+
+def test_the_report_of_a_cluster_profile_has_a_tasks_tab_and_static_block(cluster_profile):
+    from profmagic.report import Report, static_html
+    p, _ = cluster_profile
+    r = Report(p)
+    assert r.TABS.index("Ranks") < r.TABS.index("Tasks") < r.TABS.index("Table")
+    i = r.TABS.index("Tasks")
+    r.tabs.selected_index = i
+    (box,) = r.panes[i].children
+    assert box is r.tasks and f"<b>{view.line(p)}</b>" == box.children[0].value
+    h = static_html(p)
+    assert "Tasks (wall and CPU by task prefix" in h and view.html(p) in h and "<img" not in h
+    plain = profmagic.profile("sampler", announce=lambda s: None)
+    with plain:
+        time.sleep(0.05)
+    assert "Tasks" not in Report(plain.profile).TABS

@@ -1,7 +1,7 @@
 """The display of every Profile: a live widget under a kernel, static HTML everywhere else.
 
 - ``static``: header, SVG icicle, tables and downloads as self-contained HTML (no script);
-- ``widget``: the live report (tabs Icicle | Sandwich | Time order | [Ranks] | Table | Raw);
+- ``widget``: the live report (tabs Icicle | Sandwich | Source | Time order | [Ranks] | [Tasks] | Table | Raw);
 - ``display``: which of them a Profile shows, and the repr with the error when building fails.
 """
 from __future__ import annotations

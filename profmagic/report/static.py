@@ -79,7 +79,7 @@ def static_html(profile: Profile, uid: str = "") -> str:
     """Self-contained HTML, no script and no network: header, SVG icicle, the cell's source with
     its time per line, processes side by side, the function table and the downloads. A live
     widget with the same ``uid`` hides it (see ``Report``)."""
-    from ..views import icicle, ranks, source
+    from ..views import icicle, ranks, source, tasks
     metric = profile.metric
     multi_process = len(multi.processes(profile)) > 1
     return (f"<div class='profmagic-report profmagic-static profmagic-static-{uid}' "
@@ -91,6 +91,8 @@ def static_html(profile: Profile, uid: str = "") -> str:
             + _section("Source", lambda: source.cell_html(profile))
             + _section("Processes side by side",
                        lambda: ranks.html(profile, metric, include_plotlyjs=False) if multi_process else None)
+            + _section("Tasks (wall and CPU by task prefix, summed and per worker)",
+                       lambda: tasks.html(profile) if tasks.has_tasks(profile) else None)
             # not a section: if the function table fails, the whole display falls back (display.fallback)
             + f"<div style='font:12px sans-serif;margin:8px 0 2px'><b>Top {TOP_FUNCTIONS} functions by self "
               f"time</b></div>" + functions_html(profile, metric)

@@ -35,6 +35,9 @@ class Report:
                              ("Source", self._tab_source), ("Time order", self._tab_time)]
         if len(multi.processes(profile)) > 1:  # processes side by side
             self.tab_builders.append(("Ranks", self._tab_ranks))
+        from ..views import tasks
+        if tasks.has_tasks(profile):  # a cluster profile: time by task prefix, per worker
+            self.tab_builders.append(("Tasks", self._tab_tasks))
         self.tab_builders += [("Table", self._tab_table), ("Raw", self._tab_raw)]
         self.TABS = tuple(title for title, _ in self.tab_builders)
         self._pickers()
@@ -262,6 +265,12 @@ class Report:
             return [box]
         note = " (all threads of each process; the thread picker does not apply)"
         return [self.W.HTML(f"<span style='font:12px sans-serif'>{escape(note)}</span>"), box]
+
+    def _tab_tasks(self):
+        from ..views import tasks
+        box = tasks.widget(self._ref, metric=self.metric.value)
+        self.tasks = box
+        return [box]
 
     def _tab_time(self):
         from ..views import memory, timeline

@@ -22,7 +22,8 @@ import plotly.graph_objects as go
 from ..cluster import tasks as T
 from ..model import Profile
 from ..multi import PROCESS
-from . import PALETTE, esc, fmt, title
+from . import esc, fmt, title
+from .colours import PALETTE
 from .ranks import CPU_COLOUR, OFF_COLOUR
 
 TOP = 8          # task prefixes drawn one by one per worker; the rest are summed into "(other tasks)"
@@ -202,18 +203,15 @@ def widget(profile, metric: str | None = None):
     """ipywidgets: the straggler line, both figures, and a task picker and a worker picker; the
     icicle below shows what is picked (a task on every worker, a worker's tasks, or both).
     ``profile``: a Profile, or a weak reference to one (a report's, which ``del`` may free)."""
-    import json
-
     import ipywidgets as W
 
     from . import icicle
-    mime = "application/vnd.plotly.v1+json"
+    from .mime import figure_output
     get = profile if isinstance(profile, weakref.ref) else (lambda: profile)
 
     def out(fig):
         o = W.Output()
-        o.outputs = ({"output_type": "display_data", "metadata": {},
-                      "data": {mime: json.loads(fig.to_json()), "text/plain": "<plotly figure>"}},)
+        o.outputs = (figure_output(fig),)
         return o
 
     p = get()

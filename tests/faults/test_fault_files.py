@@ -251,7 +251,7 @@ def test_running_out_of_memory_is_a_format_error(tmp_path):
     # process already uses, and the file needs more than that to read (about 26x its 4 MB).
     path = tmp_path / "dense.folded"
     path.write_bytes(b"a;" * 2_000_000 + b"b 1\n")
-    code = ("import resource, sys, profmagic\n"
+    code = ("import resource, sys, profmagic, profmagic.formats, profmagic.model\n"
             "vm = int(open('/proc/self/statm').read().split()[0]) * resource.getpagesize()\n"
             "resource.setrlimit(resource.RLIMIT_AS, (vm + 40 * 2**20, resource.RLIM_INFINITY))\n"
             "try:\n    profmagic.load(sys.argv[1])\n    print('read')\n"
