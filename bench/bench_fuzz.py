@@ -175,7 +175,7 @@ def main() -> None:
         return finish(sections, args.write_results)
     before = checkout(args.before) if args.before else None
     lines = ["## Dense pstats call graphs (issue 21)", "",
-             f"`.venv/bin/python bench/bench_fuzz.py --skip-fuzz"
+             "`.venv/bin/python bench/bench_fuzz.py --skip-fuzz"
              + (f" --before {args.before}" if args.before else "") + f" --timeout {args.timeout:.0f}`", "",
              "`profmagic.load()` of each file in a fresh process: CPU time of the load, the process's peak RSS, "
              "the stacks and frames rebuilt.", "",

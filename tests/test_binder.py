@@ -1,7 +1,6 @@
 """binder/: repo2docker's files. requirements.txt must install profmagic into a fresh venv."""
 import os
 import subprocess
-import sys
 import venv
 from pathlib import Path
 

@@ -2,7 +2,6 @@
 
 Ratios only, with generous margins (the machine is shared and noisy); no absolute times.
 """
-import os
 import subprocess
 import threading
 

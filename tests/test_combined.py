@@ -2,7 +2,6 @@
 each from the tool that sees it, with its own names."""
 import os
 import threading
-import time
 
 import pytest
 

@@ -2,7 +2,6 @@
 reader built (before the session's processors), and speedscope keeps the thread table."""
 from __future__ import annotations
 
-import os
 import threading
 
 import numpy as np

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import re
 
-import numpy as np
 import pytest
 
-import profmagic
 from profmagic import analysis
 from profmagic.model import StackBuilder
 from profmagic.views import colours, icicle, source

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from profmagic.model import Profile, Raw, StackBuilder, make_frames
-from profmagic.views import icicle, sandwich, timeline
+from profmagic.views import icicle, sandwich
 from profmagic.views import tree as T
 
 pytestmark = pytest.mark.timeout(120)

@@ -54,7 +54,7 @@ def test_paths_with_spaces_and_semicolons(clean, tmp_path):
     k.run(f"import importlib.util\n_s = importlib.util.spec_from_file_location('modx', {str(mod)!r})\n"
           "_m = importlib.util.module_from_spec(_s); _s.loader.exec_module(_m)")
     out = folder / "out; file.json"
-    r = k.run(f"%%profile -b py-spy -q\n_m.weird()\n")
+    r = k.run("%%profile -b py-spy -q\n_m.weird()\n")
     assert r.error is None, r.error
     files = k.value("sorted(set(_profile.frames.loc[_profile.frames['name'] == 'weird', 'file']))")
     assert files == [str(mod)], files

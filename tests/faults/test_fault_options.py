@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from conftest import documented, start_kernel, stop_kernel
+from conftest import documented
 
 BACKENDS = ["sampler", "pyinstrument", pytest.param("py-spy", marks=pytest.mark.requires("py-spy", "ptrace")),
             pytest.param("perf", marks=pytest.mark.requires("perf")),

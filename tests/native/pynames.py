@@ -2,7 +2,6 @@
 (tests/test_python_names.py and bench/bench_perf.py)."""
 from __future__ import annotations
 
-import os
 import textwrap
 
 import tools
