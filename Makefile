@@ -28,7 +28,7 @@ system:
 	bash scripts/setup-system.sh
 
 test: setup
-	$(PY) -m pytest -q -rs
+	$(PY) -m pytest -q -rs --durations=30
 
 demo: setup
 	$(PY) -m profmagic.demo

@@ -21,7 +21,9 @@ def _live_kernel() -> bool:
     return ip is not None and getattr(ip, "kernel", None) is not None
 
 
-_CACHE_NAMES = re.compile(r"_+\d*|_i+\d*|_[ido]h|In|Out")   # IPython's input and output history
+# IPython's input and output history, and the magic's own latest result (_profile, _profiles): a report
+# of a profiled cell holds its profile, which the next profiled cell's _profile would otherwise free.
+_CACHE_NAMES = re.compile(r"_+\d*|_i+\d*|_[ido]h|In|Out|_profiles?")
 
 
 def _named(profile: Profile) -> bool:
