@@ -474,7 +474,8 @@ class profile:
 
     def __init__(self, backend: str = "auto", cluster=None, **options):
         announce = options.pop("announce", lambda text: print(text, file=sys.stderr))
-        opts = make_options(**options)
+        # No clock asked for: the backend's default (perf: CPU), as %%profile and attach() choose it.
+        opts = make_options(**{"mode": None, **options})
         if opts.mode == "both" and backend != "auto" and backends.get(backend).CAPS.one_clock_per_run:
             raise ProfilerError(rerun_refused(backend).replace(
                 "add --rerun to allow the second run", "a with block cannot run twice: profile a function "

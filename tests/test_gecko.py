@@ -53,7 +53,7 @@ def test_written_profile_has_cpu_deltas_names_and_processes(sampled):
         assert cpu_us * 1e-6 == pytest.approx(float(mine["cpu"].sum()), rel=1e-9)
         # Each location reads back as the frame it names.
         locs = [th["stringTable"][r[0]] for r in th["frameTable"]["data"]]
-        assert any(loc.startswith("busy (") or loc.startswith("spin (") for loc in locs)
+        assert any(loc.startswith("busy (") or loc.startswith("spin (") for loc in locs), (th["name"], locs)
 
 
 def test_multiprocess_profile_has_a_process_table(sampled):

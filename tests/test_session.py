@@ -197,6 +197,35 @@ def test_pyspy_cpu_not_calibrated_on_a_thread_that_only_waits():
     assert spin["cpu"].sum() > 0.5 * spun, (spin["cpu"].sum(), spun)
 
 
+def test_threads_from_before_the_block_leave_though_ipykernel_was_imported():
+    """A process that merely imported ipykernel is not a kernel (kernel.in_kernel): a pool thread a
+    library left from earlier (distributed's Dask-Offload) was in every later profile of a pytest run."""
+    import ipykernel.ipkernel  # noqa: F401  - what an earlier test (or library) imports
+    stop = threading.Event()
+    old = threading.Thread(target=stop.wait, name="left-from-before")
+    old.start()
+    try:
+        with profmagic.profile("sampler", announce=lambda s: None) as rec:
+            busy(0.1)
+    finally:
+        stop.set()
+        old.join()
+    assert list(rec.profile.thread_table["tid"]) == [threading.get_native_id()]
+
+
+@pytest.mark.requires("perf", "perf_event")
+def test_no_clock_asked_is_the_backends_default_as_in_the_magic():
+    """perf's default is CPU: `with profmagic.profile("perf")` once recorded off-CPU time too
+    (Options' own default, wall) where `%%profile -b perf` records CPU only (notebook 02's table)."""
+    with profmagic.profile("perf", announce=lambda s: None) as rec:
+        busy(0.2)
+    p = rec.profile
+    assert p.metric == "cpu" and "off_cpu" not in p.metrics
+    with profmagic.profile("sampler", announce=lambda s: None) as rec:
+        busy(0.1)
+    assert rec.profile.meta["mode"] == "both"
+
+
 def test_mode_both_refused_for_one_clock_backend_in_a_with_block():
     ran = []
     with pytest.raises(ProfilerError, match="measures one clock per run.*a with block cannot run twice"):
