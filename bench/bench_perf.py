@@ -194,9 +194,10 @@ def main() -> None:
                   "`cthread_busy`) whose stack also names `outer` above the C frame", ""] + names(so)
     lines += ["", f"({time.perf_counter() - t0:.0f} s)", "",
               "Reading. perf's wall time is exact by construction (switch in/out times), and its CPU per "
-              "thread is the on-CPU time between those switches; CLOCK_THREAD_CPUTIME_ID, the truth here, "
-              "leaves out time the VM's vCPU was stolen while the thread was on it (this host showed ~1 % "
-              "steal in /proc/stat), one likely source of the few-percent CPU excess on the C thread. perf's "
+              "thread its time on a core scaled to what the kernel charged it (schedstat at the recording's "
+              "ends), as CLOCK_THREAD_CPUTIME_ID, the truth here, counts it. These children exit before the "
+              "recording ends, so their CPU is their time on a core, which also holds time the VM's vCPU was "
+              "stolen (this host shows ~1 % steal in /proc/stat) and part of perf's stack copies. perf's "
               "cost grows with the target's context switches (one sched_switch record with a 32 KB stack "
               "copy each); eu-stack's with its snapshot rate (it stops every thread per snapshot). On 2 "
               "cores shared with other jobs the bare runs themselves vary by 2x: the medians are rough."]

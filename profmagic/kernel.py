@@ -36,19 +36,22 @@ def in_kernel() -> bool:
 def not_users_threads() -> set[int]:
     """Native ids of threads to drop unless --all-threads.
 
-    In a kernel: the threads named like the kernel's or made by its packages, every thread that
-    started no later than the last of those (the kernel starts its threads before it runs a cell;
-    /proc gives start times in clock ticks), and those alive when the extension was loaded. Threads the user started in earlier cells stay: a C++
-    worker created by a previous cell is exactly what the case study needs. Outside a kernel: every thread alive now, so
-    a ``with profmagic.profile()`` block shows its own."""
+    In a kernel: the threads named like the kernel's or made by its packages, and those alive when
+    the extension was loaded; without ``%load_ext``, every thread that started no later than the
+    last named one instead (the kernel starts its threads before it runs a cell; /proc gives start
+    times in clock ticks). Threads the user started in earlier cells stay: a C++ worker created by
+    a previous cell is exactly what the case study needs, also after the kernel started threads of
+    its own on demand (showing a report's first widget starts a ZMQ context: two ZMQbg threads).
+    Outside a kernel: every thread alive now, so a ``with profmagic.profile()`` block shows its own."""
     live = procfs.threads()
     if not in_kernel():
         return set(live)
     named = {tid for tid, name in live.items() if KERNEL_THREAD.match(name)}
     named |= {t.native_id for t in threading.enumerate()
               if t.native_id is not None and type(t).__module__.split(".")[0] in KERNEL_PACKAGES}
+    if _loaded_with & set(live):
+        return named | (_loaded_with & set(live))
     starts = procfs.thread_starts()
-    named |= _loaded_with & set(live)
     known = [starts[t] for t in named if t in starts]
     if not known:
         return named

@@ -47,6 +47,22 @@ def threads() -> dict[int, str]:
     return out
 
 
+def per_thread(pid: int, name: str) -> dict[int, str]:
+    """Native id -> the text of /proc/PID/task/TID/``name`` for every thread of ``pid`` now."""
+    out = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for t in tids:
+        try:
+            with open(f"/proc/{pid}/task/{t}/{name}") as f:
+                out[int(t)] = f.read()
+        except OSError:
+            pass
+    return out
+
+
 def run_delay() -> float | None:
     """Seconds the calling thread has waited on a run queue (runnable, not on a core), or None."""
     try:

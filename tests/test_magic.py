@@ -301,6 +301,33 @@ def test_sampler_keeps_cell_thread(k):
     assert_cell_only(s)
 
 
+def test_earlier_cells_thread_kept_after_the_kernel_starts_threads():
+    """A thread an earlier cell started stays the user's after the kernel starts threads of its own
+    on demand: the first large message makes pyzmq start its garbage collector (``Thread-N`` of
+    zmq.utils.garbage, with a ZMQ context: two ZMQbg threads), as notebook 04's first report did;
+    its C++ worker, started before, was then dropped as the kernel's. A fresh kernel: in the shared
+    one an earlier test's message may have started them already."""
+    from kernel import Kernel
+    k = Kernel()
+    try:
+        r = k.run(SETUP + SUMMARY + "stop_user = threading.Event()\n"
+                  "user = threading.Thread(target=stop_user.wait, name='user-worker'); user.start()\n"
+                  "zmq_before = {t for t, n in profmagic.procfs.threads().items() if n.startswith('ZMQbg')}\n"
+                  "time.sleep(0.05)\n")   # (start times are clock ticks: the kernel's threads start later)
+        assert r.status == "ok", r.text() + str(r.error)
+        r = k.run("from IPython.display import display\ndisplay({'text/plain': 'x' * 1_000_000}, raw=True)\n")
+        assert r.status == "ok", r.text()
+        started = k.value("sorted({t for t, n in profmagic.procfs.threads().items() if n.startswith('ZMQbg')} "
+                          "- zmq_before)")
+        assert started, "the large message started no ZMQ thread: this test no longer sets the scene"
+        _, s = profile_cell(k, "-b sampler --mode wall", "busy(0.2)\n")
+        assert [t for t in s["threads"] if t.endswith('"user-worker"')], s["threads"]
+        assert_cell_only(s)
+        k.run("stop_user.set(); user.join()")
+    finally:
+        k.close()
+
+
 def test_cell_value_is_displayed_and_lands_in_out(k):
     """The cell runs as IPython runs it: the last expression is shown (after the report) and stored
     in Out; input transformers (a %line magic inside the cell) apply; the profile covers the cell."""

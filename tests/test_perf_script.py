@@ -391,3 +391,51 @@ def test_sched_records_without_times_are_an_error():
     text = b"app 11/11: PERF_RECORD_SWITCH OUT\napp 11 1: sched:sched_switch: prev_state=S\n\n"
     with pytest.raises(ProfileFormatError, match="sched.txt: byte offset 0: perf script with switch records but no timestamps"):
         perf_script.read(text, source="sched.txt")
+
+
+# What profmagic's recorder writes: the header also gives the CPU the kernel charged each thread.
+# Thread 11 runs 10.0-10.2, is back at 10.6, where a sample fires as it gets its core back (leaf
+# finish_task_switch), and runs to the end: 0.6 s on a core, of which the kernel charged 0.54 s (a
+# VM's host stole the rest).
+CHARGED_TEXT = b"""\
+# profmagic perf-sched start=10.000000 end=11.000000 pid=11 threads=11:app,13:idle cpu=11:540000000,13:0
+app 11/11 10.100000:   10000000 cpu-clock: 
+\t    1111 busy (/app)
+\t    1000 main (/app)
+
+app 11/11 10.200000:          1 sched:sched_switch: prev_comm=app prev_pid=11 prev_prio=120 prev_state=S ==> next_comm=swapper/0 next_pid=0 next_prio=120
+\tffffffff82265908 __schedule ([kernel.kallsyms])
+\t    2222 nanosleep (/libc)
+\t    1000 main (/app)
+
+app 11/11 10.200000: PERF_RECORD_SWITCH OUT
+app 11/11 10.600000: PERF_RECORD_SWITCH IN
+app 11/11 10.600010:   10000000 cpu-clock: 
+\tffffffff813ae453 finish_task_switch.isra.0 ([kernel.kallsyms])
+\tffffffff82266273 schedule ([kernel.kallsyms])
+\t    2222 nanosleep (/libc)
+\t    1000 main (/app)
+
+app 11/11 10.900000:   10000000 cpu-clock: 
+\t    1111 busy (/app)
+\t    1000 main (/app)
+
+"""
+
+
+def test_sched_cpu_is_what_the_kernel_charged():
+    from profmagic.formats import perf_sched
+    p = perf_script.read(CHARGED_TEXT, source="sched.txt")
+    # On a core 10.0-10.2 and 10.6-11.0; CPU 0.9 of it, as charged. The sample at the switch-in is no
+    # sample: its time goes to the next one. Off-CPU 10.2-10.6 to the nanosleep stack.
+    assert _by_stack(p) == {("app-11/11", ("app", "main", "busy")): (0.6, 0.54),
+                            ("app-11/11", ("app", "main", "nanosleep", "__schedule")): (0.4, 0.0),
+                            ("idle-11/13", (perf_sched.NOT_SEEN,)): (1.0, 0.0)}
+    assert p.meta["carried_samples"] == 1
+    assert list(p.samples["wall"].round(6)) == [1.0, 0.1, 0.4, 0.5]  # idle; busy, nanosleep, busy
+    assert list(p.samples["cpu"].round(6)) == [0.0, 0.09, 0.0, 0.45]
+    # A thread seen in no sample still has its ids (so the cell's filter can tell whose it is).
+    assert p.thread_table.set_index("label").loc["idle-11/13", ["pid", "tid", "name"]].tolist() == [11, 13, "idle"]
+    # Charged more than it held a core (the reads are a moment outside the window): CPU = wall.
+    more = perf_script.read(CHARGED_TEXT.replace(b"cpu=11:540000000", b"cpu=11:700000000"))
+    assert _by_stack(more)[("app-11/11", ("app", "main", "busy"))] == (0.6, 0.6)

@@ -11,7 +11,9 @@ Measured with perf 6.1 on this machine kind:
 * ``--mode wall``/``both``: ``cpu-clock/period=P/`` (a -F would put the tracepoints on a frequency
   too, and record 1 switch in 3), ``sched:sched_switch`` (the stack as a thread leaves its core),
   ``sched:sched_wakeup`` (who woke it), ``--switch-events`` (exact switch in/out times) on
-  CLOCK_MONOTONIC; the capture starts with the recording's window and threads (``formats/perf_sched.py``).
+  CLOCK_MONOTONIC; the capture starts with the recording's window, its threads and the CPU the
+  kernel charged each in it (schedstat at both ends; the switch records also count time a VM's
+  host stole from the core): see ``formats/perf_sched.py``.
   Tracepoints need root/CAP_PERFMON or perf_event_paranoid -1, and tracefs: refused, one message
   says which and names eu-stack. Each switch costs a stack copy: a thread switching thousands of
   times a second slows more than under eu-stack (bench/RESULTS.md).
@@ -40,6 +42,7 @@ import sys
 import time
 
 
+from .. import procfs
 from ..errors import ProfilerError
 from ..tempdirs import TempDir
 from .base import OWN_GROUP, Capabilities, Capture, Options, reap, tool_version
@@ -165,6 +168,7 @@ class Recorder:
         self.disabled_at = None
         self.window = None            # CLOCK_MONOTONIC (start, end) of the recording (--mode wall/both)
         self.alive: dict[int, str] = {}
+        self.cpu0: dict[int, int] = {}  # tid -> CPU ns the kernel had charged at the window's start
         self.status = ""
         self.offcpu = options.mode in ("wall", "both")
         self.jitdump: JitDump | None = None
@@ -255,12 +259,15 @@ class Recorder:
         if self.offcpu:
             self.window = (time.monotonic(), None)
             self.alive = _threads(o.pid)
+            self.cpu0 = _charged_ns(o.pid)
 
     def stop(self) -> Capture:
         if self.proc is None:
             raise ProfilerError("perf was not started")
         # perf ends by itself when the target process exits.
+        charged = {}
         if self.offcpu:
+            charged = {tid: ns - self.cpu0.get(tid, 0) for tid, ns in _charged_ns(self.options.pid).items()}
             self.window = (self.window[0], time.monotonic())
         self.disabled_at = self._ctl("disable", exited_ok=True)
         if self.proc.poll() is None:
@@ -297,7 +304,7 @@ class Recorder:
         data = self.jitdump.rename(res.stdout) if self.jitdump is not None else res.stdout
         if self.offcpu:
             from ..formats.perf_sched import header_line
-            data = header_line(self.window[0], self.window[1], self.options.pid, self.alive).encode() + data
+            data = header_line(self.window[0], self.window[1], self.options.pid, self.alive, charged).encode() + data
             meta.update(events=["cpu-clock", *SCHED_EVENTS], mode=self.options.mode,
                         metric_note=("wall = on-CPU (cpu-clock samples) + off-CPU (sched_switch: each stretch "
                                      "off a core goes to the stack the thread left it in)"))
@@ -335,18 +342,12 @@ class Recorder:
 
 def _threads(pid: int) -> dict[int, str]:
     """tid -> comm of every thread of ``pid`` now."""
-    out = {}
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return out
-    for t in tids:
-        try:
-            with open(f"/proc/{pid}/task/{t}/comm") as f:
-                out[int(t)] = f.read().strip()
-        except OSError:
-            pass
-    return out
+    return {tid: text.strip() for tid, text in procfs.per_thread(pid, "comm").items()}
+
+
+def _charged_ns(pid: int) -> dict[int, int]:
+    """tid -> CPU nanoseconds the kernel has charged each thread of ``pid`` (schedstat's first field)."""
+    return {tid: int(text.split()[0]) for tid, text in procfs.per_thread(pid, "schedstat").items() if text.split()}
 
 
 def read(capture: Capture, options: Options | None = None):

@@ -10,26 +10,37 @@ recorder writes for ``--mode wall``/``both``::
                 --show-switch-events --show-task-events --show-lost-events
 
 with a first line ``# profmagic perf-sched start=T0 end=T1 ...`` (CLOCK_MONOTONIC seconds) that
-bounds the recording. Per thread, in time order:
+bounds the recording, names the threads alive at its start and gives the CPU time the kernel
+charged each thread in it (``/proc/PID/task/TID/schedstat`` read at both ends). Per thread, in time
+order:
 
 * ``PERF_RECORD_SWITCH OUT`` / ``IN`` mark when it left and got back a core (exact times).
 * ``sched:sched_switch`` fires as it leaves, with its stack: each off-CPU interval (OUT to the
   next IN) is wall time of that stack, CPU 0; ``state`` says why it left (``S`` sleep, ``D``
   disk/uninterruptible, ``R`` preempted: runnable, waiting for a core).
-* ``cpu-clock`` samples fire every P ns of the thread's CPU time. Each sample's CPU is the
-  thread's exact on-CPU time since its previous sample (from the switch records), as the kernel's
-  timer carries the unfinished period over a switch; wall = CPU for these samples. On-CPU time
-  after a thread's last sample goes to that sample's stack (to the switch-out stacks when the
-  thread has no sample).
+* ``cpu-clock`` samples fire every P ns of the thread's CPU time. A sample's wall is the thread's
+  on-CPU time since its previous sample (from the switch records), as the kernel's timer carries
+  the unfinished period over a switch. Its CPU is that time scaled by the thread's CPU as the
+  kernel charged it over its on-CPU time in the recording (at most 1; 1 without the header's
+  figure): the switch records also count time the kernel does not charge the thread, a VM's CPU
+  stolen by the host (1-2 % here under load, /proc/stat's steal) and part of perf's 32 KB stack
+  copy at each switch (~10 of its ~20 us, measured here). On-CPU time after a thread's last
+  sample goes to that sample's stack (to the switch-out stacks when the thread has no sample).
+* A cpu-clock sample whose leaf is ``finish_task_switch`` was taken as the thread got its core
+  back, before it ran: a period the kernel's timer carried over the switch, as it ran out when the
+  thread left. Its stack is where the thread stopped (a sleep), not where it spent the period: its
+  time goes to the thread's next sample (``meta["carried_samples"]`` counts them). Measured here,
+  with plain ``perf record -e cpu-clock`` too: about one per 80 sleeps of a thread busy 30 ms and
+  asleep 20 ms, which gave the sleep 10 ms of CPU each.
 * ``sched:sched_wakeup`` fires in the thread that wakes another (only threads of the process are
   recorded): the off-CPU interval it ends gets ``woken_by``.
 * ``PERF_RECORD_FORK``/``EXIT`` bound threads born or ended during the recording.
 
-So on every thread wall = CPU + off-CPU, and the thread's wall is the time it existed in the
-recording. What no event covers is counted in labelled rows, never dropped: a thread whose first
-event is a switch-in was off-CPU since before the recording in a stack perf did not see
-(``OFF_BEFORE``); a thread alive at the start with no event at all (``NOT_SEEN``, from the
-header's thread list); intervals broken by lost events (``LOST``).
+So every thread's wall is the time it existed in the recording, its CPU what the kernel charged
+it (or its time on a core), and off-CPU (wall - CPU) the rest. What no event covers is counted in labelled rows, never
+dropped: a thread whose first event is a switch-in was off-CPU since before the recording in a
+stack perf did not see (``OFF_BEFORE``); a thread alive at the start with no event at all
+(``NOT_SEEN``, from the header's thread list); intervals broken by lost events (``LOST``).
 """
 from __future__ import annotations
 
@@ -50,6 +61,8 @@ LOST = "[events lost: on- or off-CPU unknown]"
 ON_UNSAMPLED = "[on-CPU, no cpu-clock sample: stack not recorded]"
 NO_STACK = "[switched out: stack not recorded]"
 ON_CPU_STATE = "on-CPU"
+# The kernel function a thread returns through when it gets a core back (finish_task_switch.isra.0 ...).
+SWITCH_IN_LEAF = "finish_task_switch"
 _FORK = re.compile(r"^\((\d+):(\d+)\)")
 _PREV_STATE = re.compile(r"\bprev_state=(\S+)")
 _WAKEE = re.compile(r"\bpid=(\d+)")
@@ -64,13 +77,16 @@ def is_sched(text: str) -> bool:
     return text.startswith(HEADER) or ("PERF_RECORD_SWITCH" in text and SWITCH_EVENT + ":" in text)
 
 
-def header_line(start: float, end: float, pid: int, threads: dict[int, str]) -> str:
+def header_line(start: float, end: float, pid: int, threads: dict[int, str], cpu: dict[int, int]) -> str:
+    """``cpu``: tid -> nanoseconds of CPU the kernel charged the thread between start and end."""
     alive = ",".join(f"{tid}:{quote(comm, safe='')}" for tid, comm in sorted(threads.items()))
-    return f"{HEADER} start={start:.6f} end={end:.6f} pid={pid} threads={alive}\n"
+    charged = ",".join(f"{tid}:{ns}" for tid, ns in sorted(cpu.items()))
+    return f"{HEADER} start={start:.6f} end={end:.6f} pid={pid} threads={alive} cpu={charged}\n"
 
 
 def header_facts(text: str, source: str = "<input>") -> dict:
-    """The recorder's header: start, end (CLOCK_MONOTONIC s), pid, threads (tid -> comm)."""
+    """The recorder's header: start, end (CLOCK_MONOTONIC s), pid, threads (tid -> comm), cpu
+    (tid -> seconds charged)."""
     if not text.startswith(HEADER):
         return {}
     out: dict = {}
@@ -86,9 +102,11 @@ def header_facts(text: str, source: str = "<input>") -> dict:
                 out[k] = int(v)
             elif k == "threads":
                 out[k] = {int(t): unquote(c) for t, _, c in (x.partition(":") for x in v.split(",") if x)}
+            elif k == "cpu":
+                out[k] = {int(t): int(ns) * 1e-9 for t, _, ns in (x.partition(":") for x in v.split(",") if x)}
     except ValueError as e:
         raise ProfileFormatError(f"bad {k}= in the recorder's header ({e}); expected start=SECONDS end=SECONDS "
-                                 "pid=N threads=TID:COMM,...", source=source, line=1) from None
+                                 "pid=N threads=TID:COMM,... cpu=TID:NS,...", source=source, line=1) from None
     if out.get("end", 0) < out.get("start", 0):
         raise ProfileFormatError("the recorder's header ends before it starts", source=source, line=1)
     return out
@@ -97,7 +115,7 @@ def header_facts(text: str, source: str = "<input>") -> dict:
 class _Thread:
     """One thread's walk through its events."""
     __slots__ = ("label", "start", "end", "on", "since", "chunks", "last_sample", "switch", "out",
-                 "woken_by", "seen")
+                 "woken_by", "seen", "on_cpu", "on_rows")
 
     def __init__(self, label: str, start: float):
         self.label = label
@@ -111,18 +129,22 @@ class _Thread:
         self.out = None             # (row, state) of the current off-CPU stretch
         self.woken_by = None
         self.seen = False
+        self.on_cpu = 0.0           # on-CPU seconds in the recording, and the output samples holding them
+        self.on_rows: set[int] = set()
 
 
 class Timeline:
     """Every thread's on- and off-CPU stretches, turned into time-ordered weighted samples."""
 
-    def __init__(self, b: StackBuilder, start: float, end: float, labels: dict[int, str]):
+    def __init__(self, b: StackBuilder, start: float, end: float, labels: dict[int, str],
+                 charged: dict[int, float] | None = None):
         self.b, self.start, self.end, self.labels = b, start, end, labels
+        self.charged = charged or {}            # tid -> CPU seconds the kernel charged in the recording
         self.threads: dict[int, _Thread] = {}
         self.sid, self.time, self.wall, self.cpu, self.state, self.woken_by = [], [], [], [], [], []
         self.labelled: dict[str, int] = {}      # label -> frame id
         self.label_rows: dict[int, tuple] = {}  # row -> (label, thread)
-        self.lost = self.inconsistent = 0
+        self.lost = self.inconsistent = self.carried = 0
 
     # -- output ---------------------------------------------------------------------------
     def _add(self, sid: int, t: float, wall: float, cpu: float, state: str, woken_by: str | None = None) -> None:
@@ -147,6 +169,7 @@ class Timeline:
     def _on_cpu_until(self, th: _Thread, t: float, out_row: int | None) -> None:
         if t > th.since:
             th.chunks.append((t - th.since, out_row))
+            th.on_cpu += t - th.since
 
     def _off_cpu_until(self, th: _Thread, t: float) -> None:
         if t <= th.since:
@@ -193,10 +216,11 @@ class Timeline:
             self._on_cpu_until(th, t, None)
         else:
             self._off_cpu_until(th, t)
-        th.on, th.since, th.out = True, t, None
+        th.on, th.since, th.out, th.switch = True, t, None, None
 
-    def cpu_sample(self, tid: int, t: float, row: int) -> None:
-        """A cpu-clock sample: the thread's on-CPU time since its previous one, in ``row``."""
+    def cpu_sample(self, tid: int, t: float, row: int | None) -> None:
+        """A cpu-clock sample: the thread's on-CPU time since its previous one, in ``row``; with
+        ``row`` None (a period carried over a switch, module docstring), left to the next one."""
         th = self.thread(tid)
         th.seen = True
         if not self.start <= t <= self.end:
@@ -207,7 +231,12 @@ class Timeline:
             th.since = t
         th.on = True
         self._on_cpu_until(th, t, None)
+        if row is None:
+            self.carried += 1
+            th.since = t
+            return
         cpu = sum(c for c, _ in th.chunks)
+        th.on_rows.add(len(self.sid))
         th.chunks, th.since, th.last_sample = [], t, len(self.sid)
         self._add(row, t, cpu, cpu, ON_CPU_STATE)
 
@@ -232,7 +261,7 @@ class Timeline:
             if tid not in self.threads:
                 self.labels.setdefault(tid, label)
                 self._uncovered(self.thread(tid), NOT_SEEN, self.start, self.end - self.start)
-        for th in self.threads.values():
+        for tid, th in self.threads.items():
             if not th.seen:
                 continue
             stop = min(th.end if th.end is not None else self.end, self.end)
@@ -242,6 +271,7 @@ class Timeline:
                 self._on_cpu_until(th, stop, None)
             # On-CPU time after the thread's last sample: to that sample, else to the switch-out stacks.
             for secs, row in th.chunks:
+                th.on_rows.add(len(self.sid) if th.last_sample is None else th.last_sample)
                 if th.last_sample is not None:
                     self.wall[th.last_sample] += secs
                     self.cpu[th.last_sample] += secs
@@ -250,6 +280,11 @@ class Timeline:
                 else:
                     self._uncovered(th, ON_UNSAMPLED, th.since, secs, cpu=secs)
             th.chunks = []
+            # CPU as the kernel charged it (module docstring)
+            if tid in self.charged and th.on_cpu > 0:
+                share = min(1.0, self.charged[tid] / th.on_cpu)
+                for i in th.on_rows:
+                    self.cpu[i] *= share
 
     def uncovered(self) -> dict:
         """label -> thread -> seconds of the labelled rows."""
@@ -282,9 +317,11 @@ def read(text: str, records: list, b: StackBuilder, data: bytes, source: str, ro
         raise ProfileFormatError("perf script with switch records but no timestamps: wall time needs "
                                  "the time field (perf script -F ...,time)", source=source, offset=0)
     labels: dict[int, str] = {}
+    who: dict[int, tuple] = {tid: (facts.get("pid"), comm) for tid, comm in (facts.get("threads") or {}).items()}
     for r in records:  # a thread's label from its own records (a FORK line is its parent's)
         labels.setdefault(r.tid, r.thread)
-    tl = Timeline(b, facts.get("start", min(times)), facts.get("end", max(times)), labels)
+        who[r.tid] = (r.pid, r.comm)
+    tl = Timeline(b, facts.get("start", min(times)), facts.get("end", max(times)), labels, facts.get("cpu"))
     for r in records:
         if not r.time > 0:
             continue
@@ -298,7 +335,8 @@ def read(text: str, records: list, b: StackBuilder, data: bytes, source: str, ro
             elif r.kind == "LOST":
                 tl.lost += 1
         elif r.event == CPU_EVENT:
-            tl.cpu_sample(r.tid, r.time, row_of(r))
+            carried = r.leaf_first and frame_names.get(r.leaf_first[0], "").startswith(SWITCH_IN_LEAF)
+            tl.cpu_sample(r.tid, r.time, None if carried else row_of(r))
         elif r.event == SWITCH_EVENT:
             tl.switch_sample(r.tid, row_of(r), r.trace)
         elif r.event in WAKEUP_EVENTS and not any(_IN_IRQ.search(frame_names.get(f, "")) for f in r.leaf_first):
@@ -307,14 +345,21 @@ def read(text: str, records: list, b: StackBuilder, data: bytes, source: str, ro
     if not tl.sid:
         raise ProfileFormatError("no cpu-clock sample or context switch inside the recording",
                                  source=source, offset=0)
+    for tid, th in tl.threads.items():  # also threads seen in no sample: the header's, switch records'
+        pid, comm = who.get(tid, (None, None))
+        b.thread(th.label, tid=tid, pid=pid, name=comm)
     tl.add_to(b)
     meta = {"event": CPU_EVENT, "window": [tl.start, tl.end], "duration": tl.end - tl.start,
             "lost_events": tl.lost, "inconsistent_switches": tl.inconsistent, "uncovered": tl.uncovered(),
+            "carried_samples": tl.carried,
             "metrics": ["wall", "cpu"],
             "wall_attribution": ("each thread's time in the recording: on-CPU time to its cpu-clock samples' "
                                  "stacks, each off-CPU stretch (sched_switch out to the next switch in) to "
                                  "the stack it switched out in; time no event covers in labelled rows"),
-            "cpu_attribution": ("each cpu-clock sample gets the thread's exact on-CPU time since its previous "
-                                "sample (PERF_RECORD_SWITCH in/out)"),
+            "cpu_attribution": ("each cpu-clock sample gets the thread's on-CPU time since its previous sample "
+                                "(PERF_RECORD_SWITCH in/out) as wall, and as CPU that time scaled by "
+                                "the CPU the kernel charged the thread over its on-CPU time (schedstat, at most 1); "
+                                "a sample taken as the thread got its core back (leaf finish_task_switch) leaves "
+                                "its time to the next"),
             "samples_are": "cpu-clock samples and off-CPU stretches, one sample each", **meta}
     return b.build(metric="wall", meta=meta, raw=Raw(data, "perf_script", options=options or {}))
