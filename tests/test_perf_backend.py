@@ -163,9 +163,10 @@ def test_mode_both_pure_c_thread_60_busy_40_asleep(tmp_path):
     # kept its 0.6 (within 0.03).
     assert abs(share - truth) <= 0.05, (share, truth)
     assert abs(share - 0.6) <= 0.05 or abs(truth - 0.6) > 0.03, (share, truth)
-    # No CPU in the sleep: at most one cpu-clock period, when a sample fires in nanosleep's own
-    # kernel entry (seen in about 1 run of 4); the off-CPU stretch itself carries none.
-    assert sleep["cpu"].sum() <= 1.01 / 100, sleep["cpu"].sum()
+    # No CPU in the off-CPU stretch itself. A cpu-clock sample can still fire in nanosleep's own
+    # kernel entry, which is real CPU: one period in about 1 run of 4, two in about 1 of 15 (kept
+    # perf script text of 15 runs, 2026-12-01, load 4-8); three were never seen. So: at most two.
+    assert sleep["cpu"].sum() <= 2.01 / 100, sleep["cpu"].sum()
     assert (p.samples.loc[p.samples["thread"] == thread, "state"] != "on-CPU").sum() > 0
     assert sleep["wall"].sum() > 0.3 * st["wall"].sum()
     # CPU: the switch records' exact on-CPU time, against the kernel's count for the thread read
