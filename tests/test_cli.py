@@ -229,8 +229,11 @@ def test_record_sampler_inside_the_command(tmp_path):
 def test_record_ctrl_c_goes_to_the_command_and_the_profile_is_written(tmp_path, backend):
     script, out = tmp_path / "long.py", tmp_path / "l.speedscope.json"
     script.write_text("import time\ndef waiting():\n    time.sleep(60)\nprint('started', flush=True)\nwaiting()\n")
+    # No terminal: with one, record leaves SIGINT to the terminal (Ctrl-C reaches the command's group),
+    # and a signal sent to record alone would not reach the command (the pty test covers that case).
     proc = subprocess.Popen([BIN, "record", "-b", backend, "-o", str(out), "--", sys.executable, str(script)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
     try:
         assert proc.stdout.readline() == "started\n"
         time.sleep(1.0)
