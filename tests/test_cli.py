@@ -231,9 +231,12 @@ def test_record_ctrl_c_goes_to_the_command_and_the_profile_is_written(tmp_path, 
     script.write_text("import time\ndef waiting():\n    time.sleep(60)\nprint('started', flush=True)\nwaiting()\n")
     # No terminal: with one, record leaves SIGINT to the terminal (Ctrl-C reaches the command's group),
     # and a signal sent to record alone would not reach the command (the pty test covers that case).
+    # SIGINT at its default: a shell's background job (make test &) inherits it ignored, and so would
+    # the command, as under a real shell.
     proc = subprocess.Popen([BIN, "record", "-b", backend, "-o", str(out), "--", sys.executable, str(script)],
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert proc.stdout.readline() == "started\n"
         time.sleep(1.0)
