@@ -51,3 +51,11 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.section("noise measured (PROFMAGIC_MEASURE_NOISE)")
         for test_id, tries in retries.MEASURED:
             terminalreporter.line(f"{test_id}: {retries.summary(tries)}")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """One headless Chromium (tests/browser.py) per browser test module."""
+    import browser as B
+    with B.chromium() as b:
+        yield b

@@ -89,12 +89,6 @@ def root(tmp_path_factory):
     return make_root(tmp_path_factory.mktemp("static"))
 
 
-@pytest.fixture(scope="module")
-def browser():
-    with B.chromium() as b:
-        yield b
-
-
 @pytest.fixture(scope="module", params=list(B.APPS))
 def page(request, tmp_path_factory, browser):
     """The notebook run in JupyterLab, then in Notebook 7 (``page.app``)."""

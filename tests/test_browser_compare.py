@@ -43,12 +43,6 @@ def root(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def browser():
-    with B.chromium() as b:
-        yield b
-
-
-@pytest.fixture(scope="module")
 def page(root, browser):
     with B.jupyter_lab(str(root)) as lab:
         pg = lab.open(browser, "compare.ipynb")
