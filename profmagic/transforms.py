@@ -5,6 +5,7 @@ None of them mutates its input; each returns a new Profile whose meta records wh
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -278,6 +279,80 @@ def calibrate(profile: Profile, thread: str, seconds: float, metric: str | None 
                                 rate=eff, calibrated_rate=eff,
                                 requested_rate=profile.meta.requested_rate or profile.meta.rate)
     return profile.replace(stacks=st, samples=samples, meta=meta)
+
+
+def _run_rate(cpu: np.ndarray, wall: np.ndarray, stack: np.ndarray, idx: np.ndarray, k: int, step: int,
+              window: int) -> float:
+    """CPU rate of the run of samples with ``stack[idx[k]]`` from position ``k`` going ``step`` (-1:
+    back, 1: forward), at most ``window`` samples: one interval alone can miss a thread that was
+    waiting for the GIL or a core."""
+    s = stack[idx[k]]
+    c = w = 0.0
+    for m in range(window):
+        q = k + step * m
+        if not 0 <= q < len(idx) or stack[idx[q]] != s:
+            break
+        c += cpu[idx[q]]
+        w += wall[idx[q]]
+    return min(max(c / w, 0.0), 1.0) if w > 0 else 0.0
+
+
+def split_cpu_at_stack_changes(profile: Profile, window: int = 8) -> Profile:
+    """A sample's CPU delta covers the whole interval since the thread's previous sample; given all
+    to the stack seen at its end, the tail of a busy function lands on the sleep after it. Where the
+    stack changed, split the delta between the previous and the current stack, assuming each kept
+    its CPU rate: rate_i = u*rate_prev + (1-u)*rate_next gives u, the share still in the previous
+    stack. Each rate is its run's (up to ``window`` samples of that stack next to the change), not
+    one interval's: a busy thread contending for the GIL alternates intervals at rate 0 and near 1.
+    (bench/groundtruth.py: CPU error 2.6 points unsplit, at most 1 point split; bench/RESULTS.md.)
+    The interval's wall time is split at the same point. Then no sample keeps more CPU than its wall
+    time (the excess moves to the next sample).
+    Per-sample ``cpu`` and the stacks' ``cpu`` totals are both updated; each thread's sum is kept
+    but for a last excess, which is dropped. For the in-process samplers' recordings (the built-in
+    sampler, child processes)."""
+    sm = profile.samples
+    if sm is None or not len(sm) or "cpu" not in sm or "wall" not in sm:
+        return profile
+    orig = sm["cpu"].to_numpy(np.float64)
+    new = orig.copy()
+    wall = sm["wall"].to_numpy(np.float64)
+    new_wall = wall.copy()
+    stack = sm["stack"].to_numpy()
+    c0 = np.nan_to_num(orig)
+    rate = np.clip(np.divide(c0, wall, out=np.zeros_like(c0), where=wall > 0), 0.0, 1.0)
+    for idx in sm.groupby("thread", sort=False).indices.values():  # each thread's rows, in time order
+        for k in range(1, len(idx) - 1):
+            i, j = idx[k], idx[k - 1]
+            if stack[i] == stack[j] or math.isnan(orig[i]) or math.isnan(new[j]):
+                continue
+            rp = _run_rate(c0, wall, stack, idx, k - 1, -1, window)
+            rn = _run_rate(c0, wall, stack, idx, k + 1, 1, window)
+            u = 0.5 if abs(rp - rn) < 1e-9 else min(max((rate[i] - rn) / (rp - rn), 0.0), 1.0)
+            # The previous stack's part of the CPU: u*rp of u*rp + (1-u)*rn. Inside [0, 1] that is
+            # u*rp*wall; clipped (a neighbour's rate was under-measured) it stays consistent with u.
+            den = u * rp + (1 - u) * rn
+            prev = orig[i] * (u * rp / den if den > 0 else u)
+            new[j] += prev
+            new[i] -= prev
+            # The same boundary splits the interval's wall time: u of it was still the previous stack.
+            new_wall[j] += u * wall[i]
+            new_wall[i] -= u * wall[i]
+        # A CPU clock read a moment after the pass can exceed the pass's wall time: carry the excess
+        # to the next sample, so no stack has cpu > wall and cpu + off-CPU = wall holds per thread.
+        carry = 0.0
+        for i in idx:
+            if math.isnan(new[i]):
+                continue
+            c = new[i] + carry
+            new[i], carry = (new_wall[i], c - new_wall[i]) if c > new_wall[i] else (c, 0.0)
+    moved = np.nan_to_num(new - orig)
+    moved_wall = new_wall - wall
+    if not moved.any() and not moved_wall.any():
+        return profile
+    stacks = profile.stacks.copy()
+    for col, delta in (("cpu", moved), ("wall", moved_wall)):
+        stacks[col] = stacks[col].to_numpy(np.float64) + np.bincount(stack, weights=delta, minlength=len(stacks))
+    return profile.replace(stacks=stacks, samples=sm.assign(cpu=new, wall=new_wall))
 
 
 # -- two recordings of one run -----------------------------------------------------------------------

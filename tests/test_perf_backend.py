@@ -168,7 +168,7 @@ def test_mode_both_pure_c_thread_60_busy_40_asleep(tmp_path):
     # perf script text of 15 runs, 2026-12-01, load 4-8); three were never seen. So: at most two.
     assert sleep["cpu"].sum() <= 2.01 / 100, sleep["cpu"].sum()
     assert (p.samples.loc[p.samples["thread"] == thread, "state"] != "on-CPU").sum() > 0
-    assert sleep["wall"].sum() > 0.3 * st["wall"].sum()
+    assert sleep["wall"].sum() > 0.3 * st["wall"].sum(), [(_names(p, r), st.at[r, "wall"]) for r in rows]
     # CPU: the switch records' exact on-CPU time, against the kernel's count for the thread read
     # around the 4 s (the two reads are a few ms from the recording's edges).
     assert st["cpu"].sum() == pytest.approx((cpu1 - cpu0) / 1e9, rel=0.02, abs=0.01)

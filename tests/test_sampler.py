@@ -14,6 +14,7 @@ from profmagic.sampling import tid_cpu_clock
 from profmagic.threads import thread_label
 
 import profmagic
+from profmagic import transforms
 from profmagic.backends import sampler
 from profmagic.backends.base import Options
 
@@ -247,7 +248,7 @@ def test_cpu_split_where_the_stack_changes():
         b.add(sid, samples=1, time=t, wall=0.01, cpu=c)
         b.add(other, samples=1, time=t, wall=0.01, cpu=0.001)
         b.add(vid, samples=1, time=t, wall=0.01, cpu=vc)
-    p = sampler.split_cpu_at_stack_changes(b.build(metric="wall"))
+    p = transforms.split_cpu_at_stack_changes(b.build(metric="wall"))
     cpu = dict(zip(p.stacks.index, p.stacks["cpu"]))
     assert cpu[sb] == pytest.approx(0.026) and cpu[sn] == pytest.approx(0.0, abs=1e-12)
     assert cpu[other] == pytest.approx(0.005)

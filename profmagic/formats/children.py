@@ -14,6 +14,7 @@ import math
 from ..errors import ProfileFormatError
 from ..model import Profile, Raw, StackBuilder
 from ..threads import thread_label
+from ..transforms import split_cpu_at_stack_changes
 
 NAME = "profmagic-children"
 
@@ -48,7 +49,8 @@ def _record(rec, ids) -> bool:
 
 
 def read(data: bytes, source: str = "<child>", t0: float | None = None) -> Profile:
-    """One child's capture as a Profile (wall and cpu per sample). Times count from ``t0`` (the
+    """One child's capture as a Profile (wall and cpu per sample; the CPU split where the stack changed,
+    as for the built-in sampler: ``transforms.split_cpu_at_stack_changes``). Times count from ``t0`` (the
     parent's start, on the same perf_counter clock), else from the child's own start. Every fault
     but a torn last line is a ProfileFormatError naming the line."""
     b = StackBuilder()
@@ -100,4 +102,4 @@ def read(data: bytes, source: str = "<child>", t0: float | None = None) -> Profi
             "pid": head["pid"], "image": head.get("image", 0), "ppid": head.get("ppid"), "argv": head.get("argv"),
             "process_name": name, "started_at": head.get("t0", t0) - t0,
             "last_sample_at": None if last_t is None else last_t - t0, "torn_lines": torn}
-    return b.build(metric="wall", meta=meta, raw=Raw(data, NAME, options={"t0": t0}))
+    return split_cpu_at_stack_changes(b.build(metric="wall", meta=meta, raw=Raw(data, NAME, options={"t0": t0})))
