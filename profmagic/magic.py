@@ -301,6 +301,18 @@ class ProfileMagics(Magics):
         return quiet(profile) if profile is not None and args.quiet else profile
 
 
+class _Report:
+    """The report of the magic's profile, holding it: ``_profile`` is the only name for it, and the
+    next profiled cell rebinds that."""
+
+    def __init__(self, profile: Profile):
+        self.profile = profile
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        from . import report
+        return report.mimebundle(self.profile, hold=True)
+
+
 def _view(profile: Profile, compare_view: bool):
     """The report, or with --compare the CPU vs wall display (the report when wall is unknown)."""
     if compare_view:
@@ -309,7 +321,7 @@ def _view(profile: Profile, compare_view: bool):
             return cpuwall.cpu_wall(profile)
         except ValueError as e:   # e.g. perf: CPU time only
             print(f"profmagic: --compare: {e}; showing the report instead", file=sys.stderr)
-    return profile
+    return _Report(profile)
 
 
 def _save_failed(path: str, e: Exception) -> str:

@@ -173,6 +173,21 @@ def test_del_frees_a_displayed_profile_and_its_report_says_so(kernel):
 
 
 @pytest.mark.kernel
+def test_a_profiled_cells_report_holds_its_profile_after_the_next_one(kernel):
+    """``_profile`` is the only name for a profiled cell's profile and the next profiled cell rebinds
+    it: the first cell's report must keep its profile, or its tabs would say it was deleted."""
+    rep = kernel.run("%load_ext profmagic\nimport gc, time, weakref")
+    assert rep.status == "ok", rep.error
+    rep = kernel.run("%%profile --backend sampler\ntime.sleep(0.1)")
+    assert rep.status == "ok" and any("application/vnd.jupyter.widget-view+json" in d for d in rep.data + rep.updates)
+    rep = kernel.run("first = weakref.ref(_profile)")
+    assert rep.status == "ok", rep.error
+    rep = kernel.run("%%profile --backend sampler\ntime.sleep(0.1)")
+    assert rep.status == "ok", rep.error
+    assert kernel.value("gc.collect() >= 0 and first() is not None and first() is not _profile") is True
+
+
+@pytest.mark.kernel
 def test_show_draws_the_report_of_a_quiet_profile(kernel):
     """``%%profile -q`` shows nothing and keeps its Profile in ``_profile``; ``report.show`` draws its report."""
     rep = kernel.run("%load_ext profmagic\nimport time")

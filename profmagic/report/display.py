@@ -21,9 +21,8 @@ def _live_kernel() -> bool:
     return ip is not None and getattr(ip, "kernel", None) is not None
 
 
-# IPython's input and output history, and the magic's own latest result (_profile, _profiles): a report
-# of a profiled cell holds its profile, which the next profiled cell's _profile would otherwise free.
-_CACHE_NAMES = re.compile(r"_+\d*|_i+\d*|_[ido]h|In|Out|_profiles?")
+# IPython's input and output history: a profile held only there is held by its report.
+_CACHE_NAMES = re.compile(r"_+\d*|_i+\d*|_[ido]h|In|Out")
 
 
 def _named(profile: Profile) -> bool:
@@ -76,16 +75,17 @@ def show(profile: Profile) -> None:
     display(mimebundle(profile), raw=True)
 
 
-def mimebundle(profile: Profile) -> dict:
+def mimebundle(profile: Profile, hold: bool | None = None) -> dict:
     """The display of a Profile (see ``_mimebundle``); if building it fails for any reason, the
-    repr and the error, so a broken view never hides the profile."""
+    repr and the error, so a broken view never hides the profile. ``hold``: whether the report
+    keeps the profile alive (default: unless a variable of the user's namespace holds it)."""
     try:
-        return _mimebundle(profile)
+        return _mimebundle(profile, hold)
     except Exception as e:
         return fallback(profile, e)
 
 
-def _mimebundle(profile: Profile) -> dict:
+def _mimebundle(profile: Profile, hold: bool | None = None) -> dict:
     """text/plain and a static text/html; under a live kernel, the widget view instead.
 
     With a kernel, the static HTML goes out first as its own output: nbconvert prefers the widget
@@ -101,5 +101,5 @@ def _mimebundle(profile: Profile) -> dict:
     uid = uuid.uuid4().hex[:12]
     # The twin goes out before the widget is built: it is the first view the user can read.
     display({"text/html": static_html(profile, uid)}, raw=True)
-    view = widget(profile, uid, hold=not _named(profile))._repr_mimebundle_()
+    view = widget(profile, uid, hold=not _named(profile) if hold is None else hold)._repr_mimebundle_()
     return {"text/plain": repr(profile), **{k: v for k, v in (view or {}).items() if k != "text/plain"}}

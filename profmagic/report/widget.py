@@ -11,7 +11,7 @@ import weakref
 from .. import multi
 from ..model import Profile
 from ..views.header import large_export
-from ..views.mime import figure_output, html_output
+from ..views.mime import figure_output, html_output, widget as output_widget
 from .clickbridge import ClickBridge
 from .static import downloads_html, escape, header_html, table_html
 
@@ -130,16 +130,11 @@ class Report:
         except Exception as e:  # show the error in the tab rather than a dead widget
             self.panes[i].children = [self.W.HTML(f"<pre>{escape(type(e).__name__)}: {escape(e)}</pre>")]
 
-    def _out(self, output: dict):
-        o = self.W.Output()
-        o.outputs = (output,)
-        return o
-
     # -- tabs --------------------------------------------------------------------------------------
     def _tab_icicle(self):
         fig = self.p.icicle(metric=self.metric.value, thread=self.thread_name, colour=self.colour.value,
                             min_share=self.min_pct.value / 100, boilerplate=self.fold.value)
-        return [self._out(figure_output(fig))]
+        return [output_widget(figure_output(fig))]
 
     def _tab_sandwich(self):
         W = self.W
@@ -275,14 +270,14 @@ class Report:
     def _tab_time(self):
         from ..views import memory, timeline
         ok, why = timeline.available(self.p)
-        out = [self._out(figure_output(self.p.timeline(thread=self.thread_name, metric=self.metric.value)))] if ok \
+        out = [output_widget(figure_output(self.p.timeline(thread=self.thread_name, metric=self.metric.value)))] if ok \
             else [self.W.HTML(f"<p style='font:13px sans-serif'>{escape(why)}.</p>")]
         if memory.available(self.p)[0]:   # memray's heap over time under the samples (or alone)
-            out.append(self._out(figure_output(memory.figure(self.p))))
+            out.append(output_widget(figure_output(memory.figure(self.p))))
         return out
 
     def _tab_table(self):
-        return [self._out(html_output(header_html(self.p) + table_html(self.p, self.metric.value, self.thread_name,
+        return [output_widget(html_output(header_html(self.p) + table_html(self.p, self.metric.value, self.thread_name,
                                                                        self.fold.value)))]
 
     def _tab_raw(self):

@@ -31,3 +31,11 @@ def figure_output(fig) -> dict:
 
 def html_output(text: str) -> dict:
     return output({"text/html": text, "text/plain": ""})
+
+
+def widget(output: dict):
+    """An ipywidgets.Output showing one output (``figure_output``, ``html_output``)."""
+    import ipywidgets as W
+    o = W.Output()
+    o.outputs = (output,)
+    return o

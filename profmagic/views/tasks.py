@@ -206,13 +206,11 @@ def widget(profile, metric: str | None = None):
     import ipywidgets as W
 
     from . import icicle
-    from .mime import figure_output
+    from .mime import figure_output, widget
     get = profile if isinstance(profile, weakref.ref) else (lambda: profile)
 
     def out(fig):
-        o = W.Output()
-        o.outputs = (figure_output(fig),)
-        return o
+        return widget(figure_output(fig))
 
     p = get()
     metric = metric or p.metric
