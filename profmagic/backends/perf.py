@@ -4,7 +4,9 @@
 Measured with perf 6.1 on this machine kind:
 
 * ``-e cpu-clock`` (no hardware events here), ``--call-graph dwarf`` (CPython has no frame
-  pointers; 32 KB of stack per sample, see ``STACK_BYTES``), ``--no-bpf-event`` (stops in 0-10 ms instead of ~0.6 s), ``-D -1
+  pointers; 32 KB of stack per sample, see ``STACK_BYTES``), ``--no-bpf-event`` (stops in 0-10 ms instead of ~0.6 s),
+  ``--no-buildid-cache`` (``perf script`` reads the libraries right away: no copy of each one hit,
+  each perf-inject'ed JIT file included, left in ``~/.debug``; 709 MB after a day of tests here), ``-D -1
   --control=fifo:CTL,ACK``: perf starts disabled; ``enable`` is written right before the cell and
   its ``ack`` awaited (~120 ms after start), ``disable`` right after. perf runs in its own process
   group and is stopped with SIGINT; ``perf script`` turns the data into text for ``formats/perf_script``.
@@ -26,6 +28,9 @@ Measured with perf 6.1 on this machine kind:
   as each function first runs after activation). In this process a jitdump of the trampolines
   (``perf_jitdump.py``) lets the unwind go on through them to the thread's root; in another
   process it stops at the innermost Python frame. ``native`` (3.11): interpreter frames only.
+* A library mapped a second time elsewhere in the process (a symbolizer reading it) breaks perf's
+  DWARF unwind through it: such mappings are hidden in perf.data before ``perf script``
+  (``perf_maps.py``; ``meta["stray_maps_hidden"]``).
 * perf inject writes ``/tmp/jitted-PID-N.so`` files: removed on close, with ``/tmp/jit-PID.dump``
   once the target has exited.
 """
@@ -46,6 +51,7 @@ from .. import procfs
 from ..errors import ProfilerError
 from ..tempdirs import TempDir
 from .base import OWN_GROUP, Capabilities, Capture, Options, reap, tool_version
+from . import perf_maps
 from .perf_jitdump import JitDump
 
 NAME = "perf"
@@ -250,7 +256,8 @@ class Recorder:
                 ["-k", "CLOCK_MONOTONIC"] if self.mode == "perf_jit" or self.jitdump else [])
         if os.geteuid() == 0:  # (an unprivileged user may lock only perf_event_mlock_kb, 516 KB)
             events += ["--mmap-pages", str(MMAP_PAGES)]
-        cmd = (["perf", "record"] + events + ["--call-graph", f"dwarf,{STACK_BYTES}", "--no-bpf-event", "-D", "-1",
+        cmd = (["perf", "record"] + events + ["--call-graph", f"dwarf,{STACK_BYTES}", "--no-bpf-event",
+               "--no-buildid-cache", "-D", "-1",
                f"--control=fifo:{ctl},{ack}", "-p", str(o.pid), "-o", self.tmp.file("perf.data")])
         with open(self.tmp.file("perf.err"), "wb") as err:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
@@ -281,6 +288,7 @@ class Recorder:
         data_file = self.tmp.file("perf.data")
         if not os.path.exists(data_file):
             raise ProfilerError(f"perf wrote no data (exit {rc}): {self.status}")
+        stray = perf_maps.hide_stray_maps(data_file)
         if self.jitdump is not None:
             self.jit_entries = self.jitdump.write()
         if self.mode == "perf_jit" or self.jitdump is not None:
@@ -300,7 +308,8 @@ class Recorder:
                 "duration": (self.disabled_at - self.enabled_at) if self.enabled_at else None,
                 "trampoline_activated_by_profmagic": self.activated,
                 "trampoline_unwind": (f"jitdump of {self.jit_entries} trampolines (perf_jitdump.py)"
-                                      if self.jitdump is not None else None)}
+                                      if self.jitdump is not None else None),
+                "stray_maps_hidden": stray or None}
         data = self.jitdump.rename(res.stdout) if self.jitdump is not None else res.stdout
         if self.offcpu:
             from ..formats.perf_sched import header_line
