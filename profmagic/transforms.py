@@ -281,30 +281,14 @@ def calibrate(profile: Profile, thread: str, seconds: float, metric: str | None 
     return profile.replace(stacks=st, samples=samples, meta=meta)
 
 
-def _run_rate(cpu: np.ndarray, wall: np.ndarray, stack: np.ndarray, idx: np.ndarray, k: int, step: int,
-              window: int) -> float:
-    """CPU rate of the run of samples with ``stack[idx[k]]`` from position ``k`` going ``step`` (-1:
-    back, 1: forward), at most ``window`` samples: one interval alone can miss a thread that was
-    waiting for the GIL or a core."""
-    s = stack[idx[k]]
-    c = w = 0.0
-    for m in range(window):
-        q = k + step * m
-        if not 0 <= q < len(idx) or stack[idx[q]] != s:
-            break
-        c += cpu[idx[q]]
-        w += wall[idx[q]]
-    return min(max(c / w, 0.0), 1.0) if w > 0 else 0.0
-
-
-def split_cpu_at_stack_changes(profile: Profile, window: int = 8) -> Profile:
+def split_cpu_at_stack_changes(profile: Profile) -> Profile:
     """A sample's CPU delta covers the whole interval since the thread's previous sample; given all
     to the stack seen at its end, the tail of a busy function lands on the sleep after it. Where the
     stack changed, split the delta between the previous and the current stack, assuming each kept
     its CPU rate: rate_i = u*rate_prev + (1-u)*rate_next gives u, the share still in the previous
-    stack. Each rate is its run's (up to ``window`` samples of that stack next to the change), not
-    one interval's: a busy thread contending for the GIL alternates intervals at rate 0 and near 1.
-    (bench/groundtruth.py: CPU error 2.6 points unsplit, at most 1 point split; bench/RESULTS.md.)
+    stack, each rate its neighbouring interval's. On bench/groundtruth.py the split took the CPU
+    error from 2.6 points to at most 1 (bench/RESULTS.md); the rate of a run of up to 8 intervals
+    did worse there (3 runs each, worst wall 5.8-6.0 pp and CPU 2.3-3.3 pp, against 2.7-3.5 and 1-2).
     The interval's wall time is split at the same point. Then no sample keeps more CPU than its wall
     time (the excess moves to the next sample).
     Per-sample ``cpu`` and the stacks' ``cpu`` totals are both updated; each thread's sum is kept
@@ -322,11 +306,10 @@ def split_cpu_at_stack_changes(profile: Profile, window: int = 8) -> Profile:
     rate = np.clip(np.divide(c0, wall, out=np.zeros_like(c0), where=wall > 0), 0.0, 1.0)
     for idx in sm.groupby("thread", sort=False).indices.values():  # each thread's rows, in time order
         for k in range(1, len(idx) - 1):
-            i, j = idx[k], idx[k - 1]
+            i, j, n = idx[k], idx[k - 1], idx[k + 1]
             if stack[i] == stack[j] or math.isnan(orig[i]) or math.isnan(new[j]):
                 continue
-            rp = _run_rate(c0, wall, stack, idx, k - 1, -1, window)
-            rn = _run_rate(c0, wall, stack, idx, k + 1, 1, window)
+            rp, rn = rate[j], rate[n]
             u = 0.5 if abs(rp - rn) < 1e-9 else min(max((rate[i] - rn) / (rp - rn), 0.0), 1.0)
             # The previous stack's part of the CPU: u*rp of u*rp + (1-u)*rn. Inside [0, 1] that is
             # u*rp*wall; clipped (a neighbour's rate was under-measured) it stays consistent with u.
