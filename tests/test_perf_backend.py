@@ -223,24 +223,34 @@ def test_attach_mode_both_to_a_running_process(tmp_path):
     assert abs(busy / st["wall"].sum() - truth) <= 0.05, (busy / st["wall"].sum(), truth)
 
 
-STRAY_MAP = textwrap.dedent("""\
-    import mmap, time
-    libc = next(ln.split()[-1] for ln in open("/proc/self/maps") if "/libc.so" in ln or "/libc-" in ln)
-    with open(libc, "rb") as f:   # what a symbolizer does: part of libc mapped again, read-only, elsewhere
-        stray = mmap.mmap(f.fileno(), 9 * 4096, mmap.MAP_PRIVATE, mmap.PROT_READ, offset=0x1a000)
+NAPPING = textwrap.dedent("""\
     print("ready", flush=True)
     def napping():
         while True:
             time.sleep(0.02)
     napping()
     """)
+# What a symbolizer does: part of libc mapped again, read-only, elsewhere.
+STRAY_MAP = textwrap.dedent("""\
+    import mmap, time
+    libc = next(ln.split()[-1] for ln in open("/proc/self/maps") if "/libc.so" in ln or "/libc-" in ln)
+    with open(libc, "rb") as f:
+        stray = mmap.mmap(f.fileno(), 9 * 4096, mmap.MAP_PRIVATE, mmap.PROT_READ, offset=0x1a000)
+    """) + NAPPING
+# The symbolizer that did it in the test process: memray's, reading native stacks.
+MEMRAY_REPORT = textwrap.dedent("""\
+    import os, tempfile, time, memray
+    out = os.path.join(tempfile.mkdtemp(), "m.bin")
+    with memray.Tracker(out, native_traces=True):
+        kept = [bytearray(1000) for _ in range(1000)]
+    for rec in memray.FileReader(out).get_high_watermark_allocation_records(merge_threads=True):
+        rec.native_stack_trace()
+    os.unlink(out)
+    """) + NAPPING
 
 
-def test_a_library_mapped_twice_does_not_cut_the_stacks():
-    """A process that maps part of libc a second time (a symbolizer reading it): perf 6.1's DWARF
-    unwind then stopped in clock_nanosleep, the Python interpreter's frames under it lost. The stray
-    mapping is hidden in perf.data (backends/perf_maps.py): the sleep's stack reaches time_sleep."""
-    child = subprocess.Popen([sys.executable, "-c", STRAY_MAP], stdout=subprocess.PIPE, text=True)
+def _record_napping(code: str):
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout.readline().strip() == "ready"
         rec = perf.Recorder(Options(pid=child.pid, rate=100, mode="both"))
@@ -254,15 +264,39 @@ def test_a_library_mapped_twice_does_not_cut_the_stacks():
         child.kill()
         child.wait()
         child.stdout.close()
-    (hidden,) = [h for h in cap.meta["stray_maps_hidden"] if "libc" in h["file"]]
-    assert hidden["pgoff"] == 0x1a000 and hidden["len"] == 9 * 4096
+    return cap, child.pid
+
+
+def _sleep_reaches_python(cap, pid):
+    """The napping thread's time in clock_nanosleep, and the part of it whose stack goes on to time_sleep."""
     p = perf.read(cap, Options(rate=100))
-    main = p.stacks[p.stacks["thread"] == p.thread_table.set_index("tid").at[child.pid, "label"]]
+    main = p.stacks[p.stacks["thread"] == p.thread_table.set_index("tid").at[pid, "label"]]
     asleep = [r for r in main.index if "__GI___clock_nanosleep" in _names(p, r)]
     whole = [r for r in asleep if "time_sleep" in _names(p, r)]
-    # Nearly all of the recording the thread sleeps: that time's stacks go on through libc to Python.
-    assert main.loc[asleep, "wall"].sum() > 0.8 * main["wall"].sum()
-    assert main.loc[whole, "wall"].sum() == pytest.approx(main.loc[asleep, "wall"].sum(), rel=0.01)
+    assert main.loc[asleep, "wall"].sum() > 0.8 * main["wall"].sum()   # it sleeps nearly all the time
+    return main.loc[asleep, "wall"].sum(), main.loc[whole, "wall"].sum()
+
+
+def test_a_library_mapped_twice_does_not_cut_the_stacks():
+    """A process that maps part of libc a second time: perf 6.1's DWARF unwind then stopped in
+    clock_nanosleep, the Python interpreter's frames under it lost. The stray mapping is hidden in
+    perf.data (backends/perf_maps.py): the sleep's stacks reach time_sleep."""
+    cap, pid = _record_napping(STRAY_MAP)
+    # That mapping alone: the data segments of every library, placed off their file offsets, are not stray.
+    (hidden,) = cap.meta["stray_maps_hidden"]
+    assert "libc" in hidden["file"] and hidden["pgoff"] == 0x1a000 and hidden["len"] == 9 * 4096
+    asleep, whole = _sleep_reaches_python(cap, pid)
+    assert whole == pytest.approx(asleep, rel=0.01)
+
+
+@pytest.mark.requires("memray")
+def test_perf_after_a_memray_native_report_in_the_same_process():
+    """The real case: a kernel showed a memray --native report (its symbolizer maps libraries again),
+    then records with perf."""
+    cap, pid = _record_napping(MEMRAY_REPORT)
+    assert any("libc" in h["file"] for h in cap.meta["stray_maps_hidden"])
+    asleep, whole = _sleep_reaches_python(cap, pid)
+    assert whole == pytest.approx(asleep, rel=0.01)
 
 
 def test_mode_wall_names_the_waker_and_labels_time_before_the_first_event():

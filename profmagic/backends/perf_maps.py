@@ -9,9 +9,8 @@ pointers. Measured here: one read-only mapping of 9 pages of libc.so.6 at file o
 every stack in ``nanosleep`` (the caller's frame skipped, or the stack ended at libc), in a process
 that had run memray's native report.
 
-A mapping belongs to a loaded image when its address minus its file offset is the image's load
-base, the same for all its segments; a non-executable mapping of the same file with another base
-is stray. Its file name in the ``PERF_RECORD_MMAP2`` record becomes ``//anon`` (same length or
+A loaded image spans from its load base (an executable mapping's address minus its file offset) to
+its last segment; a non-executable mapping of the same file outside every image's span is stray. Its file name in the ``PERF_RECORD_MMAP2`` record becomes ``//anon`` (same length or
 shorter, NUL-padded, so no record moves): perf then treats it as anonymous memory.
 
 The perf.data layout read here (perf's ``tools/perf/util/header.h`` and the kernel's
@@ -31,6 +30,7 @@ COMPRESSED = 81          # -z: records inside are compressed; profmagic does not
 PROT_EXEC = 4
 NAME_AT = 72
 ANON = b"//anon"
+SLACK = 2 << 20          # the largest segment alignment x86-64 linkers use (max-page-size)
 _HEAD = struct.Struct("<IHH")
 _MMAP2 = struct.Struct("<IIQQQ24xII")
 
@@ -46,13 +46,31 @@ def _records(m, start: int, end: int):
         at += size
 
 
+def _images(maps: list) -> dict[tuple, list[tuple[int, int]]]:
+    """(pid, file) -> the address ranges its loaded images span: from each executable mapping's load
+    base (start - pgoff) to the end of the last mapping with that base, plus SLACK for the data
+    segments, whose address is their file offset moved by up to a segment alignment."""
+    ends: dict[tuple, int] = {}
+    for _, pid, start, length, pgoff, prot, name in maps:
+        if prot & PROT_EXEC:
+            ends.setdefault((pid, name, start - pgoff), start + length)
+    for _, pid, start, length, pgoff, _, name in maps:
+        key = (pid, name, start - pgoff)
+        if key in ends:
+            ends[key] = max(ends[key], start + length)
+    spans: dict[tuple, list] = {}
+    for (pid, name, base), end in ends.items():
+        spans.setdefault((pid, name), []).append((base, end + SLACK))
+    return spans
+
+
 def hide_stray_maps(path: str) -> list[dict]:
     """Patch ``path`` (a perf.data file) in place; returns the stray mappings hidden (file, start,
     pgoff, len). A file that is not a perf.data file perf can read is left alone."""
     with open(path, "r+b") as f:
         if os.fstat(f.fileno()).st_size < 64 or f.read(8) != MAGIC:
             return []
-        with mmap.mmap(f.fileno(), 0) as m:
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
             data_at, data_size = struct.unpack_from("<QQ", m, 40)
             end = min(data_at + data_size, len(m))
             maps = []          # (record offset, pid, start, len, pgoff, prot, name)
@@ -66,18 +84,14 @@ def hide_stray_maps(path: str) -> list[dict]:
                 name = raw[:raw.find(b"\0")] if b"\0" in raw else raw
                 if name.startswith(b"/"):
                     maps.append((at, pid, start, length, pgoff, prot, name))
-            bases: dict[tuple, set] = {}
-            for _, pid, start, _, pgoff, prot, name in maps:
-                if prot & PROT_EXEC:
-                    bases.setdefault((pid, name), set()).add(start - pgoff)
-            hidden = []
-            for at, pid, start, length, pgoff, prot, name in maps:
-                known = bases.get((pid, name))
-                if prot & PROT_EXEC or not known or start - pgoff in known or len(name) < len(ANON):
-                    continue
-                m[at + NAME_AT:at + NAME_AT + len(name)] = ANON + b"\0" * (len(name) - len(ANON))
-                hidden.append({"file": name.decode(errors="replace"), "start": start, "pgoff": pgoff,
-                               "len": length})
-            if hidden:
-                m.flush()
-            return hidden
+        spans = _images(maps)
+        hidden = []
+        for at, pid, start, length, pgoff, prot, name in maps:
+            images = spans.get((pid, name))
+            if prot & PROT_EXEC or not images or any(lo <= start < hi for lo, hi in images) \
+                    or len(name) < len(ANON):
+                continue
+            # Written, not synced: perf script reads it through the same page cache.
+            os.pwrite(f.fileno(), ANON + b"\0" * (len(name) - len(ANON)), at + NAME_AT)
+            hidden.append({"file": name.decode(errors="replace"), "start": start, "pgoff": pgoff, "len": length})
+        return hidden
