@@ -10,12 +10,13 @@ every stack in ``nanosleep`` (the caller's frame skipped, or the stack ended at 
 that had run memray's native report.
 
 A loaded image spans from its load base (an executable mapping's address minus its file offset) to
-its last segment; a non-executable mapping of the same file outside every image's span is stray. Its file name in the ``PERF_RECORD_MMAP2`` record becomes ``//anon`` (same length or
-shorter, NUL-padded, so no record moves): perf then treats it as anonymous memory.
+its last segment; a non-executable mapping of the same file outside every image's span is stray.
+Its file name in the ``PERF_RECORD_MMAP2`` record becomes ``//anon`` (NUL-padded to the name's
+length, so no record moves): perf then treats it as anonymous memory.
 
 The perf.data layout read here (perf's ``tools/perf/util/header.h`` and the kernel's
-``perf_event.h``): the file header ``PERFILE2``, with the data section's offset and size at bytes
-40 and 48; records of ``{u32 type; u16 misc; u16 size}``; an MMAP2 record (type 10) holds pid, tid,
+``perf_event.h``): the file header ``PERFILE2``, its own size at byte 8 (16 in pipe mode, which
+has no sections: left alone), the data section's offset and size at bytes 40 and 48; records of ``{u32 type; u16 misc; u16 size}``; an MMAP2 record (type 10) holds pid, tid,
 start, len, pgoff, 24 bytes of device/inode or build id, prot, flags, then the file name at 72.
 """
 from __future__ import annotations
@@ -71,7 +72,10 @@ def hide_stray_maps(path: str) -> list[dict]:
         if os.fstat(f.fileno()).st_size < 64 or f.read(8) != MAGIC:
             return []
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            header_size, = struct.unpack_from("<Q", m, 8)
             data_at, data_size = struct.unpack_from("<QQ", m, 40)
+            if header_size < 56 or data_at < header_size:
+                return []
             end = min(data_at + data_size, len(m))
             maps = []          # (record offset, pid, start, len, pgoff, prot, name)
             for at, kind, size in _records(m, data_at, end):
