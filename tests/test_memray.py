@@ -358,7 +358,12 @@ def test_out_of_process_time_beside_memray_memory(backend, opts):
     fn = side_by_side(p).set_index("name")
     assert fn.loc["alloc", "bytes"] > 21_000_000
     if backend == "pyspy":  # Python names: time and memory on the same function rows
-        assert fn.loc["spin", "wall"] > 0.25 and fn.loc["spin", "bytes"] < 1_000
+        # The names join: spin's time and no bytes, alloc's bytes, on one row each. Seconds are not this
+        # test's subject: py-spy's samples weigh 1/rate each, uncalibrated at this level (the magic
+        # calibrates to the cell), and they run short when py-spy falls behind under load (0.24 s for
+        # spin's 0.3+ once in CI); its shares are tested with counted tries in test_pyspy.py.
+        assert fn.loc["spin", "wall"] > max(0.1, fn.loc["alloc", "wall"]), fn["wall"].sort_values().tail(8).to_dict()
+        assert fn.loc["spin", "bytes"] < 1_000
     del keep
 
 
