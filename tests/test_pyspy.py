@@ -107,9 +107,12 @@ def test_record_child_idle():
 
 
 def test_record_child_cpu(child):
-    p, _, _ = record_child(child, idle=False)
+    """Without --idle py-spy keeps the running samples: busy's, not nap's. Its seconds are samples/rate,
+    uncalibrated here, and run short when py-spy falls behind its rate (0.19 s for busy's 0.3 s once in
+    CI): busy's share of the profile, and its seconds against half its measured wall at the least."""
+    p, busy_wall, _ = record_child(child, idle=False)
     fn = p.functions().set_index("name")["total"]
-    assert fn.get("nap", 0) < 0.05 and fn["busy"] > 0.2, fn
+    assert fn.get("nap", 0) < 0.05 and fn["busy"] > 0.9 * fn.max() and fn["busy"] > 0.5 * busy_wall, (fn, busy_wall)
 
 
 def test_attach_failure_names_cause_fix_and_way_out():
