@@ -9,6 +9,7 @@ import time
 
 import procs
 import pytest
+import tools
 from procs import wait_for
 
 from native.cbuild import build_cthread, load_cthread
@@ -228,13 +229,7 @@ def test_recorder_native_thread_own_root_shares_and_labels(cthread_path, tmp_pat
 
 @pytest.mark.requires("eu-stack", "gcc", "ptrace")
 def test_keep_interpreter_frames_option(cthread):
-    rec = eustack.Recorder(Options(pid=os.getpid(), rate=50))
-    try:
-        rec.start()
-        time.sleep(0.3)
-        cap = rec.stop()
-    finally:
-        rec.close()
+    cap = tools.record_for(eustack.Recorder(Options(pid=os.getpid(), rate=50)), 0.3)
     kept = eustack.read(cap, Options(extra={"keep_interpreter_frames": True}))
     names = set(kept.frames["name"])
     assert "_PyEval_EvalFrameDefault" in names and "[python]" not in names

@@ -253,13 +253,7 @@ def _record_napping(code: str):
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout.readline().strip() == "ready"
-        rec = perf.Recorder(Options(pid=child.pid, rate=100, mode="both"))
-        try:
-            rec.start()
-            time.sleep(1.5)
-            cap = rec.stop()
-        finally:
-            rec.close()
+        cap = tools.record_for(perf.Recorder(Options(pid=child.pid, rate=100, mode="both")), 1.5)
     finally:
         child.kill()
         child.wait()

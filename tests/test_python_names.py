@@ -8,6 +8,7 @@ import textwrap
 import time
 
 import pytest
+import tools
 
 from native.cbuild import build_cthread
 from native.pynames import PYTHONS, share_above
@@ -86,13 +87,9 @@ def test_frame_chain_read_from_memory(version, so):
 @pytest.mark.requires("python3.12", "eu-stack")
 def test_eu_stack_names_the_python_caller_of_a_c_busy_loop(so):
     c = _child(PYTHONS["3.12"][-1], so)
-    rec = eustack.Recorder(Options(pid=c.pid, rate=50))
     try:
-        rec.start()
-        time.sleep(3)
-        cap = rec.stop()
+        cap = tools.record_for(eustack.Recorder(Options(pid=c.pid, rate=50)), 3)
     finally:
-        rec.close()
         _stop(c)
     p = eustack.read(cap, Options())
     share, n = share_above(p)

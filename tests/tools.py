@@ -139,3 +139,14 @@ def missing(names) -> list[str]:
         if why:
             out.append(f"needs {name} ({why}); install: {fix}")
     return out
+
+
+def record_for(recorder, seconds: float):
+    """Start ``recorder``, let it record ``seconds``, stop it and return its capture; closed either way."""
+    import time
+    try:
+        recorder.start()
+        time.sleep(seconds)
+        return recorder.stop()
+    finally:
+        recorder.close()
