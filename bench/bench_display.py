@@ -18,6 +18,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -120,7 +121,10 @@ def main() -> int:
         return 0
     res = {}
     for step in STEPS:
-        r = subprocess.run([sys.executable, __file__, "--child", str(a.stacks), step], capture_output=True, text=True)
+        # In a temp dir: a report writes a download over 10 MB into the working directory.
+        with tempfile.TemporaryDirectory(prefix="profmagic-bench-display-") as work:
+            r = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", str(a.stacks), step],
+                               capture_output=True, text=True, cwd=work)
         if r.returncode:
             print(r.stderr[-3000:], file=sys.stderr)
             return 1
