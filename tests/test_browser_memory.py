@@ -10,11 +10,8 @@ import workloads
 
 import browser as B
 
-pytestmark = [pytest.mark.browser, pytest.mark.timeout(600)]
-
-why = B.missing()
-if why:
-    pytest.skip(why, allow_module_level=True)
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(600),
+              pytest.mark.requires("chromium", "playwright", "jupyter-lab", "memray")]
 
 SETUP = "%load_ext profmagic\n" + workloads.SOURCE + workloads.MEMORY_SOURCE
 MEMRAY_CELL = "%%profile --backend memray\nkeep = cell()"

@@ -2,13 +2,13 @@
 import cProfile
 import marshal
 import math
-import os
 import profile as pyprofile
 import pstats
 import subprocess
 import time
 
 import pytest
+import tools
 
 import profmagic
 from profmagic.formats import pstats as fmt
@@ -172,18 +172,9 @@ print(repr(sorted(marshal.loads(open(sys.argv[1], "rb").read()).items())))
 '''
 
 
-def _python(minor: int) -> str | None:
-    import glob
-    import shutil
-    found = sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/3.{minor}.*/bin/python3")))
-    return found[-1] if found else shutil.which(f"python3.{minor}")
-
-
-@pytest.mark.parametrize("minor", [11, 12, 13])
+@pytest.mark.parametrize("minor", [pytest.param(m, marks=pytest.mark.requires(f"python3.{m}")) for m in (11, 12, 13)])
 def test_reader_decodes_real_dumps_as_marshal_does(minor, tmp_path):
-    python = _python(minor)
-    if python is None:
-        pytest.skip(f"no Python 3.{minor} here (looked in ~/.pyenv/versions and PATH)")
+    python = tools.find(f"python3.{minor}")
     path = tmp_path / "dump.prof"
     r = subprocess.run([python, "-c", DUMP, str(path)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
