@@ -355,7 +355,14 @@ def main(argv: list[str]) -> int:
               f"snapshots={len(snaps)} rate={len(snaps) / duration if duration else 0:.3f} "
               f"target_rate={a.rate:g} t0_unix={t0_wall:.6f} sched={sched}"
               + (f" pyframes={quote(error, safe='')}" if error else " pyframes=read"))
-    write_capture(a.out, a.pid, snaps, header)
+    # Written whole, then renamed: the recorder never reads half a capture.
+    write_capture(a.out + ".part", a.pid, snaps, header)
+    os.replace(a.out + ".part", a.out)
+    # Done. A stop signal that comes now (the target ended by itself and the helper finished first)
+    # must not kill it: at exit Python puts back the default action of signals it handles, and a
+    # SIGINT then ended the helper with -2 after it had written the capture.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
     return 0
 
 
