@@ -42,7 +42,8 @@ try:
     _s.loader.exec_module(_m)
     _m.{call}()
 except Exception as _e:  # never break the process's start-up
-{report}sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
+{report}# Absolute entries only: "" and relative ones would need the working folder, which may be gone.
+sys.path[:] = [p for p in sys.path if not (os.path.isabs(p) and os.path.normpath(p) == _here)]
 # The process's own sitecustomize, if it has one, in this one's place (deleting this module from
 # sys.modules instead makes the import machinery fail with KeyError when there is none).
 import importlib.machinery as _mach, importlib.util as _u
