@@ -52,7 +52,7 @@ import numpy as np
 
 from ..errors import ProfileFormatError
 from ..model import Profile, Raw, StackBuilder
-from .perf_script import SideBand
+from ._perf_common import SideBand
 
 HEADER = "# profmagic perf-sched"
 OFF_BEFORE = "[off-CPU since before the thread's first event: stack not recorded]"

@@ -49,6 +49,7 @@ import pandas as pd
 from ..errors import ProfileFormatError
 from ..threads import thread_label
 from ..model import Profile, Raw, StackBuilder
+from ._perf_common import SideBand
 from .folded import decode
 
 NAME = "perf_script"
@@ -201,17 +202,6 @@ class Sample(NamedTuple):
     trace: str          # what a tracepoint printed after its name ("" for other events)
     leaf_first: tuple   # frame ids, leaf first
     closed: bool        # a blank line ended it (False: the input ended first)
-
-
-class SideBand(NamedTuple):
-    """A ``PERF_RECORD_*`` line (``--show-switch-events``, ``--show-task-events``): no frames."""
-    thread: str         # the label of the thread whose header it has
-    comm: str
-    pid: int | None
-    tid: int
-    time: float
-    kind: str           # SWITCH, COMM, FORK, EXIT, ...
-    text: str           # the rest of the line: "IN", "OUT preempt", "(12:13):(12:12)" ...
 
 
 def _thread_name(comm: str, pid: int | None, tid: int) -> str:
