@@ -82,4 +82,6 @@ def links_html(profile: Profile) -> str:
                         f"<span style='color:#666'>{e(d.filename)}, {len(d.data):,} bytes</span>")
         else:
             rows.append(f"{e(d.label)}: {e(d.note)}")
-    return "<div class='profmagic-downloads' style='font:13px sans-serif;line-height:1.8'>" + "<br>".join(rows) + "</div>"
+    from .page import encodable
+    return encodable("<div class='profmagic-downloads' style='font:13px sans-serif;line-height:1.8'>"
+                     + "<br>".join(rows) + "</div>")

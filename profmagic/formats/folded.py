@@ -18,6 +18,7 @@ NAME = "folded"
 # As flamegraph.pl: the stack is everything before the last whitespace and the count.
 _LINE = re.compile(r"^(.*)\s(\d+(?:\.\d*)?)$")
 _PY_TAIL = re.compile(r"\.pyx?:(\d+)\)$")   # the end of "name (file.py:12)"
+MAX_COUNT = 1 << 53   # a line's count, at most: the largest a float counts exactly (no writer repeats a count)
 
 
 def sniff(head: bytes) -> bool:
@@ -60,6 +61,12 @@ def _utf8(data: bytes) -> bytes:
     return data[3:] if data[:3] == b"\xef\xbb\xbf" else data
 
 
+def _too_many(num: bytes, source: str, line: int):
+    text = num.decode("ascii", "replace")
+    raise ProfileFormatError(f"a count of {text[:40]}{'...' if len(text) > 40 else ''}; at most 2**53 "
+                             f"({MAX_COUNT:,}, the count limit)", source=source, line=line)
+
+
 def _parse_lines(data: bytes, source: str, lenient: bool):
     """{stack bytes: count} (duplicate lines add up), skipped line count, whether any count is decimal.
 
@@ -80,7 +87,7 @@ def _parse_lines(data: bytes, source: str, lenient: bool):
                 line = line[:-1]
             stack, sp, num = line.rpartition(b" ")
             if sp and num.isdigit():
-                count = int(num)
+                count = int(num) if len(num) <= 16 else _too_many(num, source, base + i + 1)
             else:
                 if not line.strip():
                     continue
@@ -97,7 +104,9 @@ def _parse_lines(data: bytes, source: str, lenient: bool):
                     any_float = True
                     count = float(num)
                 else:
-                    count = int(num)
+                    count = int(num) if len(num) <= 16 else _too_many(num, source, base + i + 1)
+            if count > MAX_COUNT:
+                _too_many(num, source, base + i + 1)
             counts[stack] = get(stack, 0) + count
         base += len(lines) - 1
     return counts, skipped, any_float
@@ -140,9 +149,15 @@ def read(data: bytes, source: str = "<input>", lenient: bool = False, thread: st
     return b.build(metric="samples", meta=meta, raw=Raw(data, NAME))
 
 
+# Lone surrogates but those surrogateescape makes of undecodable bytes (U+DC80..U+DCFF): JSON's "\\ud800".
+_LONE = re.compile("[\ud800-\udc7f\udd00-\udfff]")
+
+
 def _clean(name: str) -> str:
-    # ';' separates frames and a newline ends a line: as stackcollapse does, ';' becomes ':'.
-    return name.replace(";", ":").replace("\n", " ").replace("\r", " ")
+    # ';' separates frames and a newline ends a line: as stackcollapse does, ';' becomes ':'. A lone
+    # surrogate has no UTF-8: it becomes the text \ud800 (surrogateescape gives back the bytes of the rest).
+    name = name.replace(";", ":").replace("\n", " ").replace("\r", " ")
+    return _LONE.sub(lambda m: f"\\u{ord(m.group()):04x}", name) if _LONE.search(name) else name
 
 
 def _fmt(v: float) -> str:
@@ -178,11 +193,6 @@ def write_text(profile: Profile, metric: str | None = None, thread_roots: bool |
     return "".join(f"{k} {_fmt(agg[k])}\n" for k in keys)
 
 
-_LONE = re.compile("[\ud800-\udc7f\udd00-\udfff]")
-
-
 def write(profile: Profile, metric: str | None = None) -> bytes:
-    # surrogateescape gives back the bytes a name was read from; any other lone surrogate (from JSON's
-    # "\ud800") has no UTF-8: it is written as the text \ud800.
-    text = _LONE.sub(lambda m: f"\\u{ord(m.group()):04x}", write_text(profile, metric))
-    return text.encode("utf-8", errors="surrogateescape")
+    # surrogateescape gives back the bytes a name was read from (_clean wrote any other lone surrogate).
+    return write_text(profile, metric).encode("utf-8", errors="surrogateescape")

@@ -94,6 +94,7 @@ def _sniff_frame_match(line: str):
 _CPU_EVENTS = ("cpu-clock", "task-clock")
 _NAN = float("nan")
 _MAX_WARNINGS = 5
+MAX_PERIOD = 1 << 53   # a record's period, at most (a weight; never repeated into samples)
 
 
 def sniff(head: bytes) -> bool:
@@ -281,6 +282,9 @@ class Parser:
         if self.first_header is None:
             self.first_header = lineno
         explicit = bool(period_text) and period_text != "0"
+        if explicit and (len(period_text) > 16 or int(period_text) > MAX_PERIOD):
+            raise ProfileFormatError(f"a period of {period_text[:40]}{'...' if len(period_text) > 40 else ''}; at "
+                                     f"most 2**53 ({MAX_PERIOD:,}, the period limit)", source=self.source, line=lineno)
         tm = _TIME.match(line, m.end())
         w = self._whose(m.group(1, 2, 3))
         return w[0], w[1], (w[2], w[3], w[4], w[5], int(period_text) if explicit else 1, explicit,

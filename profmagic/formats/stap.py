@@ -25,7 +25,7 @@ import re
 
 from ..errors import ProfileFormatError
 from ..model import Profile, Raw, StackBuilder
-from .folded import decode
+from .folded import MAX_COUNT, decode
 
 NAME = "stap"
 _COUNT = re.compile(r"\s*(\d+)", re.A)  # fullmatch: stackcollapse-stap's ^\s*(\d+)+$
@@ -84,7 +84,11 @@ def read(data: bytes, source: str = "<input>") -> Profile:
     for lineno, line in enumerate(lines, 1):
         m = _COUNT.fullmatch(line)
         if m:
-            b.add(b.stack(thread, tuple(reversed(stack))), samples=int(m.group(1)))
+            digits = m.group(1)
+            if len(digits) > 16 or int(digits) > MAX_COUNT:
+                raise ProfileFormatError(f"a count of {digits[:40]}{'...' if len(digits) > 40 else ''}; at most "
+                                         f"2**53 ({MAX_COUNT:,}, the count limit)", source=source, line=lineno)
+            b.add(b.stack(thread, tuple(reversed(stack))), samples=int(digits))
             stack = []
             counts += 1
             last_count_line = lineno
