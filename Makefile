@@ -27,8 +27,20 @@ $(STAMP312): pyproject.toml
 system:
 	bash scripts/setup-system.sh
 
+# Two phases: the tests that time nothing on 2 workers (pytest-xdist, one file per worker at a time), then
+# the timed ones (marker `timed`, tests/conftest.py) alone, so that nothing else competes for the CPU.
+# The last line is both phases' total. TESTS=tests/test_x.py runs a part.
+TESTS ?=
+PYTEST := $(PY) -m pytest -q -rs --durations=30
 test: setup
-	$(PY) -m pytest -q -rs --durations=30
+	@mkdir -p build && rm -f build/test-parallel.json build/test-timed.json
+	@t0=$$(date +%s); \
+	PROFMAGIC_TEST_COUNTS=$(CURDIR)/build/test-parallel.json $(PYTEST) -m "not timed" -n 2 --dist loadfile $(TESTS); \
+	p=$$?; t1=$$(date +%s); \
+	PROFMAGIC_TEST_COUNTS=$(CURDIR)/build/test-timed.json $(PYTEST) -m timed $(TESTS); \
+	t=$$?; t2=$$(date +%s); \
+	$(PY) scripts/test_summary.py "parallel (not timed, 2 workers)" build/test-parallel.json $$p $$((t1 - t0)) \
+	                              "serial (timed)" build/test-timed.json $$t $$((t2 - t1))
 
 demo: setup
 	$(PY) -m profmagic.demo

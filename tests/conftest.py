@@ -30,6 +30,29 @@ def kernel():
 def pytest_configure(config):
     config.addinivalue_line("markers", "requires(*names): needs these tools or privileges (tests/tools.py); "
                                        "missing ones fail under CI=true or PROFMAGIC_REQUIRE_TOOLS=1, else skip")
+    config.addinivalue_line("markers", "timed: asserts on the time, CPU or shares of a live workload (or is otherwise "
+                                       "sensitive to CPU contention); `make test` runs these serially, after "
+                                       "the others ran in parallel (-m 'not timed' -n 2)")
+
+
+# Test files that must run on the same xdist worker (one after the other): both build the checkout
+# in place (pip's in-tree build writes build/ and profmagic.egg-info/ in the repository).
+SAME_WORKER = {"tests/test_wheel.py": "in-tree-build", "tests/test_binder.py": "in-tree-build"}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile, except that the files of SAME_WORKER share one work unit."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class Scheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid):
+            path = nodeid.split("::", 1)[0]
+            return SAME_WORKER.get(path, path)
+
+    return Scheduling(config, log)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -41,6 +64,13 @@ def pytest_runtest_setup(item):
 
 
 def pytest_terminal_summary(terminalreporter):
+    counts = os.environ.get("PROFMAGIC_TEST_COUNTS")   # set by `make test`: one JSON file per phase
+    if counts and not hasattr(terminalreporter.config, "workerinput"):
+        import json
+        n = {k: len(terminalreporter.stats.get(k, [])) for k in ("passed", "failed", "error", "skipped", "xfailed",
+                                                                  "xpassed")}
+        with open(counts, "w") as f:
+            json.dump(n, f)
     if retries.MISSES or retries.OVERLOADED:
         terminalreporter.section("counted misses (tests/retries.py)")
         for test_id, i, why in retries.MISSES:
