@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+pytestmark = pytest.mark.timed
+
 SETUP = '''
 %load_ext profmagic
 import asyncio, time

@@ -11,7 +11,7 @@ from profmagic.attaching import attach
 from profmagic.validate import pids as parse_pids
 from profmagic.errors import ProfilerError
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timed, pytest.mark.timeout(120)]
 
 # Spins for argv[1] seconds; with argv[2] == "go", only after reading a line (sent once py-spy samples it).
 TARGET = ("import sys, time\n"

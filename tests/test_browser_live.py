@@ -9,7 +9,7 @@ import pytest
 
 import browser as B
 
-pytestmark = [pytest.mark.browser, pytest.mark.timeout(300),
+pytestmark = [pytest.mark.timed, pytest.mark.browser, pytest.mark.timeout(300),
               pytest.mark.requires("chromium", "playwright", "jupyter-lab")]
 
 CELLS = [

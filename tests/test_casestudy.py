@@ -9,7 +9,7 @@ import pytest
 
 from profmagic import casestudy as cs
 
-pytestmark = [pytest.mark.timeout(180), pytest.mark.requires("g++")]
+pytestmark = [pytest.mark.timed, pytest.mark.timeout(180), pytest.mark.requires("g++")]
 
 
 @pytest.mark.requires("nm")

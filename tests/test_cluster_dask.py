@@ -28,7 +28,7 @@ from profmagic.views import ranks as ranks_view  # noqa: E402
 from profmagic.views import tasks as tasks_html  # noqa: E402
 from profmagic.errors import ProfilerError  # noqa: E402
 
-pytestmark = [pytest.mark.timeout(180), pytest.mark.requires("dask")]
+pytestmark = [pytest.mark.timed, pytest.mark.timeout(180), pytest.mark.requires("dask")]
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ pytest.importorskip("ray", reason="Ray is in the cluster extra: pip install -e '
 
 from faults.conftest import documented  # noqa: E402
 
-pytestmark = [pytest.mark.kernel, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.timed, pytest.mark.kernel, pytest.mark.timeout(300)]
 TESTS = os.path.dirname(os.path.abspath(__file__))
 
 SETUP = '''

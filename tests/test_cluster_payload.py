@@ -18,6 +18,8 @@ from profmagic.cluster.tasks import tasks
 from profmagic.cluster.worker import WorkerSampler, profmagic_threads
 from profmagic.errors import ProfileFormatError
 
+pytestmark = pytest.mark.timed
+
 
 def run_labelled(seconds=1.0, **kw):
     """A thread that spins 0.2 s then sleeps 0.2 s, labelled as tasks ``spin-…``/``nap-…`` like

@@ -24,7 +24,7 @@ from profmagic import cluster  # noqa: E402
 from profmagic.cluster import ray as engine  # noqa: E402
 from profmagic.cluster import tasks as tasks_view  # noqa: E402
 
-pytestmark = [pytest.mark.timeout(240), pytest.mark.requires("ray")]
+pytestmark = [pytest.mark.timed, pytest.mark.timeout(240), pytest.mark.requires("ray")]
 
 
 @pytest.fixture(scope="module")

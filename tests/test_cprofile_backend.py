@@ -14,7 +14,7 @@ from profmagic.backends.base import Options
 from profmagic.formats import pstats as pstats_format
 from test_sampler import BUSY_CPU, by_name, check_wall_shares, clean_tmp, record, work  # noqa: F401  (clean_tmp is a fixture)
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timed, pytest.mark.timeout(120)]
 PY312 = tools.find("python3.12")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -15,7 +15,7 @@ from workloads import nap, spin
 from profmagic.model import StackBuilder
 from profmagic.views import cpuwall as C
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timed, pytest.mark.timeout(180)]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -176,6 +176,7 @@ RECORD_CTHREAD = textwrap.dedent("""
 
 
 @pytest.mark.requires("eu-stack", "gcc", "ptrace")
+@pytest.mark.timed
 def test_recorder_native_thread_own_root_shares_and_labels(cthread_path, tmp_path):
     out = tmp_path / "run.pickle"
     res = subprocess.run([sys.executable, "-c", RECORD_CTHREAD, os.path.dirname(os.path.abspath(__file__)),

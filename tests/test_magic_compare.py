@@ -5,7 +5,7 @@ import pytest
 import retries
 import workloads
 
-pytestmark = [pytest.mark.kernel, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.timed, pytest.mark.kernel, pytest.mark.timeout(300)]
 
 SETUP = r'''
 %load_ext profmagic

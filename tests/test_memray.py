@@ -286,6 +286,7 @@ def test_python_allocators_off_is_labelled_approximate():
 
 
 # -- memory beside time ----------------------------------------------------------------------------
+@pytest.mark.timed
 def test_sampler_time_beside_memray_memory():
     o = make_options(mode="both", rate=200, allocated=True)
     me = threading.get_native_id()
@@ -333,6 +334,7 @@ def test_sampler_time_beside_memray_memory():
 
 @pytest.mark.parametrize("backend, opts", [("pyspy", {"idle": True}), ("eustack", {"mode": "both"}),
                                            ("perf", {"mode": "cpu"})])
+@pytest.mark.timed
 def test_out_of_process_time_beside_memray_memory(backend, opts):
     """py-spy, eu-stack and perf read the process from outside: memray's Tracker runs beside them."""
     module = __import__(f"profmagic.backends.{backend}", fromlist=["x"])

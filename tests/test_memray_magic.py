@@ -102,6 +102,7 @@ def test_default_is_aggregated_and_leaks_names_its_metric(clean):
     assert fn.get("alloc", 0) < 1_000, fn  # its list was freed before the cell ended
 
 
+@pytest.mark.timed
 def test_time_beside_memory_in_one_run(clean):
     """--memory: the sampler's wall and CPU time and memray's bytes per function, from one run."""
     k = clean

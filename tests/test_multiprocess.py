@@ -7,7 +7,7 @@ import tempfile
 
 import pytest
 
-pytestmark = [pytest.mark.kernel, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.timed, pytest.mark.kernel, pytest.mark.timeout(300)]
 
 SETUP = r'''
 %load_ext profmagic

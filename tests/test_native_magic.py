@@ -8,7 +8,7 @@ import pytest
 sys.path.insert(0, __import__("os").path.join(__import__("os").path.dirname(__file__), "native"))
 from cbuild import build_cthread  # noqa: E402
 
-pytestmark = [pytest.mark.kernel, pytest.mark.timeout(300), pytest.mark.requires("gcc")]
+pytestmark = [pytest.mark.timed, pytest.mark.kernel, pytest.mark.timeout(300), pytest.mark.requires("gcc")]
 
 CELL = """%%profile --backend {backend} -q{options}
 lib.cthread_start(80.0, 80.0, 10)

@@ -35,6 +35,7 @@ def test_structure(path):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 @pytest.mark.requires("py-spy", "eu-stack", "perf", "g++", "ptrace", "perf_event")
+@pytest.mark.timed
 def test_executes_and_converts(path, tmp_path):
     r = run.execute(path, tmp_path)
     assert r["error"] is None, r["error"]

@@ -21,7 +21,7 @@ def thread_native_id(p, label):
     tid = p.thread_table.set_index("label").at[label, "tid"]
     return None if tid is pd.NA else int(tid)
 
-pytestmark = [pytest.mark.timeout(180), pytest.mark.requires("perf", "perf_event")]
+pytestmark = [pytest.mark.timed, pytest.mark.timeout(180), pytest.mark.requires("perf", "perf_event")]
 PY313 = tools.find("python3.13")
 
 

@@ -15,7 +15,7 @@ from profmagic.formats import pyinstrument as fmt
 from profmagic.formats import sniff
 from test_sampler import BUSY_CPU, by_name, check_wall_shares, clean_tmp, record, work  # noqa: F401
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timed, pytest.mark.timeout(120)]
 
 
 def test_wall_mode_shares(clean_tmp):

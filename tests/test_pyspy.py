@@ -13,7 +13,7 @@ from profmagic.backends import pyspy
 from profmagic.backends.base import Options
 from profmagic.errors import ProfilerError
 
-pytestmark = [pytest.mark.timeout(120), pytest.mark.requires("py-spy", "ptrace")]
+pytestmark = [pytest.mark.timed, pytest.mark.timeout(120), pytest.mark.requires("py-spy", "ptrace")]
 
 WORKLOAD = r'''
 import sys, time

@@ -16,7 +16,7 @@ from profmagic.backends import eustack, perf
 from profmagic.backends.base import Options
 from profmagic.backends.pyframes import OFFSETS, PyFrames
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timed, pytest.mark.timeout(240)]
 
 # Three threads in known places: a plain call chain, a method that calls back through C (map), and a
 # C busy loop called from Python (ctypes).

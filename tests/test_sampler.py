@@ -18,7 +18,7 @@ from profmagic import transforms
 from profmagic.backends import sampler
 from profmagic.backends.base import Options
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timed, pytest.mark.timeout(120)]
 
 BUSY_CPU = 0.3
 NAP = 0.6

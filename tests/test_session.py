@@ -14,7 +14,7 @@ import profmagic
 from profmagic import backends, session
 from profmagic.errors import ProfilerError
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timed, pytest.mark.timeout(120)]
 
 
 def shares(p):

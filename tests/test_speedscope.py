@@ -180,6 +180,7 @@ def pd_na():
 
 @pytest.mark.timeout(60)
 @pytest.mark.requires("py-spy")
+@pytest.mark.timed
 def test_real_py_spy_file(tmp_path):
     out = tmp_path / "spin.speedscope.json"
     code = ("import time\n"

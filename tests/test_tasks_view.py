@@ -20,6 +20,8 @@ from profmagic.views import ranks
 from profmagic.views import tasks as view
 from plotly_json import arr
 
+pytestmark = pytest.mark.timed
+
 EVIL = "<img src=x onerror=alert(1)>"      # a task prefix is whatever the user named the function
 UNREACHABLE = "OSError: Timed out trying to connect to tcp://10.0.0.9:4242 after 10 s"
 

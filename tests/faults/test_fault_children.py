@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from conftest import documented
 
-pytestmark = [pytest.mark.kernel, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.timed, pytest.mark.kernel, pytest.mark.timeout(300)]
 
 # A child's capture can only lose time, never gain it: the time since its sampler's last pass is not
 # written when the child exits, and on a loaded machine that pass can come late. So the bands below
