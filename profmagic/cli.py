@@ -185,7 +185,8 @@ def html_name(path: str) -> str:
 
 # -- record --------------------------------------------------------------------------------------------
 class Progress:
-    """One line on a terminal (stderr only), rewritten once a second: backend, elapsed, samples."""
+    """One line on a terminal (stderr only), rewritten once a second: backend, elapsed, samples; or a
+    note (the command is stopped). Without a terminal a note is printed once, on a line of its own."""
 
     def __init__(self, what: str, count=None, stream=None):
         self.stream = stream or sys.stderr
@@ -193,16 +194,29 @@ class Progress:
         self.enabled = self.stream.isatty()
         self.t0 = time.monotonic()
         self.width = 0
+        self.note: str | None = None
+        self._done = False
         self._stop = threading.Event()
         self._thread = None
 
     def line(self) -> str:
+        if self.note:
+            return f"profmagic: {self.note}"
         text = f"profmagic: recording with {self.what} · {time.monotonic() - self.t0:.0f} s"
         try:
             n = self.count() if self.count is not None else None
         except Exception:  # noqa: BLE001 - a count that fails is not shown; the recording goes on
             n = None
         return text + (f" · {n:,} samples" if n is not None else "")
+
+    def set_note(self, note: str | None) -> None:
+        if note == self.note:
+            return
+        self.note = note
+        if self.enabled:
+            self._stop.set()   # rewrite the line now
+        elif note:
+            print(f"profmagic: {note}", file=self.stream, flush=True)
 
     def start(self) -> "Progress":
         if self.enabled:
@@ -217,13 +231,16 @@ class Progress:
             self.stream.flush()
             self.width = len(text)
             if self._stop.wait(1.0):
-                return
+                self._stop.clear()
+                if self._done:
+                    return
 
     def stop(self) -> None:
-        if self._thread is not None:
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            self._done = True
             self._stop.set()
-            self._thread.join()
-            self._thread = None
+            thread.join()
             self.stream.write("\r" + " " * self.width + "\r")
             self.stream.flush()
 
@@ -237,6 +254,78 @@ def _terminal_delivers_sigint() -> bool:
         except OSError:
             continue
     return False
+
+
+class _Interrupted(BaseException):
+    """SIGINT, SIGTERM or SIGHUP while record was not waiting for a running command (a BaseException,
+    as KeyboardInterrupt: no ``except Exception`` on the way swallows it)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+class _Guard:
+    """SIGINT, SIGTERM and SIGHUP for the whole of ``record``.
+
+    While the command runs they go to it: to its process group when it has its own (no terminal in
+    the foreground), else to it alone, and SIGINT only when the terminal did not already send it to
+    the group they share; then SIGCONT (a stopped command acts on them only once it runs). A second
+    one sends SIGTERM, a third SIGKILL. The command decides when it ends; then what
+    was recorded is written. Before the command runs (held for the recorder) or once it has ended
+    (the profile is being read), the first one raises ``_Interrupted``: the ``finally`` blocks kill
+    the held command, stop the recorder and remove its folders, and ``record_command`` sweeps up
+    whatever an interrupted start left (a child not yet known, a folder just made)."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self):
+        self.launch = None
+        self.running = False
+        self.forwarded = 0
+        self.raised = False
+        self.old = {}
+        self.children = set()
+
+    def __enter__(self):
+        from .launch import children_of
+        self.children = children_of(os.getpid())   # these were not started by this recording
+        for sig in self.SIGNALS:
+            self.old[sig] = signal.signal(sig, self.handle)
+        return self
+
+    def handle(self, signum, frame):
+        if self.running and self.launch is not None:
+            self.forwarded += 1
+            if self.forwarded >= 3:
+                self.launch.send(signal.SIGKILL)
+            elif self.forwarded == 2:
+                self.launch.send(signal.SIGTERM)
+            elif self.launch.own_group or signum != signal.SIGINT or not _terminal_delivers_sigint():
+                self.launch.send(signum)
+            self.launch.send(signal.SIGCONT)
+            return
+        if not self.raised:   # once: the cleanup that follows is not interrupted again
+            self.raised = True
+            raise _Interrupted(signum)
+
+    def sweep(self) -> None:
+        """After an interruption: kill and reap the children this recording started that are still
+        there (SIGKILL ends a stopped one too), and remove this process's temp folders."""
+        from .launch import children_of
+        from .tempdirs import remove_own
+        for pid in children_of(os.getpid()) - self.children:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (OSError, ChildProcessError):
+                pass
+        remove_own()
+
+    def __exit__(self, *exc):
+        for sig, old in self.old.items():
+            signal.signal(sig, old)
+        return False
 
 
 def cmd_record(args) -> int:
@@ -256,7 +345,16 @@ def cmd_record(args) -> int:
     if not command:
         raise CliError("nothing to record: give a command after -- (profmagic record -- python script.py) "
                        "or --pid N")
-    return record_command(args, command)
+    guard = _Guard()
+    with guard:
+        try:
+            return record_command(args, command, guard)
+        except _Interrupted as e:
+            guard.sweep()
+            name = signal.Signals(e.signum).name
+            fail(f"interrupted by {name} while the profile was being read: nothing written"
+                 if guard.running is None else f"interrupted by {name} before the command ran: nothing recorded")
+            return 128 + e.signum
 
 
 def record_pids(args) -> int:
@@ -301,9 +399,21 @@ def _attachers(native: bool = False) -> list[str]:
             and not (native and backends.get(n).CAPS.threads == "python")]
 
 
-def record_command(args, command: list[str]) -> int:
-    from . import launch
+def _default_mode(mod, auto: bool) -> str:
+    """The clock when --mode is not given. Auto's perf records both where its scheduler tracepoints
+    are allowed (a command that sleeps has wall time to show); else each backend's own default."""
     from .backends.base import Options, default_mode
+    if auto and mod.NAME == "perf" and mod.offcpu_available()[0]:
+        return "both"
+    return default_mode(mod.CAPS, Options(gil=False))
+
+
+def record_command(args, command: list[str], guard: _Guard) -> int:
+    """Record ``command``; its exit status. Errors before it runs (its options, a backend that
+    cannot record here, a recorder that cannot attach: the command is killed before its first
+    line) are CliError/ProfilerError, status 2. Once it has run, a recording that failed or holds
+    nothing is an empty profile that says why, and the status is the command's."""
+    from . import launch
     exe = launch.resolve(command[0])
     if exe is None:
         raise CliError(f"command not found: {escape(command[0])}")
@@ -319,16 +429,28 @@ def record_command(args, command: list[str]) -> int:
     ok, why = mod.available()
     if not ok:
         raise CliError(f"backend {name} cannot record here: {why}")
-    mode = args.mode or default_mode(caps, Options(gil=False))
+    mode = args.mode or _default_mode(mod, args.backend == "auto")
     timing = args.timing or ("calibrated" if mode == "cpu" else "timed")
     stem = os.path.basename(command[1] if python and len(command) > 1 and not command[1].startswith("-")
                             else command[0])
     output = _output(args.output or f"profile-{_safe(stem)}-{os.getpid()}.speedscope.json")
     if name == "sampler":
-        p, status = _run_sampler(mod, args, command, mode)
+        p, status = _run_sampler(mod, args, command, mode, guard)
     else:
-        p, status = _run_attached(mod, args, command, exe, python, mode, timing)
-    _save(p, output)
+        p, status = _run_attached(mod, args, command, exe, python, mode, timing, guard)
+    guard.running = None    # from here a signal stops record: the profile is being written
+    for w in (p.meta.warnings if not p.sample_count else ()):   # why the profile is empty
+        print(f"profmagic: {escape(' '.join(str(w).split()))}", file=sys.stderr)
+    try:
+        _save(p, output)
+    except _Interrupted:
+        try:
+            os.unlink(output)   # not half a profile
+        except OSError:
+            pass
+        raise
+    except CliError as e:   # the command ran: its status stands, the error is said
+        fail(str(e))
     return status
 
 
@@ -336,89 +458,85 @@ def _safe(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)[:40] or "command"
 
 
-class _Signals:
-    """While the command runs: SIGINT and SIGTERM go to it (SIGINT only when the terminal did not
-    already send it: the command is in this process group); a second one sends SIGTERM, a third
-    SIGKILL. The command decides when it ends; then what was recorded is written."""
-
-    def __init__(self, launch):
-        self.launch = launch
-        self.count = 0
-        self.old = {}
-
-    def __enter__(self):
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            self.old[sig] = signal.signal(sig, self.handle)
-        return self
-
-    def handle(self, signum, frame):
-        self.count += 1
-        if self.count >= 3:
-            self.launch.send(signal.SIGKILL)
-        elif self.count == 2:
-            self.launch.send(signal.SIGTERM)
-        elif signum != signal.SIGINT or not _terminal_delivers_sigint():
-            self.launch.send(signum)
-
-    def __exit__(self, *exc):
-        for sig, old in self.old.items():
-            signal.signal(sig, old)
-        return False
+STOPPED_NOTE = "the command is stopped ({sig}); record waits — send SIGCONT or Ctrl-C"
 
 
-def _wait(launch, progress) -> tuple[float, int]:
-    """Wait for the command to end, forwarding signals meanwhile: (when it ended, signals received)."""
-    import subprocess
-    with _Signals(launch) as sigs:
-        while True:
-            try:
-                launch.proc.wait(0.1)
-                break
-            except subprocess.TimeoutExpired:
-                continue
+def _wait(launch, progress, guard: _Guard) -> tuple[float, float | None]:
+    """Wait for the command to end, forwarding signals meanwhile, and saying on the progress line
+    when it is stopped. When it ended (time.monotonic()), and the CPU seconds it used since its go."""
+    guard.launch, guard.running = launch, True
+    delay, last, look = 0.001, None, time.monotonic() + 0.25
+    try:
+        while not launch.ended():
+            time.sleep(delay)
+            delay = min(0.05, delay * 2)   # a command that ends at once is seen to end at once
+            if time.monotonic() >= look:   # a stop seen twice 0.25 s apart (not a snapshot's brief one)
+                look += 0.25
+                sig = launch.stopped()
+                if sig is None:
+                    progress.set_note(None)
+                elif sig == last:
+                    progress.set_note(STOPPED_NOTE.format(sig=sig))
+                last = sig
         end = time.monotonic()
-    progress.stop()
-    return end, sigs.count
+        cpu = launch.cpu_seconds()
+        launch.proc.wait()
+    finally:
+        guard.running = None
+        progress.stop()
+    used = None if cpu is None or launch.cpu_at_go is None else max(0.0, cpu - launch.cpu_at_go)
+    return end, used
 
 
-def _run_sampler(mod, args, command, mode):
+def _run_sampler(mod, args, command, mode, guard):
     """The built-in sampler inside the command (and every Python it starts), from its first moment."""
     from .childsampler import Children
     from .launch import Launch, exit_status
     from .tempdirs import TempDir
     children = Children(args.rate)
-    launch = Launch(command)
-    tmp = TempDir("profmagic-record-")
+    launch = Launch(command, own_group=not _terminal_delivers_sigint())
+    tmp = progress = None
     try:
+        tmp = TempDir("profmagic-record-")
         children.start()
         launch.start(tmp.path)
         go = launch.go()
         progress = Progress(f"the built-in sampler ({escape(' '.join(command))[:60]})",
                             children.samples_so_far).start()
-        end, signals = _wait(launch, progress)
+        end, cpu = _wait(launch, progress, guard)
         records = children.stop()
         t0 = children.t0
     finally:
+        if progress is not None:
+            progress.stop()
         children.close()
         rc = launch.close()
-        tmp.close()
-    p = _children_profile(records, t0, launch.pid)
-    if mode != "both" and mode in p.metrics:
-        p = p.replace(metric=mode)
-    return _finish(p, mod, command, launch.pid, rc, go, end, signals, mode, args.rate), exit_status(rc)
+        if tmp is not None:
+            tmp.close()
+    try:
+        p = _children_profile(records, t0)
+        if mode != "both" and mode in p.metrics:
+            p = p.replace(metric=mode)
+    except (CliError, ProfileFormatError) as e:
+        p = _empty(mode, str(e))
+    return _finish(p, mod, command, launch.pid, rc, go, end, guard.forwarded, mode, args.rate, cpu), exit_status(rc)
 
 
-def _children_profile(records: dict, t0: float, pid: int):
+def _children_profile(records: dict, t0: float):
+    """The command's processes (each that sampled itself) as one profile, one process label each."""
     from . import multi
     from .formats import children
     if not records:
         raise CliError("the command wrote no samples: it ended before Python started, or its Python ignores "
                        "PYTHONPATH (-I, -E, -S); use -b py-spy")
     parts, labels = [], []
-    for cpid, data in sorted(records.items()):
-        c = children.read(data, source=f"process {cpid}", t0=t0)
+    for (cpid, image), data in sorted(records.items()):
+        c = children.read(data, source=f"process {cpid}" + (f" (exec {image})" if image else ""), t0=t0)
+        lab = multi.process_label(cpid, multi.child_name(c))
+        if lab in labels:   # the same pid and command line before and after an exec
+            lab += f" · exec {image}"
         parts.append(c)
-        labels.append(multi.process_label(cpid, multi.child_name(c)))
+        labels.append(lab)
     if len(parts) == 1:
         return parts[0]
     for k, (c, lab) in enumerate(zip(parts, labels)):
@@ -427,21 +545,39 @@ def _children_profile(records: dict, t0: float, pid: int):
     return multi.concat(parts, key="process", labels=labels)
 
 
-def _run_attached(mod, args, command, exe, python, mode, timing):
+def _empty(mode: str, why: str):
+    """A profile with no samples that says why (its ``warnings``)."""
+    from .model import StackBuilder
+    metric = "cpu" if mode == "cpu" else "wall"
+    return StackBuilder().build(metric=metric, meta={"format": "profmagic-record", "warnings": (why,)},
+                                metrics=["wall", "cpu"] if mode == "both" else [metric])
+
+
+def _nothing_recorded(mod, mode: str, error: Exception, cpu: float | None) -> str:
+    """Why a recording of a command that ran holds no samples, in one line."""
+    ran = f"the command ran {cpu:.2f} s on CPU" if cpu is not None else "the command ran"
+    if mod.NAME == "perf" and "no perf script samples" in str(error):
+        return (f"{ran}: perf saw no samples"
+                + (" (its cpu-clock counts on-CPU time only: --mode wall records the waiting too)"
+                   if mode == "cpu" else ""))
+    return f"{ran}, and {mod.NAME} recorded nothing: {' '.join(str(error).split())}"
+
+
+def _run_attached(mod, args, command, exe, python, mode, timing, guard):
     """An out-of-process profiler attached to the command before it runs its first line."""
     from . import backends
     from .launch import Launch, exit_status, imports_site
     from .session import make_options
     from .tempdirs import TempDir
-    tmp = TempDir("profmagic-record-")
     gated = python and imports_site(command, exe)
-    log = tmp.file("threads.jsonl") if gated else None
-    hook = tmp.file("hook")
-    os.mkdir(hook)
-    launch = Launch(command, gate=gated, thread_log=log, stop_first=not python)
-    rec = None
+    launch = Launch(command, gate=gated, stop_first=not python, own_group=not _terminal_delivers_sigint())
+    tmp = rec = progress = None
     note = None
     try:
+        tmp = TempDir("profmagic-record-")
+        log = launch.thread_log = tmp.file("threads.jsonl") if gated else None
+        hook = tmp.file("hook")
+        os.mkdir(hook)
         try:
             launch.start(hook)
         except TimeoutError as e:
@@ -461,17 +597,22 @@ def _run_attached(mod, args, command, exe, python, mode, timing):
         if hasattr(rec, "bounds"):
             rec.bounds(start=go)
         progress = Progress(f"{mod.NAME} ({escape(' '.join(command))[:60]})", _live_count(rec)).start()
-        end, signals = _wait(launch, progress)
+        end, cpu = _wait(launch, progress, guard)
         if hasattr(rec, "bounds"):
             rec.bounds(end=end)
-        cap = rec.stop()
-        p = mod.read(cap, opts)
+        try:
+            p = mod.read(rec.stop(), opts)
+        except (ProfilerError, ProfileFormatError) as e:   # the command ran: a profile that says why
+            p = _empty(mode, _nothing_recorded(mod, mode, e, cpu))
     finally:
+        if progress is not None:
+            progress.stop()
         if rec is not None:
             rec.close()
         rc = launch.close()
-        tmp.close()
-    p = _finish(p, mod, command, launch.pid, rc, go, end, signals, mode, args.rate)
+        if tmp is not None:
+            tmp.close()
+    p = _finish(p, mod, command, launch.pid, rc, go, end, guard.forwarded, mode, args.rate, cpu)
     return (p.with_meta(partial="; ".join(x for x in (note, p.meta.get("partial")) if x)) if note else p), \
         exit_status(rc)
 
@@ -488,14 +629,17 @@ def _live_count(rec):
     return count
 
 
-def _finish(p, mod, command, pid, rc, go, end, signals, mode, rate):
+def _finish(p, mod, command, pid, rc, go, end, signals, mode, rate, cpu=None):
     """The pipeline's common processors, and what the recording was."""
     from . import transforms
-    cell = transforms.Cell(tid=pid, thread_name="MainThread", mode=mode, unmeasured=dict(mod.CAPS.unmeasured))
-    p = transforms.clocks(transforms.hide_profmagic(p, cell), cell)
+    if p.sample_count:
+        cell = transforms.Cell(tid=pid, thread_name="MainThread", mode=mode, unmeasured=dict(mod.CAPS.unmeasured))
+        p = transforms.clocks(transforms.hide_profmagic(p, cell), cell)
     from .launch import exit_status
     meta = dict(backend=mod.NAME, command=list(command), pid=pid, exit_status=exit_status(rc), duration=end - go,
                 mode=mode, requested_rate=float(rate), rate=p.meta.get("rate") or float(rate))
+    if cpu is not None:
+        meta["command_cpu"] = cpu
     if rc is not None and rc < 0:
         meta["ended_by"] = signal.Signals(-rc).name
     if signals:

@@ -177,16 +177,19 @@ class Launch:
     started, when it cannot wait); ``go()`` lets it run; ``close()`` always (it reaps the command).
 
     ``gate``: wait at Python start-up (the command is Python); ``thread_log``: a file for the
-    command's threads; ``stop_first``: stop before exec (any command)."""
+    command's threads; ``stop_first``: stop before exec (any command); ``own_group``: in a process
+    group of its own, which ``send`` signals whole (when no terminal sends Ctrl-C to the group)."""
 
     def __init__(self, argv: list[str], gate: bool = False, thread_log: str | None = None,
-                 stop_first: bool = False):
+                 stop_first: bool = False, own_group: bool = False):
         self.argv = list(argv)
         self.gate, self.thread_log, self.stop_first = gate, thread_log, stop_first
+        self.own_group = own_group
         self.proc: subprocess.Popen | None = None
         self.hook: str | None = None
         self._ready = self._go = None
         self.started_at: float | None = None
+        self.cpu_at_go: float | None = None
 
     @property
     def pid(self) -> int:
@@ -195,11 +198,11 @@ class Launch:
     def start(self, hook_dir: str) -> None:
         """Start the command; ``hook_dir``: an empty private folder for the sitecustomize."""
         if self.stop_first:
-            self.proc = subprocess.Popen([sys.executable, "-S", "-c", _STOP_EXEC, *self.argv])
+            self.proc = subprocess.Popen([sys.executable, "-S", "-c", _STOP_EXEC, *self.argv], **self._group())
             self._wait_stopped()
             return
         if not self.gate:
-            self.proc = subprocess.Popen(self.argv)
+            self.proc = subprocess.Popen(self.argv, **self._group())
             self.started_at = time.monotonic()
             return
         with open(os.path.join(hook_dir, "sitecustomize.py"), "w") as f:
@@ -213,7 +216,7 @@ class Launch:
         if self.thread_log:
             env[ENV_LOG] = self.thread_log
         try:
-            self.proc = subprocess.Popen(self.argv, env=env, pass_fds=(ready_w, go_r))
+            self.proc = subprocess.Popen(self.argv, env=env, pass_fds=(ready_w, go_r), **self._group())
         finally:
             os.close(ready_w)
             os.close(go_r)
@@ -255,6 +258,7 @@ class Launch:
         if self.started_at is not None:
             return self.started_at
         self.started_at = time.monotonic()
+        self.cpu_at_go = self.cpu_seconds()   # the launcher's own start-up is not the command's
         if self._go is not None:
             try:
                 os.write(self._go, b"g")
@@ -274,28 +278,74 @@ class Launch:
                     pass
         self._ready = self._go = None
 
+    def _group(self) -> dict:
+        return {"process_group": 0} if self.own_group else {}
+
     def send(self, sig: int) -> None:
-        if self.proc is not None and self.proc.poll() is None:
+        """Signal the command (its whole group with ``own_group``) until it is reaped: not polled
+        here, so that an ended command stays a zombie (its pid, and group id, not reusable)."""
+        if self.proc is not None and self.proc.returncode is None:
             try:
-                self.proc.send_signal(sig)
-            except ProcessLookupError:
+                if self.own_group:
+                    os.killpg(self.proc.pid, sig)
+                else:
+                    os.kill(self.proc.pid, sig)
+            except (ProcessLookupError, PermissionError):
                 pass
 
+    def ended(self) -> bool:
+        """The command has exited. It is not reaped here: until ``close()`` its /proc entry (a
+        zombie's) still holds the CPU time it used."""
+        if self.proc is None or self.proc.returncode is not None:
+            return True
+        try:
+            return os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is not None
+        except ChildProcessError:
+            return self.proc.poll() is not None
+
+    def cpu_seconds(self) -> float | None:
+        """User + system CPU seconds the command's process has used so far (a zombie's included)."""
+        try:
+            with open(f"/proc/{self.proc.pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError, AttributeError):
+            return None
+
+    def stopped(self) -> str | None:
+        """The name of the signal that stopped the command (job control: SIGSTOP, SIGTSTP...) while it
+        is stopped; None while it runs. A tracer's stop (eu-stack's snapshot) is not a stop here."""
+        from .procfs import process_state
+        if self.proc is None or self.proc.returncode is not None or process_state(self.proc.pid) != "T":
+            return None
+        try:
+            info = os.waitid(os.P_PID, self.proc.pid, os.WSTOPPED | os.WNOWAIT | os.WNOHANG)
+        except ChildProcessError:
+            info = None
+        if info is not None and info.si_code == os.CLD_STOPPED:
+            try:
+                return signal.Signals(info.si_status).name
+            except ValueError:
+                pass
+        return "a signal"
+
     def close(self) -> int | None:
-        """Reap the command. One that never got its go (the recorder failed) is killed before it runs
-        a line; one that runs gets SIGTERM, then SIGKILL after 5 s. Its exit status."""
+        """Reap the command. One that never got its go (the recorder failed, or record was
+        interrupted) is killed before it runs a line; one that runs gets SIGTERM (and SIGCONT: a
+        stopped one would keep it pending), then SIGKILL after 5 s. Its exit status."""
         proc = self.proc
-        if proc is not None and proc.poll() is None and self.started_at is None:
-            proc.kill()    # before the pipes close: their end of file would let it run
+        if proc is not None and self.started_at is None:
+            self.send(signal.SIGKILL)    # before the pipes close: their end of file would let it run
         self._close_pipes()
         if proc is None:
             return None
         if proc.poll() is None:
-            proc.terminate()
+            self.send(signal.SIGTERM)
+            self.send(signal.SIGCONT)
             try:
                 proc.wait(5)
             except subprocess.TimeoutExpired:
-                proc.kill()
+                self.send(signal.SIGKILL)
                 proc.wait()
         return proc.returncode
 
@@ -305,3 +355,22 @@ def exit_status(returncode: int | None) -> int:
     if returncode is None:
         return 1
     return 128 - returncode if returncode < 0 else returncode
+
+
+def children_of(pid: int) -> set[int]:
+    """The pids whose parent is ``pid`` now (/proc)."""
+    out = set()
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return out
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                if int(f.read().rsplit(b")", 1)[1].split()[1]) == pid:
+                    out.add(int(name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return out

@@ -58,3 +58,26 @@ def sweep(where: str | None = None) -> list[str]:
             shutil.rmtree(e.path, ignore_errors=True)
             removed.append(e.path)
     return removed
+
+
+def remove_own(where: str | None = None) -> list[str]:
+    """Remove every temp dir this process made (its pid in the name), whatever still holds it: for
+    a command that ends abruptly (``profmagic record`` interrupted while it made one)."""
+    where = where or tempfile.gettempdir()
+    removed = []
+    try:
+        entries = os.scandir(where)
+    except OSError:
+        return removed
+    with entries:
+        for e in entries:
+            m = _OURS.match(e.name)
+            try:
+                if (not m or int(m.group(1)) != os.getpid() or not e.is_dir(follow_symlinks=False)
+                        or e.stat(follow_symlinks=False).st_uid != os.getuid()):
+                    continue
+            except OSError:
+                continue
+            shutil.rmtree(e.path, ignore_errors=True)
+            removed.append(e.path)
+    return removed
