@@ -44,8 +44,11 @@ def test_written_profile_has_cpu_deltas_names_and_processes(sampled):
         rows = th["samples"]["data"]
         label = next(t for t in p.threads if str(t).endswith(f'"{th["name"]}"'))
         mine = p.stacks[p.stacks["thread"] == label]
-        # One gecko sample per profile sample, plus a stackless one that ends the last.
-        assert sum(r[schema["stack"]] is not None for r in rows) == int(mine["samples"].sum())
+        # Gecko samples weigh the profile's samples (one per run of equal stacks, never repeated), plus
+        # a stackless one that ends the last.
+        assert th["samples"]["weightType"] == "samples"
+        assert sum(r[schema["weight"]] for r in rows if r[schema["stack"]] is not None) == int(mine["samples"].sum())
+        assert sum(r[schema["stack"]] is not None for r in rows) < int(mine["samples"].sum())
         assert rows[-1][schema["stack"]] is None
         times = [r[schema["time"]] for r in rows]
         assert times == sorted(times)
@@ -59,7 +62,7 @@ def test_written_profile_has_cpu_deltas_names_and_processes(sampled):
 def test_multiprocess_profile_has_a_process_table(sampled):
     a = sampled.replace(threads=sampled.thread_table.assign(pid=111))   # the thread table says the pid
     b = sampled.replace(threads=sampled.thread_table.assign(pid=222))
-    p = profmagic.Profile.concat([a, b], key="rank", labels=["pid 111 · a", "pid 222 · b"])
+    p = profmagic.concat([a, b], key="rank", labels=["pid 111 · a", "pid 222 · b"])
     prof = json.loads(gecko.write(p))["profile"]
     assert {t["pid"] for t in prof["threads"]} == {111}
     assert [{t["pid"] for t in sub["threads"]} for sub in prof["processes"]] == [{222}]
@@ -72,7 +75,7 @@ def test_multiprocess_profile_has_a_process_table(sampled):
 def test_aggregated_profile_reads_back_as_samples(tmp_path):
     p = folded.read(b"main;work;inner 7\nmain;work 3\nmain;other 5\n", source="f")
     path = tmp_path / "f.gecko.json"
-    p.save(str(path))
+    profmagic.save(p, str(path))
     q = profmagic.load(str(path))
     assert q.meta["format"] == "gecko" and q.metric == "samples" and q.sample_count == 15
     assert_same_functions(p, q, metrics=("samples",))

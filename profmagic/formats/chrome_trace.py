@@ -20,6 +20,7 @@ thread; an ``x-profmagic`` block lets a written profile read back equal.
 """
 from __future__ import annotations
 
+import heapq
 import json
 import math
 import re
@@ -32,7 +33,7 @@ from ..multi import process_label
 from ..model import Profile, Raw, StackBuilder
 from ..threads import thread_label
 from . import layout
-from ._common import version
+from ._common import MAX_THREADS, StackTree, checked_ext, too_many_threads, version
 from .speedscope import EXT, _jsonable, json_bytes, guess_kind
 
 NAME = "chrome_trace"
@@ -116,35 +117,53 @@ class _Reader:
         return fid
 
 
-def _pair_later(marks, k, want) -> bool:
-    """Swap into place k a later E of the same timestamp named ``want``, if there is one."""
+def _ends_at(marks, k) -> tuple[int, dict]:
+    """The run of E marks at marks[k]'s timestamp that follows k: (where it ends, name -> its positions)."""
     ts = marks[k][0]
-    for j in range(k + 1, len(marks)):
-        m = marks[j]
-        if m[0] != ts or m[3] != "E":
-            return False
-        if m[5] == want:
-            marks[k], marks[j] = m, marks[k]
-            return True
-    return False
+    by_name: dict = {}
+    j = k + 1
+    while j < len(marks) and marks[j][0] == ts and marks[j][3] == "E":
+        if marks[j][5] is not None:
+            by_name.setdefault(marks[j][5], []).append(j)   # increasing: already a heap
+        j += 1
+    return j, by_name
 
 
-def _walk_slices(marks, where_of, source, end_ts):
-    """(start, end, stack) stretches of one thread from its sorted begin/end marks."""
+def _pair_later(marks, k, want, run) -> bool:
+    """Swap into place k the first later E of the same timestamp named ``want``, if there is one.
+    ``run`` (from ``_ends_at``) keeps each name's positions in a heap: O(log n) a swap."""
+    heap = run[1].get(want)
+    while heap and heap[0] <= k:   # positions already walked
+        heapq.heappop(heap)
+    if not heap:
+        return False
+    j = heapq.heappop(heap)
+    marks[k], marks[j] = marks[j], marks[k]
+    heapq.heappush(run[1].setdefault(marks[j][5], []), j)   # the mark moved to j keeps its name
+    return True
+
+
+def _walk_slices(marks, where_of, source, end_ts, tree: StackTree):
+    """(start, end, stack node) stretches of one thread from its sorted begin/end marks; the stacks are
+    nodes of ``tree`` (O(1) a mark, whatever the depth)."""
     out = []
     open_: list[tuple[str, int]] = []  # (name, event index) of each open slice
-    cur: tuple = ()                    # their frame ids, root first
+    cur = -1                           # their stack's node
     last = None
+    run = (0, {})                      # the run of E marks at one timestamp, while k is inside it
     for k in range(len(marks)):
         ts, _, _, kind, fid, name, idx = marks[k]
-        if kind == "E" and open_ and name is not None and name != open_[-1][0] and _pair_later(marks, k, open_[-1][0]):
-            ts, _, _, kind, fid, name, idx = marks[k]  # an end at this timestamp that fits the open slice
-        if cur and ts > last:
+        if kind == "E" and open_ and name is not None and name != open_[-1][0]:
+            if k >= run[0]:
+                run = _ends_at(marks, k)
+            if _pair_later(marks, k, open_[-1][0], run):
+                ts, _, _, kind, fid, name, idx = marks[k]  # an end at this timestamp that fits the open slice
+        if cur >= 0 and ts > last:
             out.append((last, ts, cur))
         last = ts
         if kind == "B":
             open_.append((name, idx))
-            cur = cur + (fid,)
+            cur = tree.push(cur, fid, where_of(idx))
         elif not open_:
             raise _err(source, where_of(idx), "an end event with no open slice on its thread; expected a "
                                               "'B' event before it")
@@ -155,8 +174,8 @@ def _walk_slices(marks, where_of, source, end_ts):
                                               f"{open_[-1][0]!r}; expected slices to nest")
         else:
             open_.pop()
-            cur = cur[:-1]
-    if cur and end_ts > last:  # a 'B' never ended lasts to the trace's end
+            cur = tree.parent[cur]
+    if cur >= 0 and end_ts > last:  # a 'B' never ended lasts to the trace's end
         out.append((last, end_ts, cur))
     return out, bool(open_)
 
@@ -189,7 +208,7 @@ def read(data: bytes, source: str = "<input>", metric: str = "wall", weigh: str 
         events, key = doc["traceEvents"], "traceEvents"
         frames_doc = doc.get("stackFrames") if isinstance(doc.get("stackFrames"), dict) else {}
         top_samples = doc.get("samples") if isinstance(doc.get("samples"), list) else []
-        ext = doc.get(EXT) if isinstance(doc.get(EXT), dict) else {}
+        ext = checked_ext(doc, source)
     else:
         raise _err(source, "$", "expected a JSON array of trace events or an object with a 'traceEvents' list")
 
@@ -197,6 +216,7 @@ def read(data: bytes, source: str = "<input>", metric: str = "wall", weigh: str 
         return f"{key}[{i}]" if key else f"[{i}]"
 
     r = _Reader()
+    tree = StackTree(source, len(data))
     if ext.get("axis") in ("wall", "cpu"):  # written by us: the time axis says what the lengths are
         metric = ext["axis"]
     elif ext.get("axis") == "samples":
@@ -276,12 +296,14 @@ def read(data: bytes, source: str = "<input>", metric: str = "wall", weigh: str 
         psamples.setdefault((s.get("pid", 0), s["tid"]), []).append((s["ts"], s.get("sf"), si, "samples"))
         max_ts = max(max_ts, s["ts"])
 
+    if len(psamples or marks) > MAX_THREADS:
+        raise too_many_threads(source)
     stretches: dict = {}
     open_at_end = False
     if psamples:
         if marks:
             ignored["B/E/X (samples present)"] = sum(len(v) for v in marks.values())
-        resolve = _stack_resolver(frames_doc, r, source)
+        resolve = _stack_resolver(frames_doc, r, tree, source)
         for tkey, lst in psamples.items():
             lst.sort(key=lambda x: x[0])
             ts = np.array([x[0] for x in lst], dtype=np.float64)
@@ -293,12 +315,13 @@ def read(data: bytes, source: str = "<input>", metric: str = "wall", weigh: str 
     else:
         for tkey, lst in marks.items():
             lst.sort()  # (ts, rank, tiebreak) is unique per mark: later fields are never compared
-            got, still_open = _walk_slices(lst, where_of, source, max_ts)
+            got, still_open = _walk_slices(lst, where_of, source, max_ts, tree)
             stretches[tkey] = got
             open_at_end |= still_open
 
     # Thread and process labels.
-    x_threads = {(t.get("pid"), t.get("tid")): t for t in ext.get("threads") or [] if isinstance(t, dict)}
+    x_threads = {(t.get("pid"), t.get("tid")): t for t in ext.get("threads") or []
+                 if _ident(t.get("pid")) and _ident(t.get("tid"))}
     pids = list(dict.fromkeys(k[0] for k in stretches))
     multi = len(pids) > 1
     procs = {}
@@ -344,8 +367,8 @@ def read(data: bytes, source: str = "<input>", metric: str = "wall", weigh: str 
         a = np.fromiter((g[0] for g in got), np.float64, len(got))
         z = np.fromiter((g[1] for g in got), np.float64, len(got))
         local: dict = {}
-        sid = np.fromiter((local[st] if st in local else local.setdefault(st, r.b.stack(th, st))
-                           if st else -1 for _, _, st in got), np.int64, len(got))
+        sid = np.fromiter((local[st] if st in local else local.setdefault(st, r.b.stack(th, tree.stack(st)))
+                           if st >= 0 else -1 for _, _, st in got), np.int64, len(got))
         dur = (z - a) * US
         counts = x.get("runs") if isinstance(x.get("runs"), list) and len(x["runs"]) == len(got) else None
         if counts is not None and all(_num(c) and c >= 0 for c in counts):
@@ -430,13 +453,14 @@ def _cut(got, lo, hi):
     return out
 
 
-def _stack_resolver(frames_doc: dict, r: _Reader, source: str):
-    """sf id -> root-first tuple of frame ids, through the 'parent' chain of stackFrames."""
+def _stack_resolver(frames_doc: dict, r: _Reader, tree: StackTree, source: str):
+    """sf id -> its stack's node in ``tree`` (-1: none), through the 'parent' chain of stackFrames: each
+    frame is walked once, whatever the chain's length."""
     memo: dict = {}
 
     def resolve(sf, where):
         if sf is None:
-            return ()
+            return -1
         key = str(sf)
         if key in memo:
             return memo[key]
@@ -453,11 +477,10 @@ def _stack_resolver(frames_doc: dict, r: _Reader, source: str):
             chain.append((k, fr))
             par = fr.get("parent")
             k = None if par is None else str(par)
-        stack = memo[k] if k is not None else ()
+        node = memo[k] if k is not None else -1
         for kk, fr in reversed(chain):
             args = {"filename": fr.get("category")} if isinstance(fr.get("category"), str) else None
-            stack = stack + (r.frame(fr["name"], args),)
-            memo[kk] = stack
+            node = memo[kk] = tree.push(node, r.frame(fr["name"], args), f"stackFrames[{kk!r}]")
         return memo[key]
     return resolve
 

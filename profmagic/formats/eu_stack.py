@@ -47,6 +47,7 @@ import numpy as np
 from ..threads import thread_label
 from ..errors import ProfileFormatError
 from ..model import Profile, Raw, StackBuilder
+from ._common import MAX_DEPTH, MAX_THREADS, text_meta, too_deep, too_many_threads
 from .folded import decode
 
 NAME = "eu-stack"
@@ -200,7 +201,9 @@ def _weigh(blocks: list, fids: list, snap_times: list[float], interval: float | 
         k, r, waits = runs[(bl.tid, fids[i])]
         cpu_stack.append(r > k / 2 and waits < k / 10)
     unseen: dict[str, float] = {}
+    mine: dict[str, list[int]] = {}   # tid -> its blocks: one pass, not one per thread
     for i, bl in enumerate(blocks):
+        mine.setdefault(bl.tid, []).append(i)
         j = prev[i]
         if cpu_stack[i]:
             cpu[i] += delta[i]
@@ -209,8 +212,7 @@ def _weigh(blocks: list, fids: list, snap_times: list[float], interval: float | 
         else:
             unseen[bl.tid] = unseen.get(bl.tid, 0.0) + delta[i]
     for tid, d in unseen.items():
-        mine = [i for i, bl in enumerate(blocks) if bl.tid == tid]
-        share = [i for i in mine if cpu_stack[i]] or mine
+        share = [i for i in mine[tid] if cpu_stack[i]] or mine[tid]
         total = sum(wall[i] for i in share)
         for i in share:
             cpu[i] += d * (wall[i] / total if total else 1.0 / len(share))
@@ -249,6 +251,7 @@ def parse(text: str, source: str = "<input>", raw_names: bool = False) -> Parsed
     cur_pid, target = "", None
     t = None
     snapshots = 0
+    tids: set[str] = set()
     for lineno, raw in enumerate(lines, 1):
         line = raw.rstrip("\r")
         if not line.strip():
@@ -283,6 +286,10 @@ def parse(text: str, source: str = "<input>", raw_names: bool = False) -> Parsed
         if tm:
             cur = Block(cur_pid, tm.group(1), _facts(tm.group(2)), t, [], lineno, {})
             blocks.append(cur)
+            if cur.tid not in tids:
+                tids.add(cur.tid)
+                if len(tids) > MAX_THREADS:
+                    raise too_many_threads(source, line=lineno)
             continue
         mm = _MAP.match(line) if cur is None else None
         if mm:
@@ -441,6 +448,9 @@ def read(data: bytes, source: str = "<input>", raw_names: bool = False, fold: bo
     labels = _thread_names(b, blocks, parsed.py_names, py_tids)
     used: dict[str, int] = {}
     fids = [_stack_ids(b, bl, not raw_names if fold is None else fold, pid, tid, used) for bl in blocks]
+    deep = next((bl for bl, f in zip(blocks, fids) if len(f) > MAX_DEPTH), None)
+    if deep is not None:
+        raise too_deep(source, None, line=deep.line)
     out = {"format": NAME, "backend": "eu-stack", "source": source, "target": parsed.target,
            "python_stacks": {k: v for k, v in used.items() if k != "none"} or None,
            "python_threads": [labels[t] for t in labels if t in py_tids],
@@ -461,7 +471,9 @@ def read(data: bytes, source: str = "<input>", raw_names: bool = False, fold: bo
                   columns={"state": [bl.facts.get("state", "?") for bl in blocks],
                            "on_cpu": np.asarray(w["on_cpu"], dtype=bool),
                            "cpu_delta": np.asarray(w["cpu_delta"], dtype=np.float64)})
-    out.update({k: v for k, v in header.items() if k not in ("interval", "duration", "snapshots")})
+    # The header's other facts, typed (what this read computes is not taken from the file).
+    out.update({k: v for k, v in text_meta(header, source, 1).items()
+                if k not in ("interval", "duration", "snapshots", "rate", "format", "source", "backend", "metrics")})
     out.update(interval=interval, duration=duration, snapshots=len(snap_times),
                rate=len(snap_times) / duration if duration else None, metrics=["wall", "cpu"],
                wall_attribution="each sample weighs the time since its thread's previous snapshot",

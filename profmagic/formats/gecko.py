@@ -18,9 +18,10 @@ Writing gives the gecko format (version 29) inside the DevTools envelope, which 
 opens and which speedscope recognises (speedscope keys on ``systemHost.name == "Firefox"``, and imports
 one thread: the only one, or one named GeckoMain). Each sample carries its CPU delta, so the Firefox
 Profiler draws the CPU graph and shows the off-CPU time; threads keep their names, pids and tids; every
-process gets its own entry (the first at the top, the rest under ``processes``). A sample of n counts
-becomes n gecko samples spread over its weight: the Firefox Profiler counts samples, speedscope
-measures time, and both then agree with the profile.
+process gets its own entry (the first at the top, the rest under ``processes``). Each run of equal
+samples is one gecko sample whose ``weight`` (``weightType`` "samples") is its count and which lasts
+until the next sample: the Firefox Profiler counts the weights, speedscope measures time, and both
+then agree with the profile; a count is never expanded into that many samples.
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ from ..multi import process_label
 from ..model import Profile, Raw, StackBuilder
 from ..threads import thread_label
 from . import layout
-from ._common import version
+from ._common import MAX_THREADS, StackTree, checked_ext, too_many_threads, version
 from .speedscope import EXT, _jsonable, json_bytes
 
 NAME = "gecko"
@@ -166,7 +167,7 @@ def read(data: bytes, source: str = "<input>", metric: str = "wall", weigh: str 
         doc, root = doc["profile"], "profile"  # the DevTools envelope
     if not isinstance(doc, dict) or not isinstance(doc.get("meta"), dict) or not isinstance(doc.get("threads"), list):
         raise _err(source, root, "expected a profile object with 'meta' and a 'threads' list")
-    ext = doc.get(EXT) if isinstance(doc.get(EXT), dict) else {}
+    ext = checked_ext(doc, source, f"{root}.{EXT}" if root != "$" else EXT)
     if ext.get("axis") in ("wall", "cpu"):  # written by us: the time axis says what the intervals are
         metric = ext["axis"]
     elif ext.get("axis") == "samples":
@@ -183,6 +184,8 @@ def read(data: bytes, source: str = "<input>", metric: str = "wall", weigh: str 
             raise _err(source, where, "processes nest too deeply")
         for i, th in enumerate(prof.get("threads") or []):
             jobs.append((th, prof, f"{where}.threads[{i}]"))
+            if len(jobs) > MAX_THREADS:
+                raise too_many_threads(source, f"{where}.threads[{i}]")
         subs = prof.get("processes")
         if isinstance(subs, list):
             for i, sub in enumerate(subs):
@@ -204,6 +207,7 @@ def read(data: bytes, source: str = "<input>", metric: str = "wall", weigh: str 
     interval_ms = meta_all.get("interval") if _num(meta_all.get("interval")) and meta_all["interval"] > 0 else 1.0
     processes = {}
     frame_cache: dict = {}
+    tree = StackTree(source, len(data))
     for k, (th, prof, where) in enumerate(jobs):
         if not isinstance(th, dict):
             raise _err(source, where, "expected a thread object")
@@ -213,7 +217,7 @@ def read(data: bytes, source: str = "<input>", metric: str = "wall", weigh: str 
         strings = _strings(th, shared, processed, where, source)
         fids = _frames(b, th, strings, processed, categories, libs=doc.get("libs"), where=where, source=source,
                        x_frames=x_frames, x_ids=x.get("frame_ids"), cache=frame_cache)
-        stacks = _stacks(th, fids, where, source)
+        stacks = _stacks(th, fids, tree, where, source)
         times, stack_col, counts, cpu_delta, durs = _samples(th, processed, len(stacks), where, source)
         label, attrs = _labels(th, x, multi, processes)
         tid_ = b.thread(label, **attrs)
@@ -229,16 +233,20 @@ def read(data: bytes, source: str = "<input>", metric: str = "wall", weigh: str 
         if cpu_delta is not None and cpu_unit:
             d = np.asarray([np.nan if v is None else v for v in cpu_delta], dtype=np.float64)[order] * cpu_unit
             cpu = np.nan_to_num(np.append(d[1:], 0.0))
+        sid_of: dict[int, int] = {}   # stackTable row -> the builder's stack row
         for j, i in enumerate(order):
             sidx = stack_col[i]
             if sidx is None:
                 continue
+            sid = sid_of.get(sidx)
+            if sid is None:
+                sid = sid_of[sidx] = b.stack(tid_, tree.stack(stacks[sidx], f"{where}.stackTable[{sidx}]"))
             weights = {}
             if weigh == "interval":
                 weights[metric] = float(w[j])
                 if cpu is not None and metric == "wall":
                     weights["cpu"] = float(cpu[j])
-            b.add(b.stack(tid_, stacks[sidx]), samples=counts[i], time=float(t_abs[j]), **weights)
+            b.add(sid, samples=counts[i], time=float(t_abs[j]), **weights)
     meta = {"format": NAME, "source": source, "variant": "processed" if processed else "gecko",
             "product": meta_all.get("product"), "interval_ms": interval_ms, "weigh": weigh}
     if meta_all.get("importedFrom"):
@@ -278,7 +286,8 @@ def _frames(b, th, strings, processed, categories, libs, where, source, x_frames
     if x_frames is not None and isinstance(x_ids, list) and len(x_ids) == ft.n:
         for i, xi in enumerate(x_ids):
             fr = x_frames[xi] if _int(xi) and 0 <= xi < len(x_frames) else None
-            if not (isinstance(fr, list) and len(fr) == 4 and isinstance(fr[0], str)):
+            if not (isinstance(fr, list) and len(fr) == 4 and isinstance(fr[0], str)
+                    and (fr[1] is None or isinstance(fr[1], str)) and isinstance(fr[3], str)):
                 break
             out.append(b.frame(fr[0], fr[1] or None, fr[2] if _int(fr[2]) else None,
                                fr[3] if fr[3] in _CATEGORY else "other"))
@@ -325,19 +334,20 @@ def _frames(b, th, strings, processed, categories, libs, where, source, x_frames
     return out
 
 
-def _stacks(th, fids, where, source) -> list[tuple]:
-    """Root-first frame ids per row of the thread's stackTable (a prefix points to an earlier row)."""
+def _stacks(th, fids, tree: StackTree, where, source) -> list[int]:
+    """The ``tree`` node of each row of the thread's stackTable (a prefix points to an earlier row):
+    O(1) a row, whatever the depth; ``tree`` caps the depth."""
     st = _Table(th.get("stackTable"), f"{where}.stackTable", source, ("frame", "prefix"))
     frames, prefixes = st.column("frame"), st.column("prefix")
-    out: list[tuple] = []
+    out: list[int] = []
     for i in range(st.n):
         f, p = frames[i], prefixes[i]
         if not _int(f) or not 0 <= f < len(fids):
             raise _err(source, f"{where}.stackTable[{i}]", f"frame index {f!r} is not in frameTable (0..{len(fids) - 1})")
         if p is None:
-            out.append((fids[f],))
+            out.append(tree.push(-1, fids[f], f"{where}.stackTable[{i}]"))
         elif _int(p) and 0 <= p < i:
-            out.append(out[p] + (fids[f],))
+            out.append(tree.push(out[p], fids[f], f"{where}.stackTable[{i}]"))
         else:
             raise _err(source, f"{where}.stackTable[{i}]", f"prefix {p!r} must be null or an earlier stack (0..{i - 1})")
     return out
@@ -474,7 +484,8 @@ def _thread(t, runs, t0, stacks, pos, names, files, lines, kinds, axis):
     frame_of: dict[int, int] = {}
     frame_ids: list[int] = []
     stack_rows: list = []
-    stack_of: dict[tuple, int] = {}
+    stack_of: dict[tuple, int] = {}   # (prefix row, frame row) -> stackTable row
+    row_of: dict[int, int] = {}       # the profile's stack row -> its stackTable row
 
     def string(s):
         i = sidx.get(s)
@@ -494,42 +505,43 @@ def _thread(t, runs, t0, stacks, pos, names, files, lines, kinds, axis):
         return r
 
     def stack(row):
-        key = ()
+        got = row_of.get(row)
+        if got is not None:
+            return got
         prefix = None
         for f in stacks[row]:
-            key = key + (pos[f],)
-            s = stack_of.get(key)
+            fr = frame(pos[f])
+            s = stack_of.get((prefix, fr))
             if s is None:
-                s = stack_of[key] = len(stack_rows)
-                stack_rows.append([prefix, frame(pos[f])])
+                s = stack_of[(prefix, fr)] = len(stack_rows)
+                stack_rows.append([prefix, fr])
             prefix = s
+        row_of[row] = prefix
         return prefix
 
     samples = []
     prev_cpu = 0.0   # CPU of the span that ends at the next sample, µs
     end = None
     for a, d, row, n, c in zip(runs.start, runs.dur, runs.row, runs.samples, runs.cpu):
-        k = max(1, int(round(n)))
         if d <= 0:
             continue
         if end is not None and a > end + 1e-12:  # a gap: a stackless sample ends the last span
-            samples.append([None, (end - t0) * 1e3, None, prev_cpu])
+            samples.append([None, (end - t0) * 1e3, None, prev_cpu, 0])
             prev_cpu = 0.0
-        s = stack(row)
-        per = d / k
-        cpu_each = per * 1e6 if axis == "cpu" else (c / k * 1e6 if axis == "wall" and c == c else 0.0)
-        for j in range(k):
-            samples.append([s, (a + j * per - t0) * 1e3, None, prev_cpu])
-            prev_cpu = cpu_each
+        # One sample per run, weighing the run's count: a count is never expanded into samples.
+        weight = int(n) if float(n).is_integer() else float(n)
+        samples.append([stack(row), (a - t0) * 1e3, None, prev_cpu, weight])
+        prev_cpu = d * 1e6 if axis == "cpu" else (c * 1e6 if axis == "wall" and c == c else 0.0)
         end = a + d
     if end is not None:
-        samples.append([None, (end - t0) * 1e3, None, prev_cpu])
+        samples.append([None, (end - t0) * 1e3, None, prev_cpu, 0])
     th = {
         "name": t.name, "processType": "default", "processName": t.process_name, "pid": t.pid, "tid": t.tid,
         "registerTime": 0, "unregisterTime": None,
         "markers": {"schema": {"name": 0, "startTime": 1, "endTime": 2, "phase": 3, "category": 4, "data": 5},
                     "data": []},
-        "samples": {"schema": {"stack": 0, "time": 1, "eventDelay": 2, "threadCPUDelta": 3}, "data": samples},
+        "samples": {"schema": {"stack": 0, "time": 1, "eventDelay": 2, "threadCPUDelta": 3, "weight": 4},
+                    "weightType": "samples", "data": samples},
         "frameTable": {"schema": {"location": 0, "relevantForJS": 1, "innerWindowID": 2, "implementation": 3,
                                   "line": 4, "column": 5, "category": 6, "subcategory": 7}, "data": frame_rows},
         "stackTable": {"schema": {"prefix": 0, "frame": 1}, "data": stack_rows},

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ._common import EXT, carried_meta
+
 
 @dataclass(frozen=True)
 class Track:
@@ -52,11 +54,12 @@ def tracks(profile) -> list[Track]:
     return out
 
 
-def carry_meta(meta: dict, carried, fmt: str, source: str) -> None:
-    """Fold into ``meta`` the meta a writer of ours carried in the file (format and source stay this read's)."""
-    if not isinstance(carried, dict) or not carried:
+def carry_meta(meta: dict, carried, fmt: str, source: str, where: str = f"{EXT}.meta") -> None:
+    """Fold into ``meta`` the meta a writer of ours carried in the file (format and source stay this
+    read's), each field checked for its type (``_common.carried_meta``)."""
+    carried = carried_meta(carried, source, where)
+    if not carried:
         return
-    carried = dict(carried)
     if carried.get("format") not in (None, fmt):
         carried["converted_from"] = carried["format"]
     meta.update(carried)

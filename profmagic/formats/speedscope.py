@@ -17,7 +17,8 @@ import pandas as pd
 
 from ..errors import ProfileFormatError
 from ..model import MEMORY_METRICS, WEIGHT_METRICS, Profile, Raw, make_frames, thread_table
-from ._common import EXT, ext_block, load_json, thread_attrs, version as _version
+from ._common import (EXT, MAX_DEPTH, MAX_THREADS, StackTree, carried_meta, checked_ext, ext_block, load_json,
+                      thread_attrs, too_deep, too_many_threads, version as _version)
 
 NAME = "speedscope"
 SCHEMA = "https://www.speedscope.app/file-format-schema.json"
@@ -103,6 +104,8 @@ def _sampled(prof, pi, nframes, source, blobs=None):
             raise _err(source, f"profiles[{pi}].samples[{i}]", "expected a list of frame indices") from None
         sid = intern.get(key)
         if sid is None:
+            if len(key) > MAX_DEPTH:
+                raise too_deep(source, f"profiles[{pi}].samples[{i}]")
             for f in key:
                 if not isinstance(f, int) or isinstance(f, bool) or not 0 <= f < nframes:
                     raise _err(source, f"profiles[{pi}].samples[{i}]",
@@ -115,12 +118,14 @@ def _sampled(prof, pi, nframes, source, blobs=None):
     return stacks, ids, w, times
 
 
-def _evented(prof, pi, nframes, source):
+def _evented(prof, pi, nframes, source, tree: StackTree):
+    """Stacks from O/C events, as nodes of ``tree`` while walking (O(1) an event, whatever the depth)."""
     events = prof.get("events")
     if not isinstance(events, list):
         raise _err(source, f"profiles[{pi}]", "an evented profile needs an 'events' list")
     open_: list[int] = []
-    intern: dict[tuple, int] = {}
+    cur = -1   # the node of open_'s stack
+    intern: dict[int, int] = {}
     ids, ws, ts = [], [], []
     last = None
     for ei, ev in enumerate(events):
@@ -137,24 +142,26 @@ def _evented(prof, pi, nframes, source):
                 raise _err(source, where, f"event at {at} comes before the previous one at {last}; "
                                           "expected events in time order")
             if open_ and at > last:
-                key = tuple(open_)
-                sid = intern.setdefault(key, len(intern))
+                sid = intern.setdefault(cur, len(intern))
                 ids.append(sid)
                 ws.append(at - last)
                 ts.append(last)
         last = at
         if ev["type"] == "O":
             open_.append(fr)
+            cur = tree.push(cur, fr, where)
         else:
             if not open_ or open_[-1] != fr:
                 top = open_[-1] if open_ else None
                 raise _err(source, where, f"unbalanced events: closes frame {fr} but "
                                           + (f"frame {top} is open" if top is not None else "no frame is open"))
             open_.pop()
+            cur = tree.parent[cur]
     if open_:
         raise _err(source, f"profiles[{pi}]",
                    f"unbalanced events: {len(open_)} frame(s) still open at the end (innermost {open_[-1]})")
-    return list(intern), np.asarray(ids, dtype=np.int64), np.asarray(ws, dtype=np.float64), np.asarray(ts, dtype=np.float64)
+    stacks = [tree.stack(node, f"profiles[{pi}]") for node in intern]
+    return stacks, np.asarray(ids, dtype=np.int64), np.asarray(ws, dtype=np.float64), np.asarray(ts, dtype=np.float64)
 
 
 # -- fast path: the big numeric arrays are parsed straight from the bytes ---------------------
@@ -239,7 +246,7 @@ def _parse_samples(data: bytes, a: int, b: int, nframes: int):
     try:
         for key in intern:
             st = tuple(map(int, key.split(b","))) if key else ()
-            if st and max(st) >= nframes:
+            if st and (max(st) >= nframes or len(st) > MAX_DEPTH):   # the plain path names the error
                 return None
             stacks.append(st)
     except ValueError:
@@ -325,9 +332,12 @@ def from_dict(doc, source: str = "<input>", metric: str = "wall", raw: Raw | Non
               _blobs: dict | None = None) -> Profile:
     if not isinstance(doc, dict) or not isinstance(doc.get("profiles"), list):
         raise _err(source, "$", "expected a speedscope object with a 'profiles' list")
+    if len(doc["profiles"]) > MAX_THREADS:   # each profile is a thread
+        raise too_many_threads(source, "profiles")
     frames = _frames(doc, source)
     nframes = len(frames)
-    ext = ext_block(doc)
+    ext = checked_ext(doc, source)
+    tree = StackTree(source, raw.size if raw is not None else 0)
     # The metric the weights are in: what our writer recorded, else the caller's choice.
     if ext.get("metric") in ("wall", "cpu") + MEMORY_METRICS:
         metric = ext["metric"]
@@ -351,7 +361,7 @@ def from_dict(doc, source: str = "<input>", metric: str = "wall", raw: Raw | Non
         if kind == "sampled":
             stacks, ids, w, times = _sampled(prof, pi, nframes, source, _blobs)
         elif kind == "evented":
-            stacks, ids, w, times = _evented(prof, pi, nframes, source)
+            stacks, ids, w, times = _evented(prof, pi, nframes, source, tree)
         else:
             raise _err(source, f"profiles[{pi}].type", f"expected 'sampled' or 'evented', got {kind!r}")
         name = table[pi]["label"] if table else str(prof.get("name") or f"profile {pi}")
@@ -363,7 +373,7 @@ def from_dict(doc, source: str = "<input>", metric: str = "wall", raw: Raw | Non
         threads.append(name)
         tid = len(threads) - 1
         scale = UNITS[unit]
-        pext = ext_block(prof)
+        pext = _profile_ext(prof, pi, len(w), source)
         counts = np.asarray(pext["samples"], dtype=np.float64) if "samples" in pext else None
         if counts is not None and len(counts) != len(w):
             counts = None
@@ -379,7 +389,7 @@ def from_dict(doc, source: str = "<input>", metric: str = "wall", raw: Raw | Non
         elif scale is not None:
             per_metric[metric] = w * scale
         for m in WEIGHT_METRICS:
-            if m in pext and len(pext[m]) == len(w):
+            if m in pext:
                 per_metric[m] = np.asarray([np.nan if v is None else v for v in pext[m]], dtype=np.float64)
         for m, vals in per_metric.items():
             col = extra_cols.setdefault(m, [np.full(len(r), np.nan) for r in rows_n[:-1]])
@@ -392,7 +402,7 @@ def from_dict(doc, source: str = "<input>", metric: str = "wall", raw: Raw | Non
                 col.append(np.full(nst, np.nan))
         ordered = prof.get("type") == "evented" or unit not in ("none", "bytes") or "time" in pext
         if len(ids) and ordered:
-            t = np.asarray(pext["time"], dtype=np.float64) if "time" in pext and len(pext["time"]) == len(ids) \
+            t = np.asarray(pext["time"], dtype=np.float64) if "time" in pext \
                 else (times * scale if scale is not None else times)
             part = {"time": t, "stack": ids + base}
             for m, vals in per_metric.items():
@@ -458,16 +468,25 @@ def _named_threads(labels: list[str], exporter: str) -> list[dict]:
 
 
 def _carried_meta(ext: dict, source: str) -> dict:
-    """The x-profmagic block's meta; its metric and unknown metrics checked too (a hostile file must
-    not make them fail later)."""
-    from . import carried_meta
-    meta = carried_meta(ext.get("meta"), source, f"{EXT}.meta")
-    if not isinstance(ext.get("metric", ""), str):
-        raise _err(source, f"{EXT}.metric", "expected a metric name")
-    unknown = ext.get("unknown_metrics") or []
-    if not (isinstance(unknown, list) and all(isinstance(m, str) for m in unknown)):
-        raise _err(source, f"{EXT}.unknown_metrics", "expected a list of metric names")
-    return meta
+    """The x-profmagic block's meta (``checked_ext`` checked its metric and unknown metrics)."""
+    return carried_meta(ext.get("meta"), source, f"{EXT}.meta")
+
+
+def _profile_ext(prof: dict, pi: int, n: int, source: str) -> dict:
+    """A profile's x-profmagic block: per-sample columns (``samples``, ``time``, the weight metrics),
+    each a list of ``n`` numbers (null for unknown); a column of another length is dropped."""
+    block = ext_block(prof)
+    out = {}
+    for k in ("samples", "time") + WEIGHT_METRICS:
+        v = block.get(k)
+        if v is None:
+            continue
+        if not (isinstance(v, list) and all(x is None or (type(x) in (int, float)) for x in v)) \
+                or (k in ("samples", "time") and None in v):
+            raise _err(source, f"profiles[{pi}].{EXT}.{k}", "expected a list of numbers")
+        if len(v) == n:
+            out[k] = v
+    return out
 
 
 def _jsonable(v):
