@@ -406,7 +406,10 @@ class StackBuilder:
                 vals.append(0)
             if extra or self._extra:
                 for k in set(self._extra) | set(extra):
-                    self._extra.setdefault(k, [None] * sid).append(extra.get(k))
+                    col = self._extra.get(k)
+                    if col is None:   # not setdefault: its [None] * sid would cost O(rows) per new row
+                        col = self._extra[k] = [None] * sid
+                    col.append(extra.get(k))
         return sid
 
     # -- weights ---------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..errors import ProfileFormatError
 from ..model import METRICS, Profile, Raw
+from ._common import carried_meta  # noqa: F401  (meta a file carries, checked field by field)
 
 # Module names, most specific first. A format whose module is missing is skipped.
 _ORDER = ("memray", "container", "children", "gecko", "chrome_trace", "speedscope", "pyinstrument", "pstats",
@@ -117,46 +118,6 @@ def _checked(p, source: str):
         raise ProfileFormatError(f"a duration of {d:.6g} s; expected at most {MAX_SECONDS:.0e} s "
                                  "(is the time unit right?)", source=source)
     return p
-
-
-def _number(v) -> bool:
-    return type(v) in (int, float) and math.isfinite(v)
-
-
-def _strings(v) -> bool:
-    return isinstance(v, list) and all(isinstance(x, str) for x in v)
-
-
-def _object(v) -> bool:
-    return isinstance(v, dict)
-
-
-# What each of Meta's fields must hold, as JSON; other keys are kept as they are, in Meta.extra.
-_META_TYPES = {
-    **dict.fromkeys(("format", "source", "backend", "backend_choice", "mode", "cell", "cell_thread",
-                     "approximate", "partial", "message"), lambda v: isinstance(v, str)),
-    **dict.fromkeys(("duration", "rate", "requested_rate", "rate_requested", "target_rate", "start_time",
-                     "cell_wall", "cell_cpu"), _number),
-    "pid": lambda v: type(v) is int,
-    "version": lambda v: isinstance(v, str) or _object(v),
-    "versions": _object, "unknown": _object, "extra": _object, "warnings": _strings,
-    "processes": lambda v: _object(v) and all(_object(x) for x in v.values()),
-}
-
-
-def carried_meta(meta, source: str, where: str) -> dict:
-    """Meta a file carries in our ``x-profmagic`` block, each known field of the type ``Meta`` holds
-    (durations and rates finite numbers): the rest of profmagic computes with them, so a hostile
-    value is refused here."""
-    if meta is None:
-        return {}
-    if not isinstance(meta, dict):
-        raise ProfileFormatError("expected an object", source=source, where=where)
-    for k, v in meta.items():
-        ok = _META_TYPES.get(k)
-        if v is not None and ok is not None and not ok(v):
-            raise ProfileFormatError(f"unexpected value {v!r:.80}", source=source, where=f"{where}.{k}")
-    return dict(meta)
 
 
 def read_path(path, fmt: str | None = None, max_bytes: int | None = None, **options):
