@@ -2,7 +2,7 @@
 
 Builds a >= 100 MB perf script from the FlameGraph corpus inputs (cpu-clock ones, each copy with
 its own pids), then times, alternating, ``perl stackcollapse-perf.pl FILE`` and
-``perf_script.read(FILE).to_folded(metric="samples")`` and checks that the outputs are identical.
+``profmagic.to_folded(perf_script.read(FILE), metric="samples")`` and checks that the outputs are identical.
 Wall and CPU time (user + sys) are both reported: on a shared machine, wall time is mostly
 queueing for a core, so the CPU-time ratio is the steadier one.
 
@@ -16,6 +16,7 @@ Writes its section of bench/RESULTS.md through bench/results.py unless --no-writ
 """
 from __future__ import annotations
 
+import profmagic
 import argparse
 import os
 import re
@@ -101,7 +102,7 @@ def run_ours(path: str, opts: dict) -> tuple[float, float, bytes]:
     with open(path, "rb") as f:
         data = f.read()
     p = perf_script.read(data, source=path, keep_unterminated=False, **opts)
-    out = p.to_folded(metric="samples").encode("utf-8", errors="surrogateescape")
+    out = profmagic.to_folded(p, metric="samples").encode("utf-8", errors="surrogateescape")
     return time.perf_counter() - t0, time.process_time() - c0, out
 
 
@@ -173,7 +174,7 @@ def section(rows, a, size, commit, perl_v, same) -> str:
     cmd = f".venv/bin/python bench/bench_perf_script.py --runs {a.runs}" + (f" --mb {a.mb}" if a.mb != 100 else "") + \
         "".join(f" --opt {r['opt']}" for r in rows) + (" --flamegraph-git DIR" if commit else "")
     L = ["## perf script → folded (issue 5)", "",
-         '`perf_script.read(FILE, keep_unterminated=False).to_folded(metric="samples")`'
+         '`profmagic.to_folded(perf_script.read(FILE, keep_unterminated=False), metric="samples")`'
          + (f" against FlameGraph's `perl stackcollapse-perf.pl FILE` (FlameGraph {commit[:7]}, perl {perl_v})"
             if commit else " alone (no FlameGraph checkout was given, so perl was not run)")
          + f", on a {mb:.1f} MB perf script built from the {len(INPUTS)} cpu-clock inputs of the FlameGraph corpus "

@@ -8,6 +8,7 @@ Writes its section of bench/RESULTS.md through bench/results.py unless --no-writ
 """
 from __future__ import annotations
 
+import profmagic
 import argparse
 import os
 import statistics
@@ -101,7 +102,7 @@ def payload_table(nstacks: int = 200_000) -> list[tuple]:
     rows = []
     for cap in (1000, 2000, 4000, 8000, 10000):
         t0 = time.perf_counter()
-        fig = p.icicle(max_nodes=cap)
+        fig = profmagic.icicle(p, max_nodes=cap)
         build = time.perf_counter() - t0
         js = fig.to_json()
         n = len(fig.data[0].ids)

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 from dataclasses import dataclass
 
 from .model import Profile
 
 MAX_DATA_URI = 20 * 1024 * 1024
+_SURROGATE = re.compile("[\ud800-\udfff]")
 # (format module, file suffix, what it opens in)
 WRITERS = (("speedscope", ".speedscope.json", "speedscope (speedscope.app)"),
            ("gecko", ".gecko.json", "gecko (Firefox Profiler, profiler.firefox.com)"),
@@ -82,6 +84,11 @@ def links_html(profile: Profile) -> str:
                         f"<span style='color:#666'>{e(d.filename)}, {len(d.data):,} bytes</span>")
         else:
             rows.append(f"{e(d.label)}: {e(d.note)}")
-    from .page import encodable
     return encodable("<div class='profmagic-downloads' style='font:13px sans-serif;line-height:1.8'>"
                      + "<br>".join(rows) + "</div>")
+
+
+def encodable(text: str) -> str:
+    """``text`` with each lone surrogate (a name from JSON's "\\ud800", or an undecodable byte kept by
+    surrogateescape) as the text ``\\ud800``: a page is UTF-8, which has none."""
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) if _SURROGATE.search(text) else text

@@ -221,7 +221,8 @@ class ProfileMagics(Magics):
         self.shell.user_ns["_profile"] = profile
         if args.output:
             try:
-                profile.save(args.output)
+                from .formats import write_by_name
+                write_by_name(profile, args.output)
             except (OSError, ValueError) as e:
                 print(_save_failed(args.output, e), file=sys.stderr)
         if args.quiet:
@@ -265,7 +266,8 @@ class ProfileMagics(Magics):
         if profile is not None:
             if args.output:
                 try:
-                    profile.save(args.output)
+                    from .formats import write_by_name
+                    write_by_name(profile, args.output)
                 except (OSError, ValueError) as e:
                     print(_save_failed(args.output, e), file=sys.stderr)
             ns["_profile"] = profile  # the latest profile, also when the cell raised
@@ -326,7 +328,7 @@ def _view(profile: Profile, compare_view: bool):
 
 def _save_failed(path: str, e: Exception) -> str:
     """--output was checked before the cell ran; writing can still fail (disk full, folder removed)."""
-    return f"profmagic: could not write {path}: {e}. The profile is still in _profile (_profile.save(path))"
+    return f"profmagic: could not write {path}: {e}. The profile is still in _profile (profmagic.save(_profile, path))"
 
 
 def _run_async(backend, options, cell, ns, session_kw, box):

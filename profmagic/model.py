@@ -13,7 +13,7 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace as _dc_replace
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -35,19 +35,6 @@ METRIC_LABELS = {
     "allocated": "bytes allocated (freed or not)",
     "allocations": "allocations (count)",
 }
-# What the upper layers lend the Profile's convenience methods (save, views, display, concat): the
-# root package fills these in (``_lend_hooks``, called at the end of this module), so the model
-# imports nothing above it.
-HOOKS: dict[str, Callable] = {}
-
-
-def _hook(name: str) -> Callable:
-    fn = HOOKS.get(name)
-    if fn is None:
-        raise RuntimeError(f"Profile.{name} needs the profmagic package (import profmagic)")
-    return fn
-
-
 # Columns of the thread table, besides its id (the index).
 THREAD_COLUMNS = ("label", "name", "pid", "tid", "process", "rank", "backend", "python")
 
@@ -79,6 +66,129 @@ class Raw:
         if self.data is not None:
             return len(self.data)
         return os.path.getsize(self.path) if self.path and os.path.exists(self.path) else 0
+
+
+# -- read-only containers ----------------------------------------------------------------------------
+_READ_ONLY_FRAME = "a Profile's frames are read-only: change a copy (df.copy()), or make a new Profile (replace)"
+
+
+class FrozenDict(dict):
+    """A dict that refuses every change (meta's nested values). Still a dict, so json writes it as
+    one; ``dict(d)`` is an ordinary, changeable copy."""
+    __slots__ = ()
+
+    def _refuse(self, *a, **kw):
+        raise TypeError("a Profile's meta is read-only: use Meta.replace / Profile.with_meta")
+
+    __setitem__ = __delitem__ = __ior__ = _refuse
+    clear = pop = popitem = setdefault = update = _refuse
+
+    def __reduce__(self):   # copy, deepcopy and pickle rebuild it whole, never item by item
+        return (FrozenDict, (dict(self),))
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+
+class FrozenList(list):
+    """A list that refuses every change; equal to the list it was made from, and json writes it as one."""
+    __slots__ = ()
+
+    def _refuse(self, *a, **kw):
+        raise TypeError("a Profile's meta is read-only: use Meta.replace / Profile.with_meta")
+
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
+    append = extend = insert = remove = pop = clear = sort = reverse = _refuse
+
+    def __reduce__(self):
+        return (FrozenList, (list(self),))
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+
+def freeze(v):
+    """``v`` deep-frozen: mappings become FrozenDicts, lists FrozenLists, tuples tuples of frozen
+    values, sets frozensets."""
+    if isinstance(v, (FrozenDict, FrozenList)):
+        return v
+    if isinstance(v, Mapping):
+        return FrozenDict({k: freeze(x) for k, x in v.items()})
+    if isinstance(v, list):
+        return FrozenList(freeze(x) for x in v)
+    if isinstance(v, tuple) and not hasattr(v, "_fields"):   # a named tuple keeps its type
+        return tuple(freeze(x) for x in v)
+    if isinstance(v, (set, frozenset)):
+        return frozenset(v)
+    return v
+
+
+class _ReadOnlyIndexer:
+    """``loc``, ``iloc``, ``at`` and ``iat`` of a frozen frame: they read, they never write."""
+    __slots__ = ("_ix",)
+
+    def __init__(self, ix):
+        self._ix = ix
+
+    def __getitem__(self, key):
+        return self._ix[key]
+
+    def __setitem__(self, key, value):
+        raise TypeError(_READ_ONLY_FRAME)
+
+    def __call__(self, axis=None):
+        return _ReadOnlyIndexer(self._ix(axis))
+
+
+class FrozenFrame(pd.DataFrame):
+    """A DataFrame of a Profile: reads, groupbys and copies work as usual and give ordinary
+    DataFrames; setting a column or a value, or changing it in place, raises TypeError.
+    Copy-on-write (pandas >= 3) keeps the frames it was built from, and those built from it,
+    apart from it."""
+    _metadata: list = []
+
+    @property
+    def _constructor(self):
+        return pd.DataFrame
+
+    def _refuse(self, *a, **kw):
+        raise TypeError(_READ_ONLY_FRAME)
+
+    __setitem__ = __delitem__ = insert = pop = isetitem = _update_inplace = _refuse
+
+    def __setattr__(self, name, value):
+        if name.startswith("_"):   # pandas' own state
+            return super().__setattr__(name, value)
+        raise TypeError(_READ_ONLY_FRAME)
+
+    @property
+    def loc(self):
+        return _ReadOnlyIndexer(super().loc)
+
+    @property
+    def iloc(self):
+        return _ReadOnlyIndexer(super().iloc)
+
+    @property
+    def at(self):
+        return _ReadOnlyIndexer(super().at)
+
+    @property
+    def iat(self):
+        return _ReadOnlyIndexer(super().iat)
+
+
+def frozen_frame(df: pd.DataFrame | None) -> FrozenFrame | None:
+    """``df`` as a FrozenFrame: itself when it is one; else a copy-on-write view of it."""
+    if df is None or isinstance(df, FrozenFrame):
+        return df
+    return FrozenFrame(df)
 
 
 # -- meta -------------------------------------------------------------------------------------
@@ -147,6 +257,11 @@ class Meta(Mapping):
         known["extra"] = extra
         return _dc_replace(self, **known)
 
+    def __post_init__(self):   # deep-frozen, however it was made
+        for name in ("versions", "unknown", "processes", "extra"):
+            object.__setattr__(self, name, freeze(getattr(self, name) or {}))
+        object.__setattr__(self, "warnings", freeze(tuple(self.warnings or ())))
+
     # Mapping interface: set fields first, then extra.
     def __getitem__(self, key: str):
         key = _ALIASES.get(key, key)
@@ -196,7 +311,7 @@ def _is_set(v) -> bool:
 
 def _field_value(name: str, v):
     if name in ("versions", "unknown", "processes", "extra"):
-        return dict(v or {})
+        return freeze(dict(v or {}))
     if name == "warnings":
         return tuple(v or ())
     if name in ("rate", "requested_rate", "duration", "cell_wall", "cell_cpu") and v is not None:
@@ -568,7 +683,8 @@ class Profile:
     (thread, stack): ``thread`` (a categorical of labels whose codes are thread ids), ``stack``
     (frame ids, root first), ``samples`` and one column per metric; ``process`` and ``rank`` come
     from the thread table. ``samples``: time-ordered samples (``time``, ``stack`` row, weights), or
-    None. Treat every frame as read-only.
+    None. A Profile is read-only: its attributes cannot be set, and its frames are FrozenFrames
+    (reading works as usual; a derived frame, such as a copy or a groupby's result, is ordinary).
     """
 
     def __init__(self, frames: pd.DataFrame, stacks: pd.DataFrame, samples: pd.DataFrame | None = None,
@@ -609,13 +725,17 @@ class Profile:
                           "samples")
         if metric not in METRICS:
             raise ValueError(f"unknown metric {metric!r}; expected one of {', '.join(METRICS)}")
-        self.frames = frames
-        self.thread_table = table
-        self.stacks = st
-        self.samples = samples
-        self.meta = m
-        self.raw = raw
-        self.metric = metric
+        m = _derived_meta(m, st)
+        for name, value in (("frames", frozen_frame(frames)), ("thread_table", frozen_frame(table)),
+                            ("stacks", frozen_frame(st)), ("samples", frozen_frame(samples)), ("meta", m),
+                            ("raw", raw), ("metric", metric)):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"a Profile is read-only: Profile.replace({name}=...) makes a new one")
+
+    def __delattr__(self, name):
+        raise AttributeError(f"a Profile is read-only: {name} cannot be deleted")
 
     # -- basic facts -----------------------------------------------------------------------------
     @property
@@ -803,6 +923,8 @@ class Profile:
             if not same and col is not None and not pd.api.types.is_integer_dtype(col.dtype):
                 changes["threads"] = _table_for_labels(self.thread_table, new)
         kw.update(changes)
+        if "stacks" in changes or "frames" in changes:
+            _check_stacks(kw["frames"], kw["stacks"])
         return Profile(**kw)
 
     def with_meta(self, **changes) -> "Profile":
@@ -834,37 +956,38 @@ class Profile:
         st = st.assign(thread=ids)
         return Profile(self.frames, st, samples, self.meta, self.raw, self.metric, threads=table)
 
-    @staticmethod
-    def concat(profiles, key: str = "rank", labels=None) -> "Profile":
-        """Merge per-process profiles into one, keeping which process each stack came from."""
-        return _hook("concat")(profiles, key=key, labels=labels)
-
-    # -- exports, views and display: lent by the upper layers through HOOKS -------------------------
-    def to_speedscope(self) -> dict:
-        return _hook("speedscope")(self)
-
-    def to_folded(self, metric: str | None = None) -> str:
-        return _hook("folded")(self, metric=metric)
-
-    def save(self, path: str | os.PathLike) -> str:
-        """Write by extension: .folded/.txt → folded; .gecko.json, .trace.json; other .json → speedscope."""
-        return _hook("save")(self, os.fspath(path))
-
-    def icicle(self, metric: str | None = None, thread: str | None = None, **kw):
-        return _hook("view")(self, "icicle", metric=metric, thread=thread, **kw)
-
-    def sandwich(self, function: str | None = None, metric: str | None = None, **kw):
-        return _hook("view")(self, "sandwich", function=function, metric=metric, **kw)
-
-    def timeline(self, **kw):
-        return _hook("view")(self, "timeline", **kw)
-
-    def _repr_mimebundle_(self, include=None, exclude=None):
-        fn = HOOKS.get("mimebundle")
-        return fn(self) if fn is not None else {"text/plain": repr(self)}
-
     def __repr__(self) -> str:
         return f"<Profile {self.describe()}; {len(self.threads)} thread(s), {len(self.frames)} frames>"
+
+
+def _check_stacks(frames: pd.DataFrame, stacks: pd.DataFrame) -> None:
+    """New stacks (or frames) given to ``replace`` fit together: the columns a Profile needs, and
+    every frame id of every stack a row of ``frames``."""
+    missing = [c for c in ("thread", "stack", "samples") if c not in stacks]
+    if missing:
+        raise ValueError(f"stacks need the column(s) {', '.join(missing)}")
+    col = stacks["stack"].to_numpy()
+    n = sum(len(x) for x in col)
+    fids = unique_ints(np.fromiter(itertools.chain.from_iterable(col), dtype=np.int64, count=n))
+    unknown = fids[~np.isin(fids, frames.index.to_numpy())]
+    if len(unknown):
+        raise ValueError(f"stacks refer to frame ids that are not in frames: {unknown[:5].tolist()}")
+
+
+def _derived_meta(m: Meta, stacks: pd.DataFrame) -> Meta:
+    """Meta's figures that follow from the stacks, recomputed so that none goes stale after a
+    ``subset`` or ``replace``: ``sample_count`` and ``cell_thread_samples`` (the samples of the
+    thread that ran the cell)."""
+    changes = {}
+    n = len(stacks)
+    if "sample_count" in m.extra:
+        changes["sample_count"] = int(stacks["samples"].sum()) if n else 0
+    if "cell_thread_samples" in m.extra:
+        rows = (stacks["thread"] == m.cell_thread).to_numpy() if n and m.cell_thread is not None else []
+        changes["cell_thread_samples"] = int(stacks["samples"].to_numpy()[rows].sum()) if n else 0
+    if all(m.extra.get(k) == v for k, v in changes.items()):
+        return m
+    return m.replace(**changes)
 
 
 def _table_for_labels(table: pd.DataFrame, stacks: pd.DataFrame) -> pd.DataFrame:
@@ -897,9 +1020,3 @@ def _function_labels(names, files, ids) -> list[str]:
     for lab in out:
         again[lab] = again.get(lab, 0) + 1
     return [lab if again[lab] == 1 else f"{lab} #{i}" for lab, i in zip(out, ids)]
-
-
-# The root package is always loaded before this module and imports nothing of ours but the errors.
-from . import _lend_hooks  # noqa: E402
-
-_lend_hooks(HOOKS)

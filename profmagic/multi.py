@@ -35,8 +35,8 @@ def with_process(profile: Profile, label: str, info: dict | None = None) -> Prof
     """Every thread without a process gets ``label``; ``info`` goes to ``meta["processes"][label]``."""
     t = profile.thread_table.copy()
     t[PROCESS] = t[PROCESS].where(t[PROCESS].notna(), label).astype(object)
-    procs = dict(profile.meta.processes)
-    procs.setdefault(label, {}).update(info or {})
+    procs = dict(profile.meta.processes)   # a new entry: the input profile's meta stays as it was
+    procs[label] = {**(procs.get(label) or {}), **(info or {})}
     return profile.replace(threads=t, meta=profile.meta.replace(processes=procs))
 
 

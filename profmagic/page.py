@@ -3,22 +3,14 @@ icicle, function table; no script, no network) and its downloads inlined."""
 from __future__ import annotations
 
 import html
-import re
 
 from .model import Profile
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def encodable(text: str) -> str:
-    """``text`` with each lone surrogate (a name from JSON's "\\ud800", or an undecodable byte kept by
-    surrogateescape) as the text ``\\ud800``: a page is UTF-8, which has none."""
-    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) if _SURROGATE.search(text) else text
 
 
 def standalone(profile: Profile, title: str | None = None) -> str:
     """The page, as text that encodes to UTF-8 (names are kept; lone surrogates shown as escapes)."""
     from . import downloads, report
+    from .downloads import encodable
     title = title or f"profmagic · {profile.describe()}"
     return encodable("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
             f"<title>{html.escape(title)}</title>"

@@ -69,11 +69,11 @@ def test_tables_lead_with_user_code_and_the_toggle_shows_everything():
     t = sandwich.table(p, "wall")
     assert "⋯" not in " ".join(t["name"]) and "__clone3" not in set(t["name"])
     assert "__clone3" in set(sandwich.table(p, "wall", boilerplate=False)["name"])
-    fig = p.icicle(thread="worker")
+    fig = profmagic.icicle(p, thread="worker")
     labels = list(fig.data[0].labels)
     assert labels[:3] == ["worker", "⋯ thread start · std::thread (folded)", "worker_main(int)"]
     assert "boilerplate frames folded" in fig.layout.title.text
-    assert "__clone3" in p.icicle(thread="worker", boilerplate=False).data[0].labels
+    assert "__clone3" in profmagic.icicle(p, thread="worker", boilerplate=False).data[0].labels
 
 
 def test_a_user_rule_folds_a_framework(monkeypatch):

@@ -70,7 +70,7 @@ def evil_profile(path: str) -> str:
                                   ("MainThread", (main, scr))] * 20):
         b.add(b.stack(th, st), wall=0.01, cpu=0.004, time=i * 0.01)
     p = b.build(metric="wall", meta={"backend": "handmade", "rate": 100.0})
-    p.save(path)
+    profmagic.save(p, path)
     return path
 
 

@@ -79,7 +79,7 @@ def test_aggregated_profile_is_laid_end_to_end_and_reads_back():
 def test_multiprocess_round_trip(sampled):
     a = sampled.replace(threads=sampled.thread_table.assign(pid=111))   # the thread table says the pid
     b = sampled.replace(threads=sampled.thread_table.assign(pid=222))
-    p = profmagic.Profile.concat([a, b], key="rank", labels=["pid 111 · a", "pid 222 · b"])
+    p = profmagic.concat([a, b], key="rank", labels=["pid 111 · a", "pid 222 · b"])
     doc = json.loads(chrome_trace.write(p))
     assert {e["pid"] for e in events_of(doc) if e["ph"] == "B"} == {111, 222}
     q = chrome_trace.read(json.dumps(doc).encode(), source="m")

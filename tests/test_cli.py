@@ -345,7 +345,7 @@ def tricky_profile():
 def test_view_writes_a_standalone_page_with_every_download(tmp_path):
     src = tmp_path / "t.speedscope.json"
     p = tricky_profile()
-    p.save(src)
+    profmagic.save(p, src)
     r = subprocess.run([BIN, "view", str(src)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     page = tmp_path / "t.html"
@@ -371,7 +371,7 @@ def test_view_writes_a_standalone_page_with_every_download(tmp_path):
 def test_convert_to_every_format(tmp_path, to, fmt):
     src = tmp_path / "t.speedscope.json"
     p = tricky_profile()
-    p.save(src)
+    profmagic.save(p, src)
     out = tmp_path / "out.anything"
     assert cli.main(["convert", str(src), str(out), "--to", to]) == 0
     q = profmagic.load(out)

@@ -1,6 +1,7 @@
 """Profile.concat / load of a glob (issue 9): which process each stack came from, exact totals."""
 from __future__ import annotations
 
+import profmagic
 import numpy as np
 import pytest
 
@@ -61,7 +62,7 @@ def test_load_glob(tmp_path):
     for r in (0, 1, 2, 10):
         d = tmp_path / "runs" / f"node{r % 2}"
         d.mkdir(parents=True, exist_ok=True)
-        rank_profile(r).save(d / f"rank{r}.json")
+        profmagic.save(rank_profile(r), d / f"rank{r}.json")
     m = load_many(str(tmp_path / "runs" / "*" / "rank*.json"))
     assert multi.processes(m) == ["rank 0", "rank 1", "rank 2", "rank 10"]   # natural order
     t = multi.by_process(m)

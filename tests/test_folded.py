@@ -34,7 +34,7 @@ def test_corpus_result_reads_back_exactly(path):
     assert p.total() == expected_total
     assert p.sample_count == expected_total
     assert p.meta["skipped_lines"] == 0
-    out = [ln for ln in p.to_folded().split("\n") if ln]
+    out = [ln for ln in profmagic.to_folded(p).split("\n") if ln]
     assert collections.Counter(out) == collections.Counter(lines)
     # Written in stackcollapse's order: sorted by the stack's bytes.
     keys = [ln.rsplit(" ", 1)[0].encode("utf-8", "surrogateescape") for ln in out]
@@ -45,7 +45,7 @@ def test_integer_and_decimal_counts():
     p = profmagic.load(b"a;b 3\na;c 1.5\na 0.25\n")
     assert p.total() == pytest.approx(4.75)
     assert p.meta["fractional_counts"] is True
-    assert sorted(p.to_folded().splitlines()) == ["a 0.25", "a;b 3", "a;c 1.5"]
+    assert sorted(profmagic.to_folded(p).splitlines()) == ["a 0.25", "a;b 3", "a;c 1.5"]
     q = profmagic.load(b"a;b 3\na;c 1\n")
     assert q.total() == 4 and isinstance(q.total(), int)
 
@@ -62,7 +62,7 @@ def test_utf16_bom(enc, bom):
     p = profmagic.load(bom + text.encode(enc))
     assert p.meta["format"] == "folded"
     assert p.total() == 7
-    assert sorted(p.to_folded().splitlines()) == ["main;🔥hot 2", "主函数;计算 5"]
+    assert sorted(profmagic.to_folded(p).splitlines()) == ["main;🔥hot 2", "主函数;计算 5"]
 
 
 def test_bad_line_names_line_number_and_text():
@@ -98,10 +98,10 @@ def test_python_frames_get_file_and_line():
 
 def test_write_roots_stacks_at_thread_names_when_several():
     p = profmagic.load(b"a;b 1\n")
-    assert p.to_folded() == "a;b 1\n"
+    assert profmagic.to_folded(p) == "a;b 1\n"
     from profmagic.model import StackBuilder
     b = StackBuilder()
     f = b.frame("f;g")  # ';' in a name becomes ':' so the line still parses
     b.add(b.stack("T1", [f]), samples=2)
     b.add(b.stack("T2", [f]), samples=1)
-    assert b.build().to_folded() == "T1;f:g 2\nT2;f:g 1\n"
+    assert profmagic.to_folded(b.build()) == "T1;f:g 2\nT2;f:g 1\n"

@@ -144,7 +144,7 @@ def test_folded_speedscope_round_trip(rows):
     back = speedscope.read(speedscope.write(p), source="gen")
     assert back.sample_count == p.sample_count
     assert sorted(back.functions("samples")["total"]) == sorted(p.functions("samples")["total"])
-    again = folded.read(p.to_folded().encode(), source="gen")
+    again = folded.read(profmagic.to_folded(p).encode(), source="gen")
     assert again.sample_count == p.sample_count
 
 

@@ -2,6 +2,7 @@
 names the one that differs most, says which processes ended, and works offline as static HTML."""
 from __future__ import annotations
 
+import profmagic
 import json
 import re
 
@@ -40,8 +41,9 @@ def worker(i: int):
 def many():
     labels = [f"pid {100 + i} · worker-{i}" for i in range(WORKERS)]
     p = multi.concat([worker(i) for i in range(WORKERS)], key="process", labels=labels)
-    p.meta["processes"][labels[1]].update(ended=True, ended_at=0.22)
-    return p, labels
+    procs = dict(p.meta.processes)   # meta is read-only: a new profile with the process ended
+    procs[labels[1]] = {**procs[labels[1]], "ended": True, "ended_at": 0.22}
+    return p.with_meta(processes=procs), labels
 
 
 def test_report_has_a_ranks_tab_with_one_line_and_one_bar_per_process(many):
@@ -137,5 +139,5 @@ def test_ranks_figures_have_honest_titles(many):
     for fig in (ranks.bars(p), ranks.heat(p)):
         assert all(w in fig.layout.title.text for w in want), fig.layout.title.text
     sub = analysis.process_profile(p, labels[0])
-    t = sub.icicle().layout.title.text
+    t = profmagic.icicle(sub).layout.title.text
     assert all(w in t for w in ("wall time (s)", "backend sampler", "100 Hz", f"{sub.sample_count} samples")), t

@@ -103,7 +103,7 @@ def rank(r: int):
 def test_speedscope_round_trips_the_thread_table_of_many_processes(tmp_path):
     m = multi.concat([rank(r) for r in range(3)], key="rank")
     assert multi.processes(m) == ["rank 0", "rank 1", "rank 2"]
-    m.save(tmp_path / "m.speedscope.json")
+    profmagic.save(m, tmp_path / "m.speedscope.json")
     q = profmagic.load(tmp_path / "m.speedscope.json")
     assert list(q.thread_table["process"]) == ["rank 0", "rank 1", "rank 2"]
     assert list(q.thread_table["rank"]) == ["rank 0", "rank 1", "rank 2"]

@@ -40,7 +40,7 @@ def profile(raw: Raw | None = None, unknown=(), approximate=None):
 
 def test_static_bundle_without_kernel():
     p = profile(unknown=("cpu",), approximate="rebuilt from caller pairs")
-    b = p._repr_mimebundle_()
+    b = report.mimebundle(p)
     assert set(b) == {"text/plain", "text/html"}
     h = b["text/html"]
     assert "<svg" in h and "<script" not in h.lower()
@@ -228,7 +228,7 @@ def test_a_failing_view_falls_back_to_repr_and_the_error(monkeypatch):
     def broken(*a, **k):
         raise RuntimeError("injected fault in a view")
     monkeypatch.setattr("profmagic.views.sandwich.table", broken)
-    b = p._repr_mimebundle_()
+    b = report.mimebundle(p)
     assert b["text/plain"].startswith(repr(p)) and "injected fault in a view" in b["text/plain"]
     assert "RuntimeError" in b["text/html"] and "12 samples" in b["text/html"]
 

@@ -2,6 +2,7 @@
 of a function, and the Source view's time per line."""
 from __future__ import annotations
 
+import profmagic
 import re
 
 import pytest
@@ -42,7 +43,7 @@ def test_the_same_function_has_the_same_colour_everywhere_and_kinds_keep_their_f
     q = b.build(metric="wall")
     fills = {}
     for prof in (p, q):
-        tr = prof.icicle().data[0]
+        tr = profmagic.icicle(prof).data[0]
         for lab, c in zip(tr.labels, tr.marker.colors):
             fills.setdefault(lab, set()).add(c)
     assert all(len(c) == 1 for c in fills.values()), fills        # one colour per name, in both
@@ -60,7 +61,7 @@ def test_the_same_function_has_the_same_colour_everywhere_and_kinds_keep_their_f
 
 def test_hover_gives_the_box_and_all_calls_of_its_function_in_wall_cpu_off_cpu():
     p = cell_profile()
-    tr = p.icicle().data[0]
+    tr = profmagic.icicle(p).data[0]
     rows = [dict(zip(("label", "custom"), x)) for x in zip(tr.labels, tr.customdata)]
     work = [r["custom"] for r in rows if r["label"] == "work"]
     assert len(work) == 2                                          # called from setup and from the loop

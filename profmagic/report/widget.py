@@ -132,7 +132,8 @@ class Report:
 
     # -- tabs --------------------------------------------------------------------------------------
     def _tab_icicle(self):
-        fig = self.p.icicle(metric=self.metric.value, thread=self.thread_name, colour=self.colour.value,
+        from ..views import icicle
+        fig = icicle.figure(self.p, metric=self.metric.value, thread=self.thread_name, colour=self.colour.value,
                             min_share=self.min_pct.value / 100, boilerplate=self.fold.value)
         return [output_widget(figure_output(fig))]
 
@@ -171,7 +172,8 @@ class Report:
         """A function picked in the list: its callers and callees."""
         if change["new"] is None:
             return
-        fig = self.p.sandwich(int(change["new"]), metric=self.metric.value, thread=self.thread_name,
+        from ..views import sandwich
+        fig = sandwich.figure(self.p, int(change["new"]), metric=self.metric.value, thread=self.thread_name,
                               colour=self.colour.value, min_share=self.min_pct.value / 100,
                               boilerplate=self.fold.value)
         self.sw_fig.outputs = (figure_output(fig),)
@@ -270,7 +272,7 @@ class Report:
     def _tab_time(self):
         from ..views import memory, timeline
         ok, why = timeline.available(self.p)
-        out = [output_widget(figure_output(self.p.timeline(thread=self.thread_name, metric=self.metric.value)))] if ok \
+        out = [output_widget(figure_output(timeline.figure(self.p, thread=self.thread_name, metric=self.metric.value)))] if ok \
             else [self.W.HTML(f"<p style='font:13px sans-serif'>{escape(why)}.</p>")]
         if memory.available(self.p)[0]:   # memray's heap over time under the samples (or alone)
             out.append(output_widget(figure_output(memory.figure(self.p))))

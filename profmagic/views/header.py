@@ -136,7 +136,7 @@ def downloads_html(profile: Profile, directory: str | None = None, export_large:
         items.append(f"speedscope JSON: not built for this display ({int(flat(profile).lengths.sum()):,} frames "
                      "would take seconds); "
                      "the live report's Raw tab writes it next to the notebook, or "
-                     "<code>p.save('profile.speedscope.json')</code>")
+                     "<code>profmagic.save(p, 'profile.speedscope.json')</code>")
     else:
         items.append(_link("profmagic-speedscope", stem(profile) + ".speedscope.json", "speedscope JSON",
                            speedscope_bytes(profile), "application/json", directory=directory)

@@ -52,7 +52,7 @@ def test_recursion_10000_deep(clean):
     assert k.value("max(len(s) for s in _profile.stacks['stack'])") >= 10000
     assert k.value("int((_profile.frames['name'] == 'deep').sum())") >= 1
     # The report renders such a stack.
-    r = k.run("_b = _profile._repr_mimebundle_()\nprint(sorted(_b))")
+    r = k.run("_b = get_ipython().display_formatter.format(_profile)[0]\nprint(sorted(_b))")
     assert r.error is None, r.error
     # py-spy 0.4 cannot read stacks this deep: the message gives what py-spy itself reported (read
     # errors) and points to the sampler, without guessing at the cause.

@@ -120,7 +120,7 @@ def test_save_to_a_fifo_refuses_without_blocking(tmp_path):
     os.mkfifo(fifo)
     p = profmagic.load(b"main;work 5\n")
     with pytest.raises(ValueError, match=r"out.json is a FIFO \(named pipe\), not a regular file"):
-        p.save(str(fifo))
+        profmagic.save(p, str(fifo))
 
 
 def test_size_bound(tmp_path):
@@ -169,7 +169,7 @@ def test_lone_surrogate_name_prints_and_saves(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "x\\ud800y" in r.stdout
     p = profmagic.load(path)
-    folded = p.save(str(tmp_path / "s.folded"))
+    folded = profmagic.save(p, str(tmp_path / "s.folded"))
     assert open(folded, "rb").read() == b"main 1\nmain;x\\ud800y 2\n"
     r = cli("convert", path, tmp_path / "c.folded")
     assert r.returncode == 0, r.stderr

@@ -22,8 +22,8 @@ def test_unicode_and_emoji_names(clean):
     assert r.error is None, r.error
     assert name in k.value("list(_profile.frames['name'])")
     # Round trips keep the name: speedscope and folded.
-    assert name in k.value("list(profmagic.load(_profile.to_folded().encode()).frames['name'])")
-    assert name in k.value("list(profmagic.load(json.dumps(_profile.to_speedscope()).encode()).frames['name'])"
+    assert name in k.value("list(profmagic.load(profmagic.to_folded(_profile).encode()).frames['name'])")
+    assert name in k.value("list(profmagic.load(json.dumps(profmagic.to_speedscope(_profile)).encode()).frames['name'])"
                            if k.run("import json").error is None else "[]")
 
 
@@ -39,7 +39,7 @@ def test_html_in_function_name_is_escaped(clean):
     for h in htmls:
         assert XSS not in h, "the function name reached the HTML unescaped"
     r = k.run("from profmagic import report\n_h = report.static_html(_profile) if hasattr(report, 'static_html') "
-              "else _profile._repr_mimebundle_().get('text/html', '')\nprint(len(_h), " + repr(XSS) + " in _h)")
+              "else get_ipython().display_formatter.format(_profile)[0].get('text/html', '')\nprint(len(_h), " + repr(XSS) + " in _h)")
     assert r.error is None and r.stdout.split()[-1] == "False", r.text()
 
 
@@ -58,10 +58,10 @@ def test_paths_with_spaces_and_semicolons(clean, tmp_path):
     assert r.error is None, r.error
     files = k.value("sorted(set(_profile.frames.loc[_profile.frames['name'] == 'weird', 'file']))")
     assert files == [str(mod)], files
-    r = k.run(f"_profile.save({str(out)!r})\n_back = profmagic.load({str(out)!r})\n"
+    r = k.run(f"profmagic.save(_profile, {str(out)!r})\n_back = profmagic.load({str(out)!r})\n"
               "print(sorted(set(_back.frames.loc[_back.frames['name'] == 'weird', 'file'])))")
     assert r.error is None and str(mod) in r.stdout, r.text()
-    r = k.run("_f = profmagic.load(_profile.to_folded().encode(), format='folded')\n"
+    r = k.run("_f = profmagic.load(profmagic.to_folded(_profile).encode(), format='folded')\n"
               "print(_f.total() == _profile.sample_count or _f.total(), 'weird' in set(_f.frames['name']))")
     assert r.error is None and r.stdout.split()[-1] == "True", r.text()
 

@@ -64,7 +64,7 @@ def test_pyspy_output_truncated(clean, bindir, tmp_path):
     # The same truncation in a file handed to profmagic.load: a ProfileFormatError naming the offset.
     k.run("%profile -b py-spy -q busy(0.3)")
     cut = str(tmp_path / "cut.json")
-    r = k.run(f"_profile.save({cut!r})\n_b = open({cut!r}, 'rb').read()\nopen({cut!r}, 'wb').write(_b[:len(_b) // 2])\n"
+    r = k.run(f"profmagic.save(_profile, {cut!r})\n_b = open({cut!r}, 'rb').read()\nopen({cut!r}, 'wb').write(_b[:len(_b) // 2])\n"
               f"profmagic.load({cut!r})")
     assert r.error is not None and r.error["ename"] == "ProfileFormatError", r.text()
     documented("format-error", r.error["evalue"])
