@@ -44,11 +44,13 @@ def summary(p, top: int = 10) -> str:
            f"metric:   {escape(p.describe())}",
            f"threads:  {len(p.threads)}",
            f"samples:  {p.sample_count:,}",
-           f"total:    {p.total():,.6g} ({p.metric})"]
+           f"total:    {p.total() if p.sample_count else 0:,.6g} ({p.metric})"]
     d = p.duration
     out.append(f"duration: {d:.6g} s" if d is not None else "duration: unknown (no time order in this source)")
     if p.meta.get("approximate"):
         out.append(f"note:     approximate: {escape(p.meta['approximate'])}")
+    for w in p.meta.warnings if not p.sample_count else ():   # why a profile is empty
+        out.append(f"warning:  {escape(' '.join(str(w).split()))}")
     fn = p.functions()
     total = p.total() or 1
     for key in ("self", "total"):
@@ -66,11 +68,17 @@ def parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
     r = sub.add_parser("record", help="record a command (after --) or a running process (--pid)",
                        description="Run a command under a profiler and write its profile: "
-                                   "profmagic record [-b BACKEND] [--mode M] [-o FILE] -- python script.py args")
+                                   "profmagic record [-b BACKEND] [--mode M] [-o FILE] -- python script.py args",
+                       epilog="Exit status: the command's own once it has run (128+N when signal N ended it), "
+                              "with a profile written even when it holds nothing (its warnings say why); 2 when "
+                              "the command could not be started or recorded at all; 128+N when signal N stopped "
+                              "record before the command ran or after it ended. SIGINT, SIGTERM and SIGHUP while "
+                              "the command runs go to the command. See docs/errors.md.")
     r.add_argument("-b", "--backend", default="auto",
                    help="auto (py-spy for a Python command when it can attach, else the built-in sampler; "
                         "perf or eu-stack for any other command), " + ", ".join(backends.names()))
-    r.add_argument("--mode", default=None, help="wall, cpu or both (default: both where one run gives both)")
+    r.add_argument("--mode", default=None, help="wall, cpu or both (default: both where one run gives both; "
+                                                "perf: cpu, or both when auto chose it and tracepoints are allowed)")
     r.add_argument("--rate", default=100.0, metavar="HZ", help="samples per second (default 100)")
     r.add_argument("--timing", default=None, metavar="HOW",
                    help="py-spy: timed (default: each sample weighs the time to its thread's next sample) or "
