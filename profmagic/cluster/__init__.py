@@ -15,6 +15,7 @@ driver (the kernel) with the chosen backend and the workers with a ``Recording``
 """
 from __future__ import annotations
 
+import sys
 import time
 from typing import TYPE_CHECKING
 
@@ -117,6 +118,7 @@ class Recording:
         self.results: list[dict] | None = None      # what collect() brought back
         self.stop_seconds: dict[str, float] = {}
         self.profile: Profile | None = None
+        self.warning: str | None = None              # the engine's, when it could not collect
 
     def start(self) -> None:
         self.t0 = time.time()
@@ -128,6 +130,9 @@ class Recording:
             t = time.perf_counter()
             self.results = self.session.stop()
             self.stop_seconds["collect"] = time.perf_counter() - t
+            self.warning = getattr(self.session, "warning", None)
+            if self.warning:    # also in the profile's meta["warnings"]
+                print(self.warning, file=sys.stderr, flush=True)
 
     def stop(self, driver: Profile | None = None, driver_pid: int | None = None,
              driver_name: str = "driver") -> Profile:
@@ -135,7 +140,8 @@ class Recording:
         self.collect()
         t = time.perf_counter()
         p = assemble(self.results, driver, engine=self.engine, t0=self.t0, driver_pid=driver_pid,
-                     driver_name=driver_name, session=self.session.id)
+                     driver_name=driver_name, session=self.session.id,
+                     warnings=[self.warning] if self.warning else None)
         self.stop_seconds["assemble"] = time.perf_counter() - t
         return p
 

@@ -23,6 +23,7 @@ from ..errors import ProfileFormatError, ProfilerError
 from ..multi import process_label
 from ..model import Profile, make_frames, thread_table, unique_labels
 from ..threads import thread_label
+from .channel import TooLarge, inflate
 from .worker import MAGIC, PAYLOAD_VERSION, SAMPLE_ARRAYS
 
 TASK = "task"
@@ -32,9 +33,12 @@ DRIVER_META = ("cell", "partial", "cell_wall", "cell_cpu", "cell_run_delay", "pi
 
 
 def decode(data: bytes, source: str = "<worker>") -> dict:
-    """A worker payload (cluster/worker.py): its JSON, with ``samples`` as numpy arrays."""
+    """A worker payload (cluster/worker.py): its JSON, with ``samples`` as numpy arrays. Decompressed
+    within channel.inflate's limits (size and ratio): a zlib bomb is refused, not expanded."""
     try:
-        raw = zlib.decompress(data)
+        raw = inflate(data)
+    except TooLarge as e:
+        raise ProfileFormatError(f"{e}: refused", source=source, offset=0) from None
     except zlib.error as e:
         raise ProfileFormatError(f"expected a zlib-compressed worker payload ({e})", source=source, offset=0) from None
     if raw[:4] != MAGIC or len(raw) < 8:
@@ -45,10 +49,15 @@ def decode(data: bytes, source: str = "<worker>") -> dict:
     except ValueError as e:
         raise ProfileFormatError(f"expected the worker payload's JSON ({e})", source=source,
                                  offset=8 + getattr(e, "pos", 0)) from None
+    except RecursionError:
+        raise ProfileFormatError("expected the worker payload's JSON, found it nested deeper than Python's "
+                                 "recursion limit", source=source, offset=8) from None
     if not isinstance(doc, dict) or doc.get("v") != PAYLOAD_VERSION:
         raise ProfileFormatError(f"expected a worker payload with \"v\": {PAYLOAD_VERSION}", source=source, where="v")
     try:
         k = int(doc["n_samples"])
+        if k < 0:
+            raise ValueError(k)
         order = "<" if doc["byteorder"] == "little" else ">"
     except (KeyError, TypeError, ValueError):
         raise ProfileFormatError("expected n_samples and byteorder in the worker payload", source=source,
@@ -160,13 +169,16 @@ class _Tables:
 
 
 def assemble(results: list[dict], driver: Profile | None = None, *, engine: str, t0: float | None = None,
-             driver_pid: int | None = None, driver_name: str = "driver", session: str | None = None) -> Profile:
+             driver_pid: int | None = None, driver_name: str = "driver", session: str | None = None,
+             warnings: list[str] | None = None) -> Profile:
     """One Profile: the driver (if recorded) and one rank per worker result.
 
     ``results``: dicts with ``status`` (ok, ended, unreachable, error), ``payload`` bytes where the
     worker sent or left one, ``error`` (the engine's words), and ``name``/``label``/``pid``/``host``.
     ``t0`` is the driver's start in epoch seconds: worker sample times are shifted onto it.
     ``session``: the recording's id (its spill folders are named after it), kept in ``meta["cluster"]``.
+    ``warnings``: the engine's (e.g. a client closed mid-recording), added to ``meta["warnings"]``;
+    with them, no worker recorded and no driver is an empty profile that says why, not an error.
     """
     tables, procs, missing = _Tables(), {}, {}
     if driver is not None:
@@ -204,7 +216,7 @@ def assemble(results: list[dict], driver: Profile | None = None, *, engine: str,
         rates.add(doc.get("rate"))
         durations.append(doc.get("duration") or 0.0)
         sizes += len(r["payload"])
-    if driver is None and not recorded:
+    if driver is None and not recorded and not warnings:
         raise ProfilerError("profmagic: no worker could be recorded: "
                             + "; ".join(f"{k}: {v.get('error')}" for k, v in missing.items()))
     procs.update(missing)
@@ -224,6 +236,8 @@ def assemble(results: list[dict], driver: Profile | None = None, *, engine: str,
         for k in DRIVER_META:
             if driver.meta.get(k) is not None:
                 meta[k] = driver.meta[k]
+    if warnings:
+        meta["warnings"] = tuple(meta.get("warnings") or ()) + tuple(warnings)
     p = tables.profile(meta, driver.metric if driver is not None else "wall")
     if driver is not None and driver.meta.get("cell_thread") in set(p.thread_table["label"]):
         meta["cell_thread"] = driver.meta["cell_thread"]

@@ -2,14 +2,15 @@
 
 Ray runs ``runtime_env["worker_process_setup_hook"]`` in each worker process of a job when it
 starts. Ours (``setup_hook``) only opens a listening Unix socket in the abstract namespace,
-``@profmagic-ray-<job id>-<pid>`` (no file, no CPU while it waits in ``accept()``); it samples
-nothing until asked. The job must be started with it::
+``@profmagic-ray-<job id>-<pid>-<random>`` (no file, no CPU while it waits in ``accept()``); it
+samples nothing until asked, and answers only its own uid with the recording's secret
+(cluster/channel.py). The job must be started with it::
 
     ray.init(runtime_env=profmagic.cluster.ray.runtime_env())      # or install() before ray.init()
 
 A recording runs one small task per node (``num_cpus=0``, pinned with node affinity). At start it
-writes ``<tmp>/profmagic-ray-<job>/<session>/ACTIVE`` (workers that start during the recording
-see it and sample from their start) and tells every worker of the job on that node to start a
+writes ``ACTIVE`` (options and secret) in the private ``<tmp>/profmagic-ray.<job>.<session>/``
+(workers that start during the recording see it and sample from their start) and tells every worker of the job on that node to start a
 ``WorkerSampler``. At stop it removes ACTIVE, asks each worker for its payload over the socket,
 reads the spill files of workers that died, removes the folder, and returns all of it through
 Ray's object store. Each sample's task is the first function on its thread's stack called from
@@ -17,24 +18,30 @@ Ray's own code (``spin``, ``Counter.incr``): the task Ray is executing on that t
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
+import re
+import secrets
 import shutil
 import socket
-import struct
+import sys
 import tempfile
 import threading
 import time
-import uuid
 
+from . import channel
 from .worker import WorkerSampler, samples_per_worker
 
 HOOK = "profmagic.cluster.ray.setup_hook"
 ENV_NEXT_HOOK = "PROFMAGIC_RAY_NEXT_HOOK"   # a setup hook the job had before ours: called after it
 SOCKET_PREFIX = "profmagic-ray-"
-DIR_PREFIX = "profmagic-ray-"
+DIR_PREFIX = "profmagic-ray."   # dots: tempdirs.sweep() takes "profmagic-word-<digits>-" for a dead pid's
 ACTIVE = "ACTIVE"
 ANSWER_TIMEOUT = 10.0
+REQUEST_SECONDS = 5.0     # a connection's whole request must arrive within this
+BIND_TRIES = 20
+REFUSED = b'{"status": "refused"}'
 
 
 # -- job set-up (driver) ----------------------------------------------------------------------
@@ -94,18 +101,42 @@ def check() -> None:
 
 # -- worker side ----------------------------------------------------------------------------
 _agent = None
+_JOB_RE = re.compile(r"[0-9a-fA-F]{1,64}")
 
 
 def _job() -> str:
-    return os.environ.get("RAY_JOB_ID") or "nojob"
+    job = os.environ.get("RAY_JOB_ID") or ""
+    return job if _JOB_RE.fullmatch(job) else "nojob"
 
 
-def socket_name(job: str, pid: int) -> str:
-    return f"{SOCKET_PREFIX}{job}-{pid}"
+def socket_name(job: str, pid: int, tag: str) -> str:
+    """``profmagic-ray-<job>-<pid>-<tag>``: a fresh random tag at each bind, so no one can take a
+    future worker's name before it."""
+    return f"{SOCKET_PREFIX}{job}-{pid}-{tag}"
 
 
 def session_dir(job: str, session: str) -> str:
-    return os.path.join(tempfile.gettempdir(), f"{DIR_PREFIX}{job}", session)
+    """The session's private folder: ``<tmp>/profmagic-ray.<job>.<session>`` (a name, never a path)."""
+    return os.path.join(tempfile.gettempdir(), f"{DIR_PREFIX}{job}.{channel.session_name(session)}")
+
+
+def _session_dirs(job: str) -> dict[str, str]:
+    """{session: folder} of every folder here named like a session of ``job`` (not yet checked)."""
+    pat = re.compile(re.escape(f"{DIR_PREFIX}{job}.") + r"([0-9a-f]{12})")
+    tmp = tempfile.gettempdir()
+    try:
+        names = os.listdir(tmp)
+    except OSError:
+        return {}
+    return {m.group(1): os.path.join(tmp, n) for n in names if (m := pat.fullmatch(n))}
+
+
+def _active(folder: str) -> dict:
+    """A session's ACTIVE options, honoured only from a private folder of ours and a regular file of
+    ours, every value checked (channel.options); OSError or ValueError otherwise."""
+    channel.check_private(folder)
+    return channel.options(channel.loads(channel.read_own(os.path.join(folder, ACTIVE), channel.MAX_ACTIVE),
+                                         channel.MAX_ACTIVE))
 
 
 def _ray_dir() -> tuple:
@@ -163,15 +194,29 @@ def _whoami() -> dict:
 
 
 class Agent:
-    """In each worker: a socket that starts and stops this process's sampler on request."""
+    """In each worker: a socket that starts and stops this process's sampler on request. Only a
+    peer of this process's uid is answered (anyone else: closed, no data read or sent), and only a
+    request carrying the session's secret acts; each connection has REQUEST_SECONDS to send its
+    request."""
 
     def __init__(self, job: str):
         self.job = job
+        self.uid = os.geteuid()
         self.sampler: WorkerSampler | None = None
         self.session: str | None = None
+        self.secret: str | None = None
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.bind("\0" + socket_name(job, os.getpid()))
-        self.sock.listen(8)
+        for _ in range(BIND_TRIES):
+            self.name = socket_name(job, os.getpid(), secrets.token_hex(8))
+            try:
+                self.sock.bind("\0" + self.name)
+                break
+            except OSError as e:
+                if e.errno != errno.EADDRINUSE:
+                    raise
+        else:
+            raise OSError(errno.EADDRINUSE, f"no free socket name after {BIND_TRIES} tries")
+        self.sock.listen(16)
         self.thread = threading.Thread(target=self.serve, name="profmagic-ray-agent", daemon=True)
         self.thread.start()
 
@@ -183,58 +228,90 @@ class Agent:
                 return
             with conn:
                 try:
-                    conn.settimeout(ANSWER_TIMEOUT)
-                    req = json.loads(_recv(conn))
-                    _send(conn, self.handle(req))
-                except Exception as e:  # noqa: BLE001 - one bad request must not end the agent
-                    try:
-                        _send(conn, json.dumps({"status": "error", "error": f"{type(e).__name__}: {e}"}).encode())
-                    except OSError:
-                        pass
+                    if channel.peer(conn)[1] != self.uid:
+                        continue
+                    self.answer(conn)
+                except Exception:  # noqa: BLE001,S112 - one bad connection must not end the agent
+                    continue
+
+    def answer(self, conn) -> None:
+        try:
+            req = channel.loads(channel.recv(conn, channel.MAX_REQUEST, time.monotonic() + REQUEST_SECONDS))
+            out = self.handle(req)
+        except (OSError, ValueError, TypeError, KeyError) as e:
+            if isinstance(e, (TimeoutError, ConnectionError)):
+                return
+            out = json.dumps({"status": "error", "error": f"{type(e).__name__}: {e}"}).encode()
+        conn.settimeout(ANSWER_TIMEOUT)
+        channel.send(conn, out)
 
     def handle(self, req: dict) -> bytes:
-        op = req.get("op")
+        """One request: {"op": "start"|"stop"|"status", "session", "secret"}."""
+        if not isinstance(req, dict):
+            raise ValueError("a request is a JSON object")
+        op, secret = req.get("op"), req.get("secret")
         if op == "start":
-            self.start(req["session"], req["rate"], req["threads"], req["max_samples"], req["max_seconds"])
-            ok = self.sampler is not None and self.session == req["session"]
+            session = channel.session_name(req.get("session"))
+            opts = _active(session_dir(self.job, session))     # written by the node task, with the secret
+            if not channel.same_secret(secret, opts["secret"]):
+                return REFUSED
+            self.start(session, opts)
+            ok = self.sampler is not None and self.session == session
             return json.dumps({"status": "ok" if ok else "error", "pid": os.getpid()}).encode()
         if op == "stop":
-            return self.stop(req["session"])
+            if self.session is None or req.get("session") != self.session:
+                return json.dumps({"status": "not started", "pid": os.getpid()}).encode()
+            if not channel.same_secret(secret, self.secret):
+                return REFUSED
+            return self.stop()
         if op == "status":
+            if self.session is not None and not channel.same_secret(secret, self.secret):
+                return REFUSED
             from .worker import profmagic_threads
             return json.dumps({"status": "ok", "pid": os.getpid(), "session": self.session,
                                "sampling": self.sampler is not None and self.sampler.running,
                                "threads": profmagic_threads()}).encode()
-        raise ValueError(f"unknown op {op!r}")
+        raise ValueError("unknown op")
 
-    def start(self, session: str, rate: float, threads: str, max_samples: int, max_seconds: float) -> None:
+    def start(self, session: str, opts: dict) -> None:
         if self.sampler is not None:
             if self.session == session:
                 return
             self.sampler.stop()   # a session nobody stopped (its driver went away): the new one wins
         ray_dir, stdlib = _ray_dir(), _stdlib_dirs()
         d = session_dir(self.job, session)
-        self.session = session
-        self.sampler = WorkerSampler(rate, stack_task=lambda frames: stack_task(frames, ray_dir, stdlib),
-                                     threads=threads, max_samples=max_samples,
-                                     spill=os.path.join(d, f"{os.getpid()}.json.z"), max_seconds=max_seconds,
-                                     info=_whoami())
-        self.sampler.start()
+        self.sampler = self.session = self.secret = None
+        sampler = WorkerSampler(opts["rate"], stack_task=lambda frames: stack_task(frames, ray_dir, stdlib),
+                                threads=opts["threads"], max_samples=opts["max_samples"],
+                                spill=os.path.join(d, f"{os.getpid()}.json.z"), max_seconds=opts["max_seconds"],
+                                info=_whoami())
+        sampler.start()
+        self.sampler, self.session, self.secret = sampler, session, opts["secret"]
 
-    def stop(self, session: str) -> bytes:
+    def stop(self) -> bytes:
         """The payload, prefixed with one JSON line: {"status", "pid", "info"}."""
         s = self.sampler
-        if s is None or self.session != session:
-            return json.dumps({"status": "not started", "pid": os.getpid()}).encode()
-        self.sampler = self.session = None
+        self.sampler = self.session = self.secret = None
         s.info.update(_whoami())   # the actor class is known once the actor exists
         data = s.stop()
         return json.dumps({"status": "ok", "pid": os.getpid(), "info": s.info}).encode() + b"\n" + data
 
+    def join_active(self) -> None:
+        """If a recording of this job is running on this node, sample from now on."""
+        for session, folder in _session_dirs(self.job).items():
+            try:
+                opts = _active(folder)
+            except (OSError, ValueError):
+                continue        # not ours, not private, or not a valid ACTIVE: ignored
+            self.start(session, opts)
+            return
+
 
 def setup_hook() -> None:
     """Ray's worker_process_setup_hook: open this worker's control socket; if a recording is
-    running on this node, start sampling now."""
+    running on this node, start sampling now. Never raises into Ray for its own part (a job's own
+    chained hook raises as it would without profmagic): a failure is one line on stderr and the
+    worker runs unrecorded."""
     global _agent
     nxt = os.environ.get(ENV_NEXT_HOOK)
     if nxt:
@@ -243,67 +320,164 @@ def setup_hook() -> None:
         getattr(importlib.import_module(mod), fn)()
     if _agent is not None:
         return
-    _agent = Agent(_job())
-    base = os.path.join(tempfile.gettempdir(), f"{DIR_PREFIX}{_agent.job}")
     try:
-        sessions = os.listdir(base)
-    except OSError:
-        return
-    for s in sessions:
-        try:
-            with open(os.path.join(base, s, ACTIVE)) as f:
-                req = json.load(f)
-        except (OSError, ValueError):
-            continue
-        _agent.start(s, req["rate"], req["threads"], req["max_samples"], req["max_seconds"])
-        break
+        _agent = Agent(_job())
+        _agent.join_active()
+    except Exception as e:  # noqa: BLE001 - the user's actor must live
+        print(f"profmagic: this Ray worker (pid {os.getpid()}) is not recorded: {type(e).__name__}: {e}",
+              file=sys.stderr, flush=True)
 
 
-# -- the socket protocol: 8-byte length, then the bytes -----------------------------------------
-def _send(conn, data: bytes) -> None:
-    conn.sendall(struct.pack("!Q", len(data)) + data)
+# -- node side: one task per node -----------------------------------------------------------------
+_NAME_RE = re.compile(r"(\d{1,10})-([0-9a-f]{16})")
 
 
-def _recv(conn) -> bytes:
-    head = _exact(conn, 8)
-    return _exact(conn, struct.unpack("!Q", head)[0])
+class NotOurs(PermissionError):
+    """A socket named like an agent, held by another uid or another process than its name says."""
 
 
-def _exact(conn, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = conn.recv(min(n - len(buf), 1 << 20))
-        if not chunk:
-            raise ConnectionError(f"the worker closed the connection after {len(buf)} of {n} bytes")
-        buf += chunk
-    return bytes(buf)
-
-
-def _ask(job: str, pid: int, req: dict, timeout: float) -> bytes:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as c:
-        c.settimeout(timeout)
-        c.connect("\0" + socket_name(job, pid))
-        _send(c, json.dumps(req).encode())
-        return _recv(c)
-
-
-def _agents(job: str) -> list[int]:
-    """Pids of this job's workers on this node that listen for profmagic (from /proc/net/unix)."""
+def _agents(job: str) -> list[tuple[int, str, int]]:
+    """(pid, socket name, inode) of every socket named like an agent of this job on this node (from
+    /proc/net/unix; who holds each is checked before connecting, ``_holds``)."""
     prefix = "@" + SOCKET_PREFIX + job + "-"
-    pids = set()
+    out = set()
     try:
         with open("/proc/net/unix") as f:
             for line in f:
                 parts = line.split()
                 path = parts[7] if len(parts) >= 8 else ""
-                if path.startswith(prefix):
-                    try:
-                        pids.add(int(path[len(prefix):]))
-                    except ValueError:
-                        pass
-    except OSError:
+                if path.startswith(prefix) and (m := _NAME_RE.fullmatch(path[len(prefix):])):
+                    out.add((int(m.group(1)), path[1:], int(parts[6])))
+    except (OSError, ValueError):
         pass
-    return sorted(pids)
+    return sorted(out)
+
+
+def _holds(pid: int, inode: int, cache: dict) -> bool:
+    """Whether process ``pid``, one of this uid, holds socket ``inode``: a name that another user
+    bound (a squatter, a fake agent) is passed over without connecting, so it cannot make us wait."""
+    if pid not in cache:
+        held = set()
+        try:
+            if os.stat(f"/proc/{pid}").st_uid == os.geteuid():
+                for fd in os.listdir(f"/proc/{pid}/fd"):
+                    try:
+                        link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                    except OSError:
+                        continue
+                    if link.startswith("socket:["):
+                        held.add(link[8:-1])
+        except OSError:
+            pass
+        cache[pid] = held
+    return str(inode) in cache[pid]
+
+
+def _ask(name: str, pid: int, req: dict, timeout: float) -> bytes:
+    """Send ``req`` to the agent at ``name`` once the peer is checked (this uid, the pid of the
+    name; NotOurs otherwise, before anything is sent), and its bounded answer by ``timeout``."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as c:
+        c.settimeout(timeout)
+        deadline = time.monotonic() + timeout
+        c.connect("\0" + name)
+        ppid, uid = channel.peer(c)
+        if uid != os.geteuid() or ppid != pid:
+            raise NotOurs(f"{name} is held by pid {ppid}, uid {uid}")
+        channel.send(c, json.dumps(req).encode())
+        return channel.recv(c, channel.MAX_PAYLOAD + channel.MAX_REQUEST, deadline)
+
+
+def _each_agent(job: str, req: dict, timeout: float):
+    """(pid, answer bytes or the exception) for every agent of ours on this node; sockets of other
+    users or of squatters are passed over."""
+    cache: dict = {}
+    for pid, name, inode in _agents(job):
+        try:
+            if _agent is not None and name == _agent.name:   # this task's own worker
+                yield pid, _agent.handle(req)
+            elif _holds(pid, inode, cache):
+                yield pid, _ask(name, pid, req, timeout)
+        except NotOurs:
+            continue
+        except Exception as e:  # noqa: BLE001 - named in the results
+            yield pid, e
+
+
+def node_start(session: str, secret: str, opts: dict) -> dict:
+    """On one node: mark the recording active (ACTIVE, with the secret, in the session's private
+    folder) and start every worker of the job there."""
+    job = _job()
+    timeout = float(opts.get("timeout", ANSWER_TIMEOUT))
+    opts = channel.options({**{k: opts[k] for k in ("rate", "threads", "max_samples", "max_seconds")},
+                            "secret": secret})
+    d = channel.private_dir(session_dir(job, session))
+    channel.write_new(os.path.join(d, ACTIVE), json.dumps(opts).encode())
+    out = {}
+    for pid, r in _each_agent(job, {"op": "start", "session": session, "secret": secret}, timeout):
+        if isinstance(r, BaseException):
+            out[pid] = f"{type(r).__name__}: {r}"
+        else:
+            try:
+                out[pid] = channel.loads(r).get("status", "?")
+            except (ValueError, AttributeError) as e:
+                out[pid] = f"{type(e).__name__}: {e}"
+    return {"node": _node_id(), "started": out}
+
+
+def node_stop(session: str, secret: str, timeout: float) -> dict:
+    """On one node: stop every worker of the job, collect payloads and dead workers' spill files,
+    remove the session's folder (only a private folder of ours is read or removed)."""
+    job = _job()
+    d = session_dir(job, session)
+    try:
+        channel.check_private(d)
+        mine = True
+    except OSError:
+        mine = False
+    if mine:
+        try:
+            os.unlink(os.path.join(d, ACTIVE))
+        except FileNotFoundError:
+            pass
+    results = []
+    answered = set()
+    for pid, raw in _each_agent(job, {"op": "stop", "session": session, "secret": secret}, timeout):
+        answered.add(pid)
+        if isinstance(raw, BaseException):
+            results.append({"pid": pid, "status": "unreachable", "error": f"{type(raw).__name__}: {raw}"})
+            continue
+        head, _, payload = raw.partition(b"\n")
+        try:
+            h = channel.loads(head)
+            status = h.get("status")
+        except (ValueError, AttributeError) as e:
+            results.append({"pid": pid, "status": "error", "error": f"an unreadable answer ({e})"})
+            continue
+        if status == "ok":
+            results.append({"pid": pid, "status": "ok", "payload": payload, "info": h.get("info") or {}})
+        elif status in ("error", "refused"):
+            results.append({"pid": pid, "status": "error", "error": h.get("error") or status})
+    try:
+        names = os.listdir(d) if mine else []
+    except FileNotFoundError:     # the last worker to stop removed it
+        names = []
+    for n in names:
+        m = re.fullmatch(r"(\d{1,10})\.json\.z", n)
+        if not m:
+            continue
+        pid = int(m.group(1))
+        if pid in answered and _alive(pid):   # an unreachable worker may still write: leave it be
+            continue
+        try:
+            payload = channel.read_own(os.path.join(d, n), channel.MAX_PAYLOAD)
+        except (OSError, ValueError):
+            continue
+        results.append({"pid": pid, "status": "ended", "payload": payload,
+                        "error": "the worker process ended during the recording; its samples up to its last "
+                                 "spill are kept"})
+    if mine and not any(r["status"] == "unreachable" for r in results):
+        shutil.rmtree(d, ignore_errors=True)
+    return {"node": _node_id(), "results": results}
 
 
 def _alive(pid: int) -> bool:
@@ -316,97 +490,17 @@ def _alive(pid: int) -> bool:
     return True
 
 
-# -- node side: one task per node -----------------------------------------------------------------
-def node_start(session: str, opts: dict) -> dict:
-    """On one node: mark the recording active and start every worker of the job there."""
-    job = _job()
-    d = session_dir(job, session)
-    os.makedirs(d, mode=0o700, exist_ok=True)
-    tmp = os.path.join(d, ACTIVE + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(opts, f)
-    os.replace(tmp, os.path.join(d, ACTIVE))
-    req = {"op": "start", "session": session, **opts}
-    out = {}
-    for pid in _agents(job):
-        try:
-            if pid == os.getpid() and _agent is not None:   # this task's own worker
-                _agent.handle(req)
-                out[pid] = "ok"
-            else:
-                out[pid] = json.loads(_ask(job, pid, req, opts["timeout"])).get("status", "?")
-        except Exception as e:  # noqa: BLE001 - named in the results
-            out[pid] = f"{type(e).__name__}: {e}"
-    return {"node": _node_id(), "started": out}
-
-
-def node_stop(session: str, timeout: float) -> dict:
-    """On one node: stop every worker of the job, collect payloads and dead workers' spill files,
-    remove the session's folder."""
-    job = _job()
-    d = session_dir(job, session)
-    try:
-        os.unlink(os.path.join(d, ACTIVE))
-    except FileNotFoundError:
-        pass
-    req = {"op": "stop", "session": session}
-    results = []
-    answered = set()
-    for pid in _agents(job):
-        try:
-            if pid == os.getpid() and _agent is not None:
-                raw = _agent.handle(req)
-            else:
-                raw = _ask(job, pid, req, timeout)
-        except Exception as e:  # noqa: BLE001 - the worker is named with the error
-            results.append({"pid": pid, "status": "unreachable", "error": f"{type(e).__name__}: {e}"})
-            answered.add(pid)
-            continue
-        head, _, payload = raw.partition(b"\n")
-        h = json.loads(head)
-        answered.add(pid)
-        if h.get("status") == "ok":
-            results.append({"pid": pid, "status": "ok", "payload": payload, "info": h.get("info") or {}})
-        elif h.get("status") == "error":
-            results.append({"pid": pid, "status": "error", "error": h.get("error")})
-    try:
-        names = os.listdir(d)
-    except FileNotFoundError:
-        names = []
-    for n in names:
-        if not n.endswith(".json.z"):
-            continue
-        pid = int(n.split(".", 1)[0])
-        if pid in answered and _alive(pid):   # an unreachable worker may still write: leave it be
-            continue
-        try:
-            with open(os.path.join(d, n), "rb") as f:
-                payload = f.read()
-        except OSError:
-            continue
-        results.append({"pid": pid, "status": "ended", "payload": payload,
-                        "error": "the worker process ended during the recording; its samples up to its last "
-                                 "spill are kept"})
-    if not any(r["status"] == "unreachable" for r in results):
-        shutil.rmtree(d, ignore_errors=True)
-        try:
-            os.rmdir(os.path.dirname(d))
-        except OSError:
-            pass
-    return {"node": _node_id(), "results": results}
-
-
 def node_leftovers(session: str | None = None) -> dict:
-    """What a recording may leave on a node: its folder, and per worker whether it still samples
+    """What a recording may leave on a node: its folders, and per worker whether it still samples
     and its profmagic threads (the agent's own, idle in accept(), stays for the worker's life)."""
     job = _job()
-    base = os.path.join(tempfile.gettempdir(), f"{DIR_PREFIX}{job}")
-    leftover = os.listdir(base) if os.path.isdir(base) else []
+    leftover = sorted(os.path.basename(f) for f in _session_dirs(job).values())
     sampling, threads = {}, {}
-    for pid in _agents(job):
+    for pid, r in _each_agent(job, {"op": "status", "secret": None}, 5.0):
         try:
-            r = json.loads(_ask(job, pid, {"op": "status"}, 5.0)) if pid != os.getpid() else \
-                json.loads(_agent.handle({"op": "status"}))
+            if isinstance(r, BaseException):
+                raise r
+            r = channel.loads(r)
             sampling[pid], threads[pid] = r.get("sampling"), r.get("threads")
         except Exception as e:  # noqa: BLE001
             sampling[pid] = f"{type(e).__name__}: {e}"
@@ -448,7 +542,8 @@ class Session:
                  max_samples: int | None = None, max_seconds: float = 3600.0, node_timeout: float = 60.0):
         import ray
         check()
-        self.id = uuid.uuid4().hex[:12]
+        self.id = channel.new_session()
+        self.secret = channel.new_secret()      # handed to the node tasks as an argument, never in a file of theirs
         # Workers of the job are not known before they are asked: one per CPU of the cluster, at most.
         workers = int(ray.cluster_resources().get("CPU", 1))
         self.opts = {"rate": float(rate), "threads": threads,
@@ -460,13 +555,14 @@ class Session:
         self.node_timeout = float(node_timeout)
         self.started: dict = {}
         self.open = False
+        self.warning: str | None = None
 
     def start(self) -> None:
         self.open = True
-        self.started = _on_each_node(node_start, self.id, self.opts, timeout=self.node_timeout)
+        self.started = _on_each_node(node_start, self.id, self.secret, self.opts, timeout=self.node_timeout)
 
     def stop(self) -> list[dict]:
-        got = _on_each_node(node_stop, self.id, self.timeout, timeout=self.node_timeout)
+        got = _on_each_node(node_stop, self.id, self.secret, self.timeout, timeout=self.node_timeout)
         results = []
         for node, r in got.items():
             if isinstance(r, BaseException):
@@ -488,7 +584,7 @@ class Session:
         """Stop what a previous stop() could not reach (best effort)."""
         if self.open:
             self.open = False
-            _on_each_node(node_stop, self.id, self.timeout, timeout=self.node_timeout)
+            _on_each_node(node_stop, self.id, self.secret, self.timeout, timeout=self.node_timeout)
 
 
 def _payload_info(payload: bytes) -> dict:

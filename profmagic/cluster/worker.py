@@ -12,9 +12,10 @@ stack rows, facts), then the samples as four packed arrays in the worker's byte 
 (float64 s), stack row (int32), wall and cpu (float32 s; cpu NaN where the clock was unreadable).
 ``cluster/assemble.py`` reads it.
 
-With ``spill=path``, the sampler rewrites its payload there every ``flush`` seconds (write, then
-rename), so a worker killed mid-recording keeps what it had written; the engine side collects the
-file from the node and removes it. A sampler stops by itself after ``max_seconds`` (a recording
+With ``spill=path``, the sampler rewrites its payload there every ``flush`` seconds (a fresh
+``O_EXCL | O_NOFOLLOW`` file, then renamed; in a folder that must be a private one of ours, else
+it does not spill and says so in ``error``), so a worker killed mid-recording keeps what it had
+written; the engine side collects the file from the node and removes it. A sampler stops by itself after ``max_seconds`` (a recording
 whose driver went away does not sample forever).
 """
 from __future__ import annotations
@@ -31,6 +32,7 @@ from array import array
 from typing import Callable
 
 from ..sampling import Codes, ThreadClock, code_name, every
+from .channel import THREADS, private_dir, write_new
 
 PAYLOAD_VERSION = 1
 MAGIC = b"PMW1"
@@ -39,7 +41,6 @@ MAX_SAMPLES = 20_000      # time-ordered samples kept per worker; the stack rows
 SAMPLE_BUDGET = 2_000_000  # ... and over the whole cluster: the driver holds them all in pandas
 MIN_SAMPLES = 1_000
 MAX_KEYS = 100_000        # distinct task keys counted per worker
-THREADS = ("tasks", "all")
 
 
 def samples_per_worker(workers: int) -> int:
@@ -224,11 +225,8 @@ class WorkerSampler:
             self._ready.set()
 
     def _write_spill(self) -> None:
-        tmp = self.spill + ".tmp"
         try:
-            with open(tmp, "wb") as f:
-                f.write(self.payload())
-            os.replace(tmp, self.spill)
+            write_new(self.spill, self.payload())
         except OSError as e:
             self.error = f"could not write {self.spill}: {e}"
 
@@ -237,7 +235,11 @@ class WorkerSampler:
         if self._thread is not None:
             raise RuntimeError("this worker sampler was already started")
         if self.spill:
-            os.makedirs(os.path.dirname(self.spill), mode=0o700, exist_ok=True)
+            try:   # a folder someone else made, or a symlink: sample without spilling, and say so
+                private_dir(os.path.dirname(self.spill))
+            except OSError as e:
+                self.error = f"no spill file: {e}"
+                self.spill = None
         self._thread = threading.Thread(target=self._run, name="profmagic-worker-sampler", daemon=True)
         self._thread.start()
         self._ready.wait()
@@ -255,11 +257,10 @@ class WorkerSampler:
             self.ended = "stopped"
         data = self.payload()
         if self.spill:
-            for p in (self.spill, self.spill + ".tmp"):
-                try:
-                    os.unlink(p)
-                except FileNotFoundError:
-                    pass
+            try:
+                os.unlink(self.spill)
+            except FileNotFoundError:
+                pass
             try:
                 os.rmdir(os.path.dirname(self.spill))   # the last one out removes the session's folder
             except OSError:
