@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import profmagic
-from profmagic.model import StackBuilder
+from profmagic.model import Profile, StackBuilder, make_frames
 
 
 def _build(stacks, thread="t"):
@@ -194,3 +195,146 @@ def test_add_samples_in_bulk_with_per_sample_columns():
     assert only_bulk.build().samples["on_cpu"].dtype == bool
     with pytest.raises(ValueError, match="column 'x' has 1 values for 2 samples"):
         only_bulk.add_samples([s, s], time=[0.2, 0.3], columns={"x": [1]})
+
+
+# -- a plain-data Profile (issue 26): read-only, consistent, deep-frozen meta ------------------------------
+def _timed(n_main=6, n_worker=4):
+    b = StackBuilder()
+    f, g = b.frame("f", "m.py", 1, "python"), b.frame("g", "m.py", 2, "python")
+    t = 0.0
+    for thread, n, st in (("MainThread", n_main, (f,)), ("worker", n_worker, (f, g))):
+        sid = b.stack(thread, st)
+        for _ in range(n):
+            b.add(sid, time=t, wall=0.01)
+            t += 0.01
+    return b.build(metric="wall", meta={"backend": "synthetic", "cell_thread": "MainThread", "sample_count": 10,
+                                        "cell_thread_samples": 6, "processes": {"a": {"pid": 1, "argv": ["x"]}}})
+
+
+@pytest.mark.parametrize("name", ["frames", "stacks", "samples", "meta", "thread_table", "raw", "metric"])
+def test_attributes_are_read_only(name):
+    p = _timed()
+    with pytest.raises(AttributeError, match="read-only"):
+        setattr(p, name, None)
+    with pytest.raises(AttributeError):
+        delattr(p, name)
+    with pytest.raises(AttributeError):
+        p.anything_new = 1
+
+
+@pytest.mark.parametrize("write", [
+    lambda p: p.frames.loc.__setitem__((0, "name"), "x"),
+    lambda p: p.frames.iloc.__setitem__((0, 0), "x"),
+    lambda p: p.stacks.at.__setitem__((0, "samples"), 99),
+    lambda p: p.stacks.iat.__setitem__((0, 2), 99),
+    lambda p: p.stacks.__setitem__("x", 1),
+    lambda p: p.stacks.__setitem__("samples", 0),
+    lambda p: p.stacks.__delitem__("samples"),
+    lambda p: p.samples.insert(0, "y", 1),
+    lambda p: p.samples.pop("time"),
+    lambda p: p.thread_table.fillna({"name": "?"}, inplace=True),
+    lambda p: p.frames.update(pd.DataFrame({"name": ["x"]})),
+    lambda p: setattr(p.stacks, "columns", list("abcdefg")[:len(p.stacks.columns)]),
+])
+def test_frames_are_frozen(write):
+    p = _timed()
+    before = (p.frames.copy(), p.stacks.copy(), p.samples.copy(), p.thread_table.copy())
+    with pytest.raises(TypeError, match="read-only"):
+        write(p)
+    for a, b in zip(before, (p.frames, p.stacks, p.samples, p.thread_table)):
+        assert a.equals(pd.DataFrame(b)) and list(a.columns) == list(b.columns)
+
+
+def test_derived_frames_are_ordinary_and_writable():
+    p = _timed()
+    c = p.stacks.copy()
+    c["x"] = 1
+    c.loc[0, "samples"] = 50
+    assert type(c) is pd.DataFrame and p.stacks["samples"].tolist() == [6, 4]
+    g = p.samples.groupby("thread", observed=True)["wall"].sum()
+    assert type(g) is pd.Series and g.round(6).to_dict() == {"MainThread": 0.06, "worker": 0.04}
+    agg = p.stacks.groupby("thread", observed=True).agg(n=("samples", "sum"))
+    agg["m"] = 2
+    assert type(agg) is pd.DataFrame and agg["n"].tolist() == [6, 4]
+    sel = p.stacks[["thread", "samples"]]
+    sel.loc[0, "samples"] = 7   # copy-on-write: the profile's frame stays as it was
+    assert type(sel) is pd.DataFrame and p.stacks.loc[0, "samples"] == 6
+    col = p.stacks["samples"]
+    col.iloc[0] = 9
+    assert p.stacks["samples"].tolist() == [6, 4] and p.sample_count == 10
+
+
+def test_frames_given_to_a_profile_are_copies():
+    frames = make_frames(["f"], ["m.py"], [1], ["python"])
+    stacks = pd.DataFrame({"thread": ["t"], "stack": [(0,)], "samples": [3]})
+    p = Profile(frames, stacks)
+    frames.loc[0, "name"] = "changed"
+    stacks.loc[0, "samples"] = 100
+    assert p.frames.loc[0, "name"] == "f" and p.sample_count == 3
+
+
+def test_subset_and_replace_recompute_derived_figures():
+    p = _timed()
+    assert p.meta["sample_count"] == p.sample_count == 10 and p.meta["cell_thread_samples"] == 6
+    q = p.subset(p.stacks["thread"] == "worker")
+    assert q.sample_count == 4 == q.meta["sample_count"] == len(q.samples)
+    assert q.meta["cell_thread_samples"] == 0
+    st = p.stacks.assign(samples=p.stacks["samples"] * 2)
+    r = p.replace(stacks=st)
+    assert r.meta["sample_count"] == 20 and r.meta["cell_thread_samples"] == 12
+    assert p.meta["sample_count"] == 10   # the original is unchanged
+
+
+def test_replace_stacks_checks_more_than_rows():
+    p = _timed()
+    with pytest.raises(ValueError, match="samples"):
+        p.replace(stacks=p.stacks.iloc[:1])
+    with pytest.raises(ValueError, match="frame ids that are not in frames: \\[7\\]"):
+        p.replace(stacks=p.stacks.assign(stack=[(0,), (0, 7)]))
+    with pytest.raises(ValueError, match="column\\(s\\) samples"):
+        p.replace(stacks=p.stacks.drop(columns=["samples"]))
+    with pytest.raises(ValueError, match="not in the thread table"):
+        p.replace(stacks=p.stacks.assign(thread=["MainThread", "nobody"]), threads=p.thread_table)
+    with pytest.raises(ValueError, match="frame ids"):
+        p.replace(frames=p.frames.iloc[:1])
+
+
+def test_meta_is_deep_frozen_and_json_writes_it():
+    import copy
+    import json
+    import pickle
+    p = _timed()
+    procs = p.meta["processes"]
+    with pytest.raises(TypeError, match="read-only"):
+        procs["a"]["pid"] = 2
+    with pytest.raises(TypeError):
+        procs["b"] = {}
+    with pytest.raises(TypeError):
+        procs["a"]["argv"].append("y")
+    with pytest.raises(TypeError):
+        p.meta.extra["x"] = 1
+    assert procs == {"a": {"pid": 1, "argv": ["x"]}} and procs["a"]["argv"] == ["x"]
+    assert json.loads(json.dumps(p.meta.to_dict()))["processes"] == {"a": {"pid": 1, "argv": ["x"]}}
+    assert copy.deepcopy(p.meta) == p.meta and pickle.loads(pickle.dumps(p.meta))["processes"] == procs
+    mine = dict(procs["a"])   # a plain copy is the caller's to change
+    mine["pid"] = 3
+    assert procs["a"]["pid"] == 1
+
+
+def test_with_process_leaves_the_input_meta_alone():
+    from profmagic import multi
+    p = _timed()
+    q = multi.with_process(p, "a", {"pid": 5, "role": "parent"})
+    assert p.meta["processes"] == {"a": {"pid": 1, "argv": ["x"]}}
+    assert q.meta["processes"]["a"] == {"pid": 5, "argv": ["x"], "role": "parent"}
+    assert set(q.thread_table["process"]) == {"a"}
+
+
+def test_model_lends_nothing_upward():
+    p = _timed()
+    for name in ("save", "icicle", "sandwich", "timeline", "to_folded", "to_speedscope", "concat",
+                 "_repr_mimebundle_"):
+        assert not hasattr(p, name), name
+    assert profmagic.to_folded(p, metric="samples") == "MainThread;f 6\nworker;f;g 4\n"
+    assert profmagic.to_speedscope(p)["shared"]["frames"][1]["name"] == "g"
+    assert {"f", "g"} <= set(profmagic.icicle(p).data[0].labels)

@@ -307,3 +307,26 @@ def test_honest_labels_and_approximate_in_every_tab_of_a_real_cprofile(tmp_path)
         for t in shown if name not in ("Time order",) else texts[:1]:
             assert "approximate" in t.lower() and "backend pstats" in t, (name, t[:300])
             assert calls in t and "samples" not in t.split("approximate")[0], (name, t[:300])
+
+
+@pytest.mark.parametrize("order", ["shell first", "profmagic first, then load()", "extension"])
+def test_ipython_displays_a_profile_through_the_registered_formatter(order):
+    """The model has no _repr_mimebundle_: IPython's formatter for Profile, registered by the root
+    package (on import inside a running IPython, on load(), or by %load_ext), draws the report."""
+    import subprocess
+    import sys
+    shell = "from IPython.core.interactiveshell import InteractiveShell\nip = InteractiveShell.instance()\n"
+    code = {
+        "shell first": shell + "import profmagic\np = profmagic.load(b'a;b 3\\n')\n",
+        "profmagic first, then load()": "import profmagic\n" + shell + "p = profmagic.load(b'a;b 3\\n')\n",
+        "extension": ("import profmagic\nfrom profmagic.formats import folded\n" + shell
+                      + "p = folded.read(b'a;b 3\\n')\nprint(ip.display_formatter.format(p)[0].keys())\n"
+                      "ip.extension_manager.load_extension('profmagic')\n"),
+    }[order] + ("data = ip.display_formatter.format(p)[0]\n"
+                "print(sorted(data), '<svg' in data['text/html'], data['text/plain'] == repr(p))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    last = out.stdout.strip().splitlines()[-1]
+    assert last == "['text/html', 'text/plain'] True True", out.stdout
+    if order == "extension":   # before %load_ext (IPython started after the import): the repr only
+        assert out.stdout.splitlines()[0] == "dict_keys(['text/plain'])", out.stdout
