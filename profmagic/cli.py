@@ -298,6 +298,7 @@ class _Guard:
     def __enter__(self):
         from .launch import children_of
         self.children = children_of(os.getpid())   # these were not started by this recording
+        _subreaper(True)   # a recorder's child orphaned by an interruption comes back here to be reaped
         for sig in self.SIGNALS:
             self.old[sig] = signal.signal(sig, self.handle)
         return self
@@ -322,18 +323,34 @@ class _Guard:
         there (SIGKILL ends a stopped one too), and remove this process's temp folders."""
         from .launch import children_of
         from .tempdirs import remove_own
-        for pid in children_of(os.getpid()) - self.children:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-            except (OSError, ChildProcessError):
-                pass
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline:   # a child reaped here may hand its own children over
+            left = children_of(os.getpid()) - self.children
+            if not left:
+                break
+            for pid in left:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+                except (OSError, ChildProcessError):
+                    pass
         remove_own()
 
     def __exit__(self, *exc):
         for sig, old in self.old.items():
             signal.signal(sig, old)
+        _subreaper(False)
         return False
+
+
+def _subreaper(on: bool) -> None:
+    """Linux: orphaned descendants of this process are re-parented to it (PR_SET_CHILD_SUBREAPER), not
+    to init, which here may reap them late: an interrupted recording reaps every one itself."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(36, int(on), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 
 def cmd_record(args) -> int:
