@@ -34,11 +34,14 @@ def chrome_frames(n: int) -> bytes:
     return json.dumps({"traceEvents": ev, "stackFrames": frames}, separators=(",", ":")).encode()
 
 
-def chrome_unordered_ends(n: int) -> bytes:
-    """``n`` nested slices whose E events all fall at one timestamp, outermost first: each end must be
-    paired with a later one by name."""
-    ev = [{"ph": "B", "name": f"f{i}", "ts": i, "pid": 1, "tid": 1} for i in range(n)]
-    ev += [{"ph": "E", "name": f"f{i}", "ts": n, "pid": 1, "tid": 1} for i in range(n)]
+def chrome_unordered_ends(n: int, depth: int = 10_000) -> bytes:
+    """``n`` slices nested ``depth`` deep in groups; each group's B events share one timestamp and its E
+    events the next, outermost first: every end must be paired with a later one by name."""
+    ev = []
+    for g in range(0, n, depth):
+        k = min(depth, n - g)
+        ev += [{"ph": "B", "name": f"f{i}", "ts": 2 * g, "pid": 1, "tid": 1} for i in range(k)]
+        ev += [{"ph": "E", "name": f"f{i}", "ts": 2 * g + 1, "pid": 1, "tid": 1} for i in range(k)]
     return json.dumps({"traceEvents": ev}, separators=(",", ":")).encode()
 
 
@@ -79,6 +82,8 @@ def main(argv):
     if cap:
         resource.setrlimit(resource.RLIMIT_AS, (cap << 20, cap << 20))
     import profmagic
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    cpu0 = ru.ru_utime + ru.ru_stime
     t = time.perf_counter()
     try:
         p = profmagic.load(data)
@@ -88,8 +93,9 @@ def main(argv):
     except MemoryError:
         what = "MemoryError"
     dt = time.perf_counter() - t
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10
-    print(f"{shape} n={n} bytes={len(data)}: {dt:.2f} s, peak RSS {rss} MB; {what}")
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = ru.ru_utime + ru.ru_stime - cpu0
+    print(f"{shape} n={n} bytes={len(data)}: {dt:.2f} s ({cpu:.2f} s CPU), peak RSS {ru.ru_maxrss >> 10} MB; {what}")
 
 
 if __name__ == "__main__":

@@ -231,10 +231,15 @@ def text_meta(facts: dict, source: str, line: int | None = None) -> dict:
 
 
 def _json_type(v) -> str:
+    if isinstance(v, dict) and v:
+        return "an object holding " + _json_type(next(iter(v.values())) if len({type(x) for x in v.values()}) == 1
+                                                 else object())
+    if isinstance(v, list) and v:
+        return "a list holding " + _json_type(v[0] if len({type(x) for x in v}) == 1 else object())
     if isinstance(v, bool):
         return "a boolean"
-    return {int: "an integer", float: "a number", str: "a string", list: "a list", dict: "an object"}.get(
-        type(v), type(v).__name__)
+    return {int: "an integer", float: "a number", str: "a string", list: "a list", dict: "an object",
+            type(None): "null"}.get(type(v), "values of several types")
 
 
 def checked_ext(doc, source: str, where: str = EXT) -> dict:
