@@ -124,7 +124,7 @@ OPTIONS = {
     "pstats": {"metric": _WALL_CPU, "thread": (_str, "a string"),
                "thread_attrs": (_thread_attrs, "{pid, tid, name, process, rank, backend, python} of their types")},
     "folded": {"lenient": _BOOL, "thread": (_str, "a string")},
-    "eu_stack": {"raw_names": _BOOL, "fold": (lambda v: v is None or _bool(v), "true, false or null"),
+    "eu-stack": {"raw_names": _BOOL, "fold": (lambda v: v is None or _bool(v), "true, false or null"),
                  "pid": _BOOL, "tid": _BOOL},
     "perf_script": {**dict.fromkeys(("pid", "tid", "kernel", "jit", "all", "addrs", "keep_unterminated", "strict",
                                      "python_names"), _BOOL),
