@@ -203,3 +203,47 @@ def test_lone_surrogates_round_trip_through_every_writer():
         assert q.frames["file"].tolist() == ["", "x\udcffy.py"], mod.NAME
         assert q.threads == ["t\ud800"], mod.NAME
         assert q.total("wall") == pytest.approx(3.0), mod.NAME
+
+
+# -- what the command line says ------------------------------------------------------------------------
+def _documented(error_id: str, text: str) -> None:
+    """``text`` holds the message docs/errors.md gives under ``### `error_id` `` (… matches anything)."""
+    with open(os.path.join(HERE, "..", "docs", "errors.md"), encoding="utf-8") as f:
+        doc = f.read()
+    m = re.search(rf"^### `{re.escape(error_id)}`[^\n]*\n```text\n(.*?)\n```", doc, re.S | re.M)
+    assert m, f"docs/errors.md has no section ### `{error_id}`"
+    assert re.search(".*?".join(re.escape(p) for p in m.group(1).split("…")), text, re.S), (error_id, text)
+
+
+def _mistyped_gecko() -> bytes:
+    doc = json.loads(gecko.write(profmagic.load(b"main;f 3\n")))
+    doc["profile"][_common.EXT]["meta"]["metric_labels"] = "x"
+    return json.dumps(doc).encode()
+
+
+def _mistyped_chrome_ext() -> bytes:
+    doc = json.loads(chrome_trace.write(profmagic.load(b"main;f 3\n")))
+    doc[_common.EXT]["unknown_metrics"] = 5
+    return json.dumps(doc).encode()
+
+
+@pytest.mark.parametrize("command", ["info", "view"])
+@pytest.mark.parametrize("make,name,error_id", [
+    (lambda: hostile.gecko_chain(_common.MAX_DEPTH + 1, sample_every=False), "deep.json", "stack-too-deep"),
+    (lambda: hostile.gecko_chain(8000), "wide.json", "stacks-too-many-frames"),
+    (lambda: hostile.eu_stack_threads(_common.MAX_THREADS + 1, sampled=False), "threads.txt", "too-many-threads"),
+    (_mistyped_gecko, "meta.json", "meta-mistyped"),
+    (_mistyped_chrome_ext, "ext.json", "extension-mistyped"),
+    (lambda: b"# profmagic eu-stack sampler pid=abc interval=0.01 duration=1\n# t=0.1\nPID 1 - process\n"
+             b"TID 1: state=R cpu_ns=5\n#0  0x1 f - /x.so\n", "header.txt", "header-field-mistyped"),
+])
+def test_cli_says_one_documented_line(tmp_path, command, make, name, error_id):
+    path = tmp_path / name
+    path.write_bytes(make())
+    r = subprocess.run([os.path.join(os.path.dirname(sys.executable), "profmagic"), command, str(path),
+                        *(["-o", str(tmp_path / "out.html")] if command == "view" else [])],
+                       capture_output=True, text=True, timeout=WALL_LIMIT)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("profmagic: "), r.stderr
+    _documented(error_id, r.stderr)
+    assert not (tmp_path / "out.html").exists()
