@@ -222,6 +222,12 @@ class Meta(Mapping):
     message: str | None = None           # what the user must be told (e.g. too few samples)
     unknown: Mapping = field(default_factory=dict)     # metric -> why it was not measured
     processes: Mapping = field(default_factory=dict)   # process label -> what is known of it
+    timing: str | None = None            # how sample times were taken: "timed" | "calibrated" | a reader's note
+    memray: str | None = None            # memray's version, when memray recorded memory
+    memray_mode: str | None = None       # "every allocation" | "aggregated"
+    metric_labels: Mapping = field(default_factory=dict)   # metric -> what it means here (overrides METRIC_LABELS)
+    memory_timeline: Mapping = field(default_factory=dict)  # memray's heap over time (formats/memray.py)
+    cluster: Mapping = field(default_factory=dict)          # a cluster recording's session and ranks
     warnings: tuple = ()
     extra: Mapping = field(default_factory=dict)
 
@@ -258,7 +264,7 @@ class Meta(Mapping):
         return _dc_replace(self, **known)
 
     def __post_init__(self):   # deep-frozen, however it was made
-        for name in ("versions", "unknown", "processes", "extra"):
+        for name in _META_MAPPINGS:
             object.__setattr__(self, name, freeze(getattr(self, name) or {}))
         object.__setattr__(self, "warnings", freeze(tuple(self.warnings or ())))
 
@@ -299,6 +305,7 @@ class Meta(Mapping):
 
 
 _META_FIELDS = tuple(f.name for f in fields(Meta))
+_META_MAPPINGS = ("versions", "unknown", "processes", "metric_labels", "memory_timeline", "cluster", "extra")
 
 
 def _is_set(v) -> bool:
@@ -310,7 +317,7 @@ def _is_set(v) -> bool:
 
 
 def _field_value(name: str, v):
-    if name in ("versions", "unknown", "processes", "extra"):
+    if name in _META_MAPPINGS:
         return freeze(dict(v or {}))
     if name == "warnings":
         return tuple(v or ())
@@ -806,7 +813,7 @@ class Profile:
         """What ``metric`` means in this profile: ``meta["metric_labels"]`` overrides the generic label
         (in memray's leaks mode, "bytes" are the bytes still alive at the end)."""
         metric = metric or self.metric
-        return (self.meta.get("metric_labels") or {}).get(metric) or METRIC_LABELS.get(metric, metric)
+        return self.meta.metric_labels.get(metric) or METRIC_LABELS.get(metric, metric)
 
     def describe(self) -> str:
         """A one-line honest label: metric, backend, rate, samples, duration."""

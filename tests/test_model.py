@@ -338,3 +338,22 @@ def test_model_lends_nothing_upward():
     assert profmagic.to_folded(p, metric="samples") == "MainThread;f 6\nworker;f;g 4\n"
     assert profmagic.to_speedscope(p)["shared"]["frames"][1]["name"] == "g"
     assert {"f", "g"} <= set(profmagic.icicle(p).data[0].labels)
+
+
+def test_most_read_extras_are_typed_fields_and_round_trip(tmp_path):
+    from profmagic.model import Meta
+    m = Meta.of({"backend": "memray", "timing": "timed", "memray": "1.15", "memray_mode": "aggregated",
+                 "metric_labels": {"bytes": "bytes still alive at the end"}, "cluster": {"session": "s1", "ranks": [0, 1]},
+                 "memory_timeline": {"t": [0.0, 0.5], "heap": [10, 20]}, "other": 1})
+    assert (m.timing, m.memray, m.memray_mode) == ("timed", "1.15", "aggregated")
+    assert m.metric_labels == {"bytes": "bytes still alive at the end"} and m.cluster["ranks"] == [0, 1]
+    assert m.memory_timeline["heap"] == [10, 20] and dict(m.extra) == {"other": 1}
+    assert m["timing"] == "timed" and m.get("cluster")["session"] == "s1"
+    p = _timed().replace(meta=m, metric="samples")
+    assert p.label("bytes") == "bytes still alive at the end"
+    path = tmp_path / "p.speedscope.json"
+    profmagic.save(p, path)
+    back = profmagic.load(str(path)).meta
+    assert (back.timing, back.memray_mode, back.metric_labels, back.cluster) == \
+        ("timed", "aggregated", m.metric_labels, m.cluster)
+    assert back.memory_timeline == m.memory_timeline
