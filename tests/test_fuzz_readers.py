@@ -308,3 +308,56 @@ def test_hostile_x_profmagic_block(name, seeds):
         if isinstance(out, Profile):
             summary(out)
     run()
+
+
+# -- issue 28: shapes that ask a reader for much work, at 10x the sizes of the attacks --------------
+BIG_SHAPES = [n for n, s in fuzz.SHAPES.items() if s[2] > 1]     # chains, nesting, threads, counts, archives
+SMALL_SHAPES = [n for n, s in fuzz.SHAPES.items() if s[2] == 1]  # typed meta, surrogates: one child for all
+
+
+@pytest.fixture(scope="module")
+def shape_rows() -> dict[str, dict]:
+    # Four children for the big shapes (grouped by reader: a child's start costs more than most loads),
+    # one for the small ones, two at a time (2 cores). Each load runs under the 1 GiB cap.
+    from concurrent.futures import ThreadPoolExecutor
+    groups: dict[int, list] = {}
+    for n in BIG_SHAPES:
+        fmt = fuzz.SHAPES[n][0]
+        groups.setdefault(0 if fmt == "chrome_trace" else 1 if fmt in ("gecko", "speedscope", "pstats")
+                          else 2 if fmt is None else 3, []).append(n)
+    with ThreadPoolExecutor(2) as pool:
+        jobs = [pool.submit(fuzz.run_shapes, g, 10.0) for g in groups.values()]
+        jobs.append(pool.submit(fuzz.run_shapes, SMALL_SHAPES, 1.0))
+        rows = [r for j in jobs for r in j.result()]
+    return {r["name"]: r for r in rows}
+
+
+# What each shape must come to: a profile (its sample count) or an error naming the limit or field.
+EXPECT = {
+    "counts: folded huge count": ("profile", "10000000000 samples"),
+    "archive: zip bomb (KiB)": ("format-error", "(compression ratio limit: a zip bomb?)"),
+    "archive: sizes that lie (KiB)": ("format-error", "is damaged (BadZipFile: Bad CRC-32"),
+    "archive: many parts": ("format-error", "the manifest lists 200,000 parts; at most 256 (part limit)"),
+    "archive: many members": ("format-error", "the zip holds 200,001 members; a container holds at most 260"),
+    "surrogates: speedscope": ("profile", "2 samples"), "surrogates: Chrome": ("profile", "1 samples"),
+    "surrogates: gecko": ("profile", "2 samples"), "surrogates: folded": ("profile", "3 samples"),
+    "surrogates: eu-stack": ("profile", "1 samples"), "surrogates: perf_script": ("profile", "1 samples"),
+    "surrogates: stap": ("profile", "2 samples"),
+}
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("name", list(fuzz.SHAPES))
+def test_shape_is_a_profile_or_a_format_error_within_10_s_and_1_gib(name, shape_rows):
+    row = shape_rows[name]
+    assert row["outcome"] in ("profile", "format-error"), row
+    assert row["cpu"] <= fuzz.SHAPE_SECONDS, row   # CPU: other work on the machine makes wall time longer
+    assert row["rss_mb"] < fuzz.MEMORY_CAP / 2**20, row
+    if name in EXPECT:
+        outcome, text = EXPECT[name]
+        assert row["outcome"] == outcome and text in row["message"], row
+    elif name.startswith("typed meta") and row["outcome"] == "format-error":
+        field = name.split()[-1]
+        bad = {"gecko": fuzz.BAD_META, "Chrome": fuzz.BAD_META, "speedscope": fuzz.BAD_META}.get(name.split()[2])
+        if bad is not None:   # the message names the mistyped field
+            assert list(bad[int(field)])[0] in row["message"], row
