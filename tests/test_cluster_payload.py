@@ -132,3 +132,68 @@ def test_the_worker_side_imports_no_pandas():
             "import profmagic.cluster.dask\nprint('pandas' in sys.modules, 'profmagic.model' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.split("\n")[:2] == ["[]", "False False"], out.stdout + out.stderr
+
+
+def test_options_from_a_file_or_request_are_checked_field_by_field():
+    from profmagic.cluster import channel
+    from profmagic.validate import MAX_RATE
+    good = {"rate": 100, "threads": "tasks", "max_samples": 1000, "max_seconds": 60, "secret": "ab" * 16}
+    assert channel.options(good) == {**good, "rate": 100.0, "max_seconds": 60.0}
+    assert channel.options({**good, "rate": MAX_RATE})["rate"] == MAX_RATE
+    for bad, what in (({"rate": 0}, "rate must be above 0"), ({"rate": MAX_RATE * 2}, "rate must be above 0"),
+                      ({"rate": float("nan")}, "rate"), ({"rate": True}, "rate"), ({"rate": "100"}, "rate"),
+                      ({"threads": "some"}, "threads must be one of"), ({"max_samples": 10 ** 9}, "max_samples"),
+                      ({"max_samples": 1.5}, "max_samples"), ({"max_seconds": float("inf")}, "max_seconds"),
+                      ({"secret": "../x"}, "secret"), ({"secret": None}, "secret")):
+        with pytest.raises(ValueError, match=what):
+            channel.options({**good, **bad})
+    for s in ("/tmp/x", "../abcdefabcdef", "abcdefabcdef/..", "ABCDEFABCDEF", 12, None):
+        with pytest.raises(ValueError, match="not a profmagic session name"):
+            channel.session_name(s)
+    assert channel.loads(b'{"a": [1, {"b": "[[[[[[[[[[[["}]}') == {"a": [1, {"b": "[[[[[[[[[[[["}]}
+    with pytest.raises(ValueError, match="nested deeper than 8"):
+        channel.loads(b"[" * 9 + b"]" * 9)
+    with pytest.raises(ValueError, match=f"over {channel.MAX_REQUEST} bytes"):
+        channel.loads(b" " * (channel.MAX_REQUEST + 1))
+
+
+def test_private_folders_and_new_files_are_never_followed(tmp_path):
+    import os
+    from profmagic.cluster import channel
+    target = tmp_path / "target"
+    target.write_bytes(b"keep")
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    (tmp_path / "real").mkdir(mode=0o700)
+    with pytest.raises(PermissionError, match="is not a private folder of uid"):
+        channel.private_dir(str(tmp_path / "link"))             # a symlink to a private folder: not taken
+    (tmp_path / "open").mkdir()
+    os.chmod(tmp_path / "open", 0o755)
+    with pytest.raises(PermissionError, match="is not a private folder of uid"):
+        channel.private_dir(str(tmp_path / "open"))
+    d = channel.private_dir(str(tmp_path / "new"))
+    assert os.stat(d).st_mode & 0o777 == 0o700
+    os.symlink(target, os.path.join(d, "f"))
+    channel.write_new(os.path.join(d, "f"), b"data")            # replaces the link, never writes through it
+    assert target.read_bytes() == b"keep" and open(os.path.join(d, "f"), "rb").read() == b"data"
+    assert sorted(os.listdir(d)) == ["f"]
+    os.symlink(target, os.path.join(d, "g"))
+    with pytest.raises(OSError):
+        channel.read_own(os.path.join(d, "g"), 100)             # not followed either
+    with pytest.raises(ValueError, match="is over 2 bytes"):
+        channel.read_own(os.path.join(d, "f"), 2)
+
+
+def test_a_failed_ray_hook_is_one_line_and_the_worker_lives():
+    # A real fault: no file descriptor left, so the agent's socket cannot be made.
+    import subprocess
+    import sys
+    from faults.conftest import documented
+    code = ("import os, resource\nfrom profmagic.cluster import ray\n"
+            "n = len(os.listdir('/proc/self/fd')) - 1\n"
+            "resource.setrlimit(resource.RLIMIT_NOFILE, (n, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))\n"
+            "ray.setup_hook()\nprint('alive', ray._agent)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout == "alive None\n", out.stderr
+    assert out.stderr.count("\n") == 1, out.stderr
+    documented("cluster-worker-not-recorded", out.stderr)
+    assert "OSError: [Errno 24] Too many open files" in out.stderr

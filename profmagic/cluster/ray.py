@@ -123,8 +123,8 @@ def session_dir(job: str, session: str) -> str:
 def _session_dirs(job: str) -> dict[str, str]:
     """{session: folder} of every folder here named like a session of ``job`` (not yet checked)."""
     pat = re.compile(re.escape(f"{DIR_PREFIX}{job}.") + r"([0-9a-f]{12})")
-    tmp = tempfile.gettempdir()
     try:
+        tmp = tempfile.gettempdir()
         names = os.listdir(tmp)
     except OSError:
         return {}
