@@ -221,3 +221,17 @@ def test_a_lone_surrogate_in_a_name_is_written_not_raised(tmp_path):
     assert "bad\\ud800name" in (tmp_path / "s.html").read_text(encoding="utf-8")
     r, _ = _cli("info", str(src))
     assert r.returncode == 0 and "bad\\ud800name" in r.stdout, r
+
+
+@pytest.mark.parametrize("error_id, data", [
+    ("container-option-refused", lambda: _folded_pair({"isolate": False})),
+    ("container-option-unknown", lambda: _folded_pair({"bogus": 1})),
+    ("container-limit", lambda: fuzz.zip_many_members(300)),
+    ("container-manifest", lambda: container.write([("p", b"a 1\n", "nope", "parent", {})], "memory-children")),
+    ("count-too-large", lambda: b"a;b 1" + b"0" * 20 + b"\n"),
+])
+def test_messages_are_documented(error_id, data):
+    from faults.conftest import documented
+    with pytest.raises(ProfileFormatError) as e:
+        profmagic.load(data())
+    documented(error_id, str(e.value))
