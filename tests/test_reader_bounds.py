@@ -122,14 +122,34 @@ def test_too_deep_eu_stack_block_is_refused_by_line():
 def test_gecko_writer_weighs_a_huge_count():
     p = profmagic.load(b"a;b 1000000000\n")
     data = gecko.write(p)
-    assert len(data) < 4096
-    th = json.loads(data)["profile"]["threads"][0]
+    assert len(data) < 4 << 20   # about MAX_SAMPLES samples, not 10^9
+    doc = json.loads(data)["profile"]
+    th = doc["threads"][0]
     rows, schema = th["samples"]["data"], th["samples"]["schema"]
     assert th["samples"]["weightType"] == "samples"
-    assert [r[schema["weight"]] for r in rows if r[schema["stack"]] is not None] == [1_000_000_000]
+    weights = [r[schema["weight"]] for r in rows if r[schema["stack"]] is not None]
+    assert len(weights) == gecko.MAX_SAMPLES and sum(weights) == 1_000_000_000
+    assert "1,000,000,000" in doc[_common.EXT]["samples_note"]
     q = profmagic.load(data)
     assert q.sample_count == 1_000_000_000
     assert q.functions().set_index("name").loc["b", "self"] == 1_000_000_000
+
+
+def test_gecko_writer_scales_counts_over_the_cap_alike():
+    p = profmagic.load(b"a;b 3000000\na;c 1000000\na;d 1\n")
+    doc = json.loads(gecko.write(p))["profile"]
+    th = doc["threads"][0]
+    schema = th["samples"]["schema"]
+    names = [th["stringTable"][r[0]].split(" ")[0] for r in th["frameTable"]["data"]]
+    leaf = {}
+    for r in th["samples"]["data"]:
+        if r[schema["stack"]] is not None:
+            f = names[th["stackTable"]["data"][r[schema["stack"]]][1]]
+            n, w = leaf.get(f, (0, 0))
+            leaf[f] = (n + 1, w + r[schema["weight"]])
+    # Drawn 3:1 as the counts are (d, under one sample's worth, still gets one); weights exact.
+    assert leaf == {"b": (75_000, 3_000_000), "c": (25_000, 1_000_000), "d": (1, 1)}
+    assert profmagic.load(gecko.write(p)).sample_count == 4_000_001
 
 
 def test_chrome_writer_carries_a_huge_count_in_one_slice():

@@ -16,7 +16,8 @@ Reading takes the array form and the ``{"traceEvents": [...]}`` form, with
 
 ``ts`` and ``dur`` are microseconds. Writing lays each thread's samples out as slices (see
 ``layout.runs``), with thread and process names and, where CPU time is known, one CPU counter track per
-thread; an ``x-profmagic`` block lets a written profile read back equal.
+thread; an ``x-profmagic`` block lets a written profile read back equal. A run of n samples is one slice
+whose count travels in that block: a count is never expanded into events.
 """
 from __future__ import annotations
 

@@ -18,10 +18,12 @@ Writing gives the gecko format (version 29) inside the DevTools envelope, which 
 opens and which speedscope recognises (speedscope keys on ``systemHost.name == "Firefox"``, and imports
 one thread: the only one, or one named GeckoMain). Each sample carries its CPU delta, so the Firefox
 Profiler draws the CPU graph and shows the off-CPU time; threads keep their names, pids and tids; every
-process gets its own entry (the first at the top, the rest under ``processes``). Each run of equal
-samples is one gecko sample whose ``weight`` (``weightType`` "samples") is its count and which lasts
-until the next sample: the Firefox Profiler counts the weights, speedscope measures time, and both
-then agree with the profile; a count is never expanded into that many samples.
+process gets its own entry (the first at the top, the rest under ``processes``). A run of n equal
+samples becomes n gecko samples spread over its time: the Firefox Profiler counts samples (it ignores a
+gecko ``weight`` column), speedscope measures time, and both then agree with the profile. Counts that add
+up to more than ``MAX_SAMPLES`` are drawn as proportionally fewer gecko samples (at least one a run), and
+each sample's ``weight`` (``weightType`` "samples") carries its share of the exact count, which this
+reader takes: a count of 10⁹ writes about 10⁵ samples, not 10⁹, and reads back exact.
 """
 from __future__ import annotations
 
@@ -42,6 +44,7 @@ from .speedscope import EXT, _jsonable, json_bytes
 
 NAME = "gecko"
 VERSION = 29
+MAX_SAMPLES = 100_000   # gecko samples a written file holds, about: larger counts are drawn scaled down
 CATEGORIES = [{"name": n, "color": c, "subcategories": ["Other"]}
               for n, c in (("Python", "yellow"), ("Native", "blue"), ("Kernel", "orange"), ("Other", "grey"))]
 _CATEGORY = {"python": 0, "native": 1, "kernel": 2, "other": 3}
@@ -433,6 +436,11 @@ def to_dict(profile: Profile) -> dict:
     stacks = profile.stacks["stack"].tolist()
     tracks = layout.tracks(profile)
     laid = [layout.runs(profile, t, axis, unit) for t in tracks]
+    # The Firefox Profiler counts gecko samples (it ignores a gecko weight column): a run of n samples is
+    # written as n samples, unless the counts add up to more than MAX_SAMPLES; then as proportionally
+    # fewer (at least one a run), whose weights carry the exact counts for readers that take them.
+    total = float(sum(float(np.sum(x.samples)) for x in laid))
+    scale = min(1.0, MAX_SAMPLES / total) if total > 0 else 1.0
     t0 = min((float(x.start[0]) for x in laid if len(x.start)), default=0.0)
     intervals = np.concatenate([x.dur / np.maximum(x.samples, 1) for x in laid]) if laid else np.zeros(0)
     interval_ms = 1e3 / rate if rate else (float(np.median(intervals)) * 1e3 if len(intervals) else 1.0)
@@ -440,7 +448,7 @@ def to_dict(profile: Profile) -> dict:
     x_threads = []
     end_ms = 0.0
     for t, runs in zip(tracks, laid):
-        th, frame_ids, last = _thread(t, runs, t0, stacks, pos, names, files, lines, kinds, axis)
+        th, frame_ids, last = _thread(t, runs, t0, stacks, pos, names, files, lines, kinds, axis, scale)
         threads_by_pid.setdefault(t.pid, []).append(th)
         x_threads.append({"thread": str(t.thread), "process": t.process, "frame_ids": frame_ids})
         end_ms = max(end_ms, last)
@@ -464,6 +472,9 @@ def to_dict(profile: Profile) -> dict:
         "meta": _jsonable({k: v for k, v in profile.meta.items() if k != "threads"}),
         "unknown_metrics": [m for m in ("wall", "cpu") if m in profile.stacks and not profile.stacks[m].notna().any()],
         "exporter": f"profmagic@{version()}",
+        **({"samples_note": f"the counts add up to {total:,.0f}: drawn as about {MAX_SAMPLES:,} gecko samples, "
+                            "each weighing its share of the exact count (the Firefox Profiler counts samples, "
+                            "not weights: its counts are scaled)"} if scale < 1 else {}),
         "time_axis": {"wall": "wall time", "cpu": "CPU time (sample times add up CPU seconds)",
                       "samples": "one sample interval per sample"}[axis],
     }
@@ -477,7 +488,7 @@ def _location(name, file, line, kind) -> str:
     return f"{name} (in {file or kind})"
 
 
-def _thread(t, runs, t0, stacks, pos, names, files, lines, kinds, axis):
+def _thread(t, runs, t0, stacks, pos, names, files, lines, kinds, axis, scale=1.0):
     strings: list[str] = []
     sidx: dict[str, int] = {}
     frame_rows: list = []
@@ -528,10 +539,18 @@ def _thread(t, runs, t0, stacks, pos, names, files, lines, kinds, axis):
         if end is not None and a > end + 1e-12:  # a gap: a stackless sample ends the last span
             samples.append([None, (end - t0) * 1e3, None, prev_cpu, 0])
             prev_cpu = 0.0
-        # One sample per run, weighing the run's count: a count is never expanded into samples.
-        weight = int(n) if float(n).is_integer() else float(n)
-        samples.append([stack(row), (a - t0) * 1e3, None, prev_cpu, weight])
-        prev_cpu = d * 1e6 if axis == "cpu" else (c * 1e6 if axis == "wall" and c == c else 0.0)
+        s = stack(row)
+        k = max(1, int(round(n * scale)))
+        if float(n).is_integer():   # integer weights that add up to n exactly
+            base, extra = divmod(int(n), k)
+            weights = [base + 1] * extra + [base] * (k - extra)
+        else:
+            weights = [float(n) / k] * k
+        per = d / k
+        cpu_each = per * 1e6 if axis == "cpu" else (c / k * 1e6 if axis == "wall" and c == c else 0.0)
+        for j in range(k):
+            samples.append([s, (a + j * per - t0) * 1e3, None, prev_cpu, weights[j]])
+            prev_cpu = cpu_each
         end = a + d
     if end is not None:
         samples.append([None, (end - t0) * 1e3, None, prev_cpu, 0])
