@@ -1,4 +1,10 @@
-"""What several readers share: text decoding, JSON with byte offsets, our extension block."""
+"""What several readers share: text decoding, JSON with byte offsets, our extension block and the types
+of the meta it carries, and the bounds on the work a file can ask for.
+
+Bounds (issue 28): a stack at most ``MAX_DEPTH`` deep, at most ``MAX_THREADS`` threads, and the distinct
+stacks' frames in all at most ``frame_budget(file size)``; chains and nesting are walked once, in time
+linear in the file. Memory: the JSON readers peak at about 8-13x the file over the interpreter's own
+(measured on the hostile shapes of tests/hostile.py at 5-43 MB), plus 8 bytes per frame the stacks hold."""
 from __future__ import annotations
 
 import json

@@ -419,8 +419,9 @@ def from_dict(doc, source: str = "<input>", metric: str = "wall", raw: Raw | Non
     if samples_df is not None and len(s_parts) > 1:  # one part per thread: interleave them in time order
         samples_df = samples_df.sort_values("time", kind="stable").reset_index(drop=True)
     time_units = units - {"none", "bytes"}
-    meta = {"format": NAME, "source": source, "exporter": doc.get("exporter"), "name": doc.get("name"),
-            "units": sorted(units)}
+    exporter, name = doc.get("exporter"), doc.get("name")   # text, or nothing: writers carry them as meta
+    meta = {"format": NAME, "source": source, "exporter": exporter if isinstance(exporter, str) else None,
+            "name": name if isinstance(name, str) else None, "units": sorted(units)}
     carried = _carried_meta(ext, source)
     if carried.get("format") not in (None, NAME):
         carried["converted_from"] = carried["format"]
