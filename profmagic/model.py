@@ -192,7 +192,6 @@ def frozen_frame(df: pd.DataFrame | None) -> FrozenFrame | None:
 
 
 # -- meta -------------------------------------------------------------------------------------
-_ALIASES = {"rate_requested": "requested_rate", "target_rate": "requested_rate", "version": "versions"}
 
 
 @dataclass(frozen=True)
@@ -248,7 +247,6 @@ class Meta(Mapping):
             if k == "version" and not isinstance(v, Mapping):   # one tool's version string
                 tool = changes.get("backend") or changes.get("format") or self.backend or self.format or "tool"
                 k, v = "versions", {**dict(self.versions), **dict(known.get("versions") or {}), str(tool): v}
-            k = _ALIASES.get(k, k)
             if k == "extra":
                 extra.update(v or {})
             elif k in names:
@@ -270,7 +268,6 @@ class Meta(Mapping):
 
     # Mapping interface: set fields first, then extra.
     def __getitem__(self, key: str):
-        key = _ALIASES.get(key, key)
         if key in _META_FIELDS and key != "extra":
             v = getattr(self, key)
             if _is_set(v):

@@ -29,7 +29,7 @@ def test_wall_mode_shares(clean_tmp):
     assert fr.loc["record", "file"].endswith("test_sampler.py")
     assert fr.loc["busy", "line"] > 0 and fr.loc["sleep", "kind"] == "native"
     m = p.meta
-    assert m["rate_requested"] == 100 and m["rate"] == pytest.approx(m["samples"] / m["duration"])
+    assert m["requested_rate"] == 100 and m["rate"] == pytest.approx(m["samples"] / m["duration"])
     assert p.sample_count == m["samples"] and not m["internal_api"]
 
 

@@ -78,5 +78,5 @@ def read(capture: Capture, options: Options | None = None) -> Profile:
             "metrics": ["wall", "cpu"],
             "metric_note": ("wall time from both tools; cpu from eu-stack's per-thread CPU counters for "
                             "native threads, NaN for py-spy threads"),
-            "versions": {"py-spy": pyspy.version(), "eu-stack": eu.get("version") or p.meta.get("version")}}
+            "versions": {"py-spy": pyspy.version(), "eu-stack": eu.get("version") or p.meta.versions.get("eu-stack")}}
     return p.replace(meta=p.meta.replace(**meta))

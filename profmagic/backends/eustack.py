@@ -116,7 +116,7 @@ class Recorder:
         first, _, rest = data.partition(b"\n")
         names = " ".join(f"{tid}={quote(name, safe='')}" for tid, name in sorted(self.py_threads.items()))
         data = first + b"\n# python-threads " + names.encode() + b"\n" + rest
-        meta = {"backend": NAME, "pid": self.options.pid, "target_rate": self.options.rate,
+        meta = {"backend": NAME, "pid": self.options.pid, "requested_rate": self.options.rate,
                 "python_threads": dict(self.py_threads), "version": _version()}
         return Capture(data, FORMAT, meta)
 
