@@ -616,6 +616,7 @@ def _run_attached(mod, args, command, exe, python, mode, timing, guard):
         opts = make_options(rate=args.rate, mode=mode, native=args.native, pid=launch.pid, all_threads=True,
                             timing=timing, thread_log=log)
         opts.thread_native_id = launch.pid
+        opts.extra["wait_exec"] = launch.stop_first   # eu-stack: no snapshot while the launcher execs
         rec = backends.recorder(mod, opts)
         rec.start()
         go = launch.go()

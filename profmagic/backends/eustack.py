@@ -76,7 +76,7 @@ class Recorder:
         helper = os.path.join(os.path.dirname(os.path.abspath(__file__)), "eustack_helper.py")
         self.proc = subprocess.Popen(
             [sys.executable, helper, "--pid", str(o.pid),
-             "--rate", str(o.rate), "--out", self.out],
+             "--rate", str(o.rate), "--out", self.out] + (["--wait-exec"] if o.extra.get("wait_exec") else []),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
             **OWN_GROUP)
         if o.pid == os.getpid() and ptrace_scope() == 1:

@@ -217,9 +217,34 @@ def _die_with_parent() -> None:
         pass
 
 
-def sample(pid: int, interval: float, stop: threading.Event) -> tuple[list[Snapshot], float, str | None]:
+def _exe(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return None
+
+
+def _state(pid: int) -> bytes | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+EXEC_WAIT = 2.0   # seconds a resumed launcher may take to exec its command
+
+
+def sample(pid: int, interval: float, stop: threading.Event,
+           wait_exec: bool = False) -> tuple[list[Snapshot], float, str | None]:
     """Snapshot ``pid`` every ``interval`` s until ``stop`` (or the target is gone): eu-stack, the
-    Python stacks around it and each thread's facts. Returns (snapshots, duration, error)."""
+    Python stacks around it and each thread's facts. Returns (snapshots, duration, error).
+
+    ``wait_exec``: the target is profmagic's stopped launcher, which execs the command once
+    continued. No snapshot between its resuming and its exec: exec under a ptrace attach raises
+    SIGTRAP, and eu-stack detaching meanwhile left it to kill the command (status 133)."""
+    launcher = _exe(pid) if wait_exec else None
+    resumed_at = None
     in_syscall = SyscallCheck(pid)
     py = PyFrames(pid)
     task_dir = f"/proc/{pid}/task"
@@ -234,6 +259,16 @@ def sample(pid: int, interval: float, stop: threading.Event) -> tuple[list[Snaps
     next_t = t0
     try:
         while not stop.is_set():
+            if launcher is not None and snaps:
+                state = _state(pid)
+                if _exe(pid) != launcher or state in (None, b"Z", b"X"):
+                    launcher = None      # it exec'd (or ended): sample as usual
+                elif state not in (b"T", b"t"):
+                    resumed_at = resumed_at or time.monotonic()
+                    if time.monotonic() - resumed_at < EXEC_WAIT:
+                        stop.wait(0.0005)
+                        continue
+                    launcher = None
             # Python stacks just before and just after the unwind: the reader keeps the one that
             # matches the native stack's eval-loop calls (eu-stack stops the threads in between).
             py_before = py.read()
@@ -339,6 +374,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--pid", type=int, required=True)
     ap.add_argument("--rate", type=float, default=100.0)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--wait-exec", action="store_true", help="the target is a stopped launcher that will exec")
     a = ap.parse_args(argv)
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -346,7 +382,7 @@ def main(argv: list[str]) -> int:
     _die_with_parent()
     sched = raise_priority()
     t0_wall = time.time()
-    snaps, duration, error = sample(a.pid, 1.0 / a.rate, stop)
+    snaps, duration, error = sample(a.pid, 1.0 / a.rate, stop, wait_exec=a.wait_exec)
     if not snaps:
         sys.stderr.write(error or "eu-stack returned no stack")
         return 2
