@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/bench_fuzz.py [--per-format N] [--rseeds 0,1,2] [--skip-fuzz] [--skip-dense]
                                          [--before REV] [--timeout S] [--write-results]
+                                         [--shapes] [--scale 10]
 
 1. Mutation fuzz: N mutations of each of pstats, speedscope, folded and perf script per random seed,
    every mutated file through profmagic.load() in worker processes (tests/fuzz.py, the engine CI
@@ -15,6 +16,9 @@
      * import.pstats: cProfile of a real program (importing pandas, a groupby, JSON);
      * dense330.pstats: 330 functions, each called by every earlier one (54,285 caller entries);
      * layered.pstats: 400 layers of 12 functions, each called by all 12 of the layer above (12^400 paths).
+3. ``--shapes`` (issue 28): every shape of tests/fuzz.py (chains, nesting, threads, counts, archives, typed
+   meta, surrogates) at ``--scale`` times the attack's size, each in a child of its own under RLIMIT_AS
+   1 GiB, killed after 60 s; the worst wall and CPU time and peak RSS per reader.
 """
 from __future__ import annotations
 
@@ -149,7 +153,11 @@ def main() -> None:
     ap.add_argument("--before", default=None, help="git revision to compare the dense pstats loads with")
     ap.add_argument("--timeout", type=float, default=600.0)
     ap.add_argument("--write-results", action="store_true")
+    ap.add_argument("--shapes", action="store_true", help="only the issue-28 shapes")
+    ap.add_argument("--scale", type=float, default=10.0)
     args = ap.parse_args()
+    if args.shapes:
+        return finish([shapes(args.scale)], args.write_results)
     load1 = os.getloadavg()[0]
     sections = []
     if not args.skip_fuzz:
@@ -192,6 +200,39 @@ def main() -> None:
               "less affected by other work than wall times."]
     sections.append(lines)
     finish(sections, args.write_results)
+
+
+def shapes(scale: float) -> list[str]:
+    load1 = os.getloadavg()[0]
+    rows = []
+    for name, (_, _, size, _) in fuzz.SHAPES.items():
+        rows += fuzz.run_shapes([name], scale if size > 1 else 1.0)
+        r = rows[-1]
+        print(f"{name}: {r['outcome']} {r['seconds']:.2f} s, {r['cpu'] or 0:.2f} s CPU, {r['rss_mb']:.0f} MB, "
+              f"{r['message'][:100]}", flush=True)
+    worst: dict[str, dict] = {}
+    for r in rows:
+        w = worst.setdefault(r["reader"], {"shapes": 0, "bad": [], "wall": (0, ""), "cpu": (0, ""), "rss": (0, "")})
+        w["shapes"] += 1
+        if r["outcome"] not in ("profile", "format-error"):
+            w["bad"].append(f"{r['name']}: {r['outcome']} {r['message'][:80]}")
+        for k, v in (("wall", r["seconds"]), ("cpu", r["cpu"] or 0), ("rss", r["rss_mb"])):
+            if v >= w[k][0]:
+                w[k] = (v, r["name"])
+    lines = ["## Reader work bounds: the issue-28 shapes", "",
+             f"`.venv/bin/python bench/bench_fuzz.py --shapes --scale {scale:g} --write-results`", "",
+             f"Every shape of tests/fuzz.py (chains, nesting, threads, counts, archives at {scale:g}x the size "
+             "of issue 28's attacks; typed meta and surrogates as they are) through `profmagic.load()` in a child "
+             "of its own under RLIMIT_AS 1 GiB (killed after 60 s). Worst per reader; the child's peak RSS "
+             "includes Python, numpy and pandas (about 80 MB).", "",
+             "| reader | shapes | not a profile or a format error | worst wall | worst CPU | worst peak RSS |",
+             "|---|---|---|---|---|---|"]
+    for reader, w in sorted(worst.items()):
+        lines.append(f"| {reader} | {w['shapes']} | {'; '.join(w['bad']) or 0} | {w['wall'][0]:.2f} s ({w['wall'][1]}) "
+                     f"| {w['cpu'][0]:.2f} s ({w['cpu'][1]}) | {w['rss'][0]:.0f} MB ({w['rss'][1]}) |")
+    lines += ["", f"Load average {load1:.1f} at the start, {os.getloadavg()[0]:.1f} at the end (2 cores, shared with "
+              "other work: wall times wait for a core, CPU times do not)."]
+    return lines
 
 
 def finish(sections: list[list[str]], write: bool) -> None:
