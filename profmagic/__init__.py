@@ -72,8 +72,13 @@ def attach(pids, duration: float | None = 10.0, backend: str = "py-spy", **optio
 
 
 def load_ipython_extension(ipython):
-    register_display(ipython)
-    from .magic import load_ipython_extension as _load
+    from . import interrupts
+    try:   # Ctrl-C waits for the imports (interrupts.py), then is one line
+        with interrupts.deferred():
+            register_display(ipython)
+            from .magic import load_ipython_extension as _load
+    except KeyboardInterrupt as e:
+        raise interrupts.stopped_loading(e) from None
     _load(ipython)
 
 

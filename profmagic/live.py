@@ -16,7 +16,7 @@ import threading
 import time
 import zlib
 
-from . import procfs
+from . import interrupts, procfs
 from .backends.base import Options
 from .threads import OWN, mark_own
 
@@ -90,16 +90,21 @@ class Live:
 
     def start_and_stop(self):
         """Start; return ``stop`` (what session.run's ``started`` wants)."""
-        self.start()
+        try:
+            self.start()
+        except BaseException:   # e.g. Ctrl-C: no updater thread nor companion sampler left running
+            self.stop()
+            raise
         return self.stop
 
     def stop(self) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        comp, self.companion = self.companion, None
-        if comp is not None:
-            comp.close()
+        with interrupts.deferred():   # the updater's last update and the companion's reaping finish
+            if self._thread is not None:
+                self._thread.join()
+            comp, self.companion = self.companion, None
+            if comp is not None:
+                comp.close()
 
     def _run(self) -> None:
         mark_own()

@@ -9,9 +9,18 @@ import threading
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from . import awaits, cellrun, live, session, transforms, validate
-from .errors import ProfileFormatError, ProfilerError
-from .model import MEMORY_METRICS, Profile
+from . import interrupts
+
+# Most of %load_ext's second (pandas, numpy, plotly). Ctrl-C waits for the imports to end: numpy
+# interrupted half-way cannot be imported again in this process ("numpy._core.multiarray failed to
+# import"); then it is one line, not the imports' traceback.
+try:
+    with interrupts.deferred():
+        from . import awaits, cellrun, live, session, transforms, validate
+        from .errors import ProfileFormatError, ProfilerError
+        from .model import MEMORY_METRICS, Profile
+except KeyboardInterrupt as e:
+    raise interrupts.stopped_loading(e) from None
 # Options that take a value: the line magic's statement starts after the last option.
 _VALUED = {"-b", "--backend", "--backends", "--rate", "--mode", "-o", "--output", "--pid", "--duration", "--timing",
            "--cluster"}
@@ -115,6 +124,15 @@ class ProfileMagics(Magics):
     @line_cell_magic
     def profile(self, line: str = "", cell: str | None = None):
         """Profile a cell (``%%profile``) or a statement (``%profile f()``); returns the Profile."""
+        try:
+            return self._profile(line, cell)
+        except KeyboardInterrupt as e:   # at any step: one line naming it (none for the cell's own), then raised
+            text = interrupts.message(interrupts.note(e, "preparing the cell", interrupts.NOTHING))
+            if text:
+                print(text, file=sys.stderr)
+            raise interrupts.one_line(e) from None
+
+    def _profile(self, line: str, cell: str | None):
         if cell is None:
             opts, code = split_line(line)
         else:
@@ -193,6 +211,8 @@ class ProfileMagics(Magics):
             if got is not None and got[0] is not None:
                 out[name] = got[0]
             if got is not None and got[1] is not None:
+                if isinstance(got[1], KeyboardInterrupt):   # the cell's own
+                    interrupts.note(got[1], "running the cell", None)
                 raise got[1]
         if out and not args.quiet:
             from IPython.display import display
@@ -210,9 +230,10 @@ class ProfileMagics(Magics):
         out = live.Output(enabled=not args.quiet)
         out.text("attaching…")
         try:
-            profile = attach_pids(args.pid, args.duration, backend=args.backend, rate=args.rate,
-                                  mode="cpu" if args.gil else ("wall" if args.idle else args.mode),
-                                  native=args.native, timing=args.timing, announce=out.text)
+            with interrupts.at("attaching to the processes", interrupts.ATTACH_LOST):
+                profile = attach_pids(args.pid, args.duration, backend=args.backend, rate=args.rate,
+                                      mode="cpu" if args.gil else ("wall" if args.idle else args.mode),
+                                      native=args.native, timing=args.timing, announce=out.text)
         except ProfilerError as e:
             print(f"profmagic: {e}", file=sys.stderr)
             return None
@@ -235,16 +256,20 @@ class ProfileMagics(Magics):
         nothing ran (a syntax error, a profiler that could not start)."""
         ip = self.shell
         number = max(1, ip.execution_count - 1)  # IPython counts the running cell before it runs
-        try:
-            cell = cellrun.prepare(ip, code, number)
-        except SyntaxError:
-            ip.showsyntaxerror()
-            return None
-        options = session.make_options(
-            rate=args.rate, native=args.native, gil=args.gil, mode=mode_of(args), subprocesses=args.subprocesses,
-            all_threads=args.all_threads, cell_filename=cell.filename, rerun=args.rerun, timing=args.timing,
-            **{k: True for k in ("memory", "leaks", "allocated") if getattr(args, k)})
-        names = transforms.cell_names(getattr(ip.compile, "_filename_map", {}))
+        with interrupts.at("preparing the cell", interrupts.NOTHING):
+            with interrupts.deferred():
+                _import_backends(args)
+            try:
+                cell = cellrun.prepare(ip, code, number)
+            except SyntaxError:
+                ip.showsyntaxerror()
+                return None
+            options = session.make_options(
+                rate=args.rate, native=args.native, gil=args.gil, mode=mode_of(args),
+                subprocesses=args.subprocesses, all_threads=args.all_threads, cell_filename=cell.filename,
+                rerun=args.rerun, timing=args.timing,
+                **{k: True for k in ("memory", "leaks", "allocated") if getattr(args, k)})
+            names = transforms.cell_names(getattr(ip.compile, "_filename_map", {}))
         out = live.Output(enabled=not args.quiet)
         session_kw = dict(cell=code, file_names=names, announce=out.text, cluster=args.cluster)
         if not args.quiet and not args.no_live:
@@ -263,14 +288,18 @@ class ProfileMagics(Magics):
             out.clear()
             _say(e)
             return None
+        except KeyboardInterrupt as e:   # before or after the cell: its step is noted (session.run)
+            out.clear()
+            raise interrupts.note(e, f"recording with {args.backend}", interrupts.LOST)
         if profile is not None:
-            if args.output:
-                try:
-                    from .formats import write_by_name
-                    write_by_name(profile, args.output)
-                except (OSError, ValueError) as e:
-                    print(_save_failed(args.output, e), file=sys.stderr)
             ns["_profile"] = profile  # the latest profile, also when the cell raised
+            if args.output:
+                with interrupts.at(f"writing {args.output}", interrupts.KEPT):
+                    try:
+                        from .formats import write_by_name
+                        write_by_name(profile, args.output)
+                    except (OSError, ValueError) as e:
+                        print(_save_failed(args.output, e), file=sys.stderr)
             if profile.meta.get("message"):
                 print(profile.meta["message"], file=sys.stderr)
             if profile.is_empty and profile.metric not in MEMORY_METRICS:   # no bytes left (--leaks) is a finding
@@ -290,14 +319,19 @@ class ProfileMagics(Magics):
         shown = profile is not None and not args.quiet
         if error is not None or not args.line:
             if shown:
-                out.replace(_view(profile, args.compare))
+                with interrupts.at("showing the report", interrupts.KEPT):
+                    out.replace(_view(profile, args.compare))
+            if isinstance(error, KeyboardInterrupt):   # the cell's own: the partial report says where it was
+                raise interrupts.note(error, "running the cell", None)
             if error is not None:
                 raise error
             if value is not cellrun.NOTHING:
-                self.shell.displayhook(value)
+                with interrupts.at("showing the cell's value", interrupts.KEPT):
+                    self.shell.displayhook(value)
             return None
         if shown and args.compare:
-            out.replace(_view(profile, True))
+            with interrupts.at("showing the report", interrupts.KEPT):
+                out.replace(_view(profile, True))
             return quiet(profile)   # the comparison is the display; the Profile is still returned
         out.clear()
         return quiet(profile) if profile is not None and args.quiet else profile
@@ -341,6 +375,8 @@ def _run_async(backend, options, cell, ns, session_kw, box):
     async def main():
         box["task"] = asyncio.current_task()
         box["loop"] = asyncio.get_running_loop()
+        if box.get("interrupted"):   # Ctrl-C came while the recorder started: the cell does not run
+            raise KeyboardInterrupt
         box["value"] = await cell.run_async(ns, tracker)
 
     def work():
@@ -360,6 +396,7 @@ def _run_async(backend, options, cell, ns, session_kw, box):
             t.join(0.05)
         except KeyboardInterrupt as e:
             interrupted = e
+            box["interrupted"] = True   # set before "loop" is read: main() sees one or the other
             if "loop" in box:
                 box["loop"].call_soon_threadsafe(box["task"].cancel)
     if "error" in out:
@@ -371,16 +408,41 @@ def _run_async(backend, options, cell, ns, session_kw, box):
 
 
 def load_ipython_extension(ipython) -> None:
+    try:
+        _load(ipython)
+    except KeyboardInterrupt as e:
+        unload_ipython_extension(ipython)   # IPython does not count it loaded: neither does the shell
+        raise interrupts.stopped_loading(e) from None
+
+
+def _load(ipython) -> None:
     import importlib.util
 
     from . import kernel
     kernel.remember_threads()
     ipython.register_magics(ProfileMagics)
-    from .report import warm_up
-    warm_up()   # the front end loads its plotly renderer now, not after the first profiled cell
-    if importlib.util.find_spec("ray") is not None:   # found, not imported (Ray takes seconds to import)
-        from .cluster import ray as ray_engine
-        ray_engine.install()   # a later ray.init() starts its workers with profmagic's hook
+    with interrupts.deferred():   # imports whole, as above
+        from .report import warm_up
+        warm_up()   # the front end loads its plotly renderer now, not after the first profiled cell
+        if importlib.util.find_spec("anywidget") is not None:   # the report's, on compiled psygnal
+            import anywidget  # noqa: F401
+        if importlib.util.find_spec("ray") is not None:   # found, not imported (Ray takes seconds to import)
+            from .cluster import ray as ray_engine
+            ray_engine.install()   # a later ray.init() starts its workers with profmagic's hook
+
+
+def _import_backends(args) -> None:
+    """The recording's backend modules and memray (a compiled extension) imported now, whole: under
+    ``interrupts.deferred``, a Ctrl-C waits for them (see the imports at the top)."""
+    import importlib.util
+
+    from . import backends
+    names = args.backends or [args.backend]
+    for name in names:
+        for n in (backends.AUTO if name == "auto" else (name,)):
+            backends.get(n)
+    if (args.memory or "memray" in names) and importlib.util.find_spec("memray") is not None:
+        import memray  # noqa: F401
 
 
 def unload_ipython_extension(ipython) -> None:

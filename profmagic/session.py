@@ -20,7 +20,7 @@ import time
 from dataclasses import fields, replace
 from typing import Callable
 
-from . import backends, kernel, multi, nested, procfs, tempdirs, threads, transforms, validate
+from . import backends, interrupts, kernel, multi, nested, procfs, tempdirs, threads, transforms, validate
 from .backends.base import Options, default_mode
 from .errors import ProfileFormatError, ProfilerError
 from .model import Profile
@@ -197,7 +197,8 @@ class Session:
                 self.children.start()
             self.recorder.start()
         except BaseException:
-            self.close()
+            with interrupts.deferred():
+                self.close()
             raise
         nested.watch()
         self.t_wall = _wall()
@@ -243,24 +244,34 @@ class Session:
         self.nested = nested.unwatch()
         self.error = error
         try:
-            capture = self.recorder.stop()
-            if self.children is not None:
-                self.child_records = self.children.stop()
-                self.child_t0 = self.children.t0
-                self.child_failures = self.children.failures
-            if self.cluster is not None:
-                self._collect_workers()
-            if self.memory:
-                profile = self._memray().read_both(self.module, capture, self.options)
-            else:
-                profile = self.module.read(capture, self.options)
+            with interrupts.at(f"stopping {self.recording_what}", interrupts.LOST):
+                with interrupts.deferred():   # a stop cut short loses track of the profiler's process
+                    capture = self.recorder.stop()
+                if self.children is not None:
+                    self.child_records = self.children.stop()
+                    self.child_t0 = self.children.t0
+                    self.child_failures = self.children.failures
+                if self.cluster is not None:
+                    self._collect_workers()
+            with interrupts.at(f"reading what {self.recording_what} recorded", interrupts.LOST):
+                if self.memory:
+                    profile = self._memray().read_both(self.module, capture, self.options)
+                else:
+                    profile = self.module.read(capture, self.options)
         finally:
-            self.close()
+            with interrupts.deferred():   # children reaped and files removed, even on a second Ctrl-C
+                self.close()
         run_delay = None if delay is None or self.t_delay is None else delay - self.t_delay
-        self.profile = self.process(profile, self.cell_context(wall, cpu, run_delay))
-        if self.cluster is not None:
-            self.profile = self._with_workers(self.profile)
+        with interrupts.at("building the profile", interrupts.LOST):
+            self.profile = self.process(profile, self.cell_context(wall, cpu, run_delay))
+            if self.cluster is not None:
+                self.profile = self._with_workers(self.profile)
         return self.profile
+
+    @property
+    def recording_what(self) -> str:
+        """The recorder's name for an interrupt's line: "sampler", "sampler and memray"."""
+        return self.name + (" and memray" if self.memory and self.name != "memray" else "")
 
     def _collect_workers(self) -> None:
         try:
@@ -428,10 +439,16 @@ def run(backend: str, options: Options, run_callable: Callable[[], object], star
             raise ProfilerError(CLUSTER_ALONE.format(option="--rerun"))
         return run_twice(backend, options, run_callable, **session_kw)
     s = Session(backend, options, **session_kw)
-    s.start()
+    try:
+        s.start()
+    except KeyboardInterrupt as e:   # maybe after the recorder started, before start() returned
+        with interrupts.deferred():
+            s.close()
+        raise interrupts.note(e, f"starting {s.recording_what}", interrupts.NOTHING)
     error = None
     try:
-        done = started(s) if started is not None else None
+        with interrupts.at("starting the live view", interrupts.NOTHING):
+            done = started(s) if started is not None else None
         try:
             try:
                 run_callable()
@@ -439,10 +456,12 @@ def run(backend: str, options: Options, run_callable: Callable[[], object], star
                 error = e
         finally:
             if done is not None:
-                done()
+                with interrupts.at("stopping the live view", interrupts.LOST):
+                    done()
         profile = s.finish(error)
     finally:
-        s.close()
+        with interrupts.deferred():
+            s.close()
     return profile, error
 
 

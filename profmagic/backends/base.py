@@ -24,6 +24,7 @@ import threading
 from dataclasses import InitVar, dataclass, field
 from typing import Mapping
 
+from .. import interrupts
 
 MODES = ("wall", "cpu", "both")
 
@@ -128,7 +129,8 @@ def tool_version(argv: list[str], pattern: str = r"(\d+\.\d+\S*)") -> str | None
     """A profiler's version from ``argv`` (``["perf", "--version"]``): the first match of ``pattern``."""
     import re
     try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout
+        with interrupts.deferred():   # on Ctrl-C, subprocess.run leaves a killed child unreaped
+            out = subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout
     except (OSError, subprocess.SubprocessError):
         return None
     m = re.search(pattern, out)
@@ -145,9 +147,15 @@ def ptrace_scope() -> int | None:
 
 
 def reap(proc: subprocess.Popen | None, sig: int = signal.SIGINT, timeout: float = 5.0) -> int | None:
-    """Stop a child with ``sig``, escalate to SIGKILL after ``timeout``, and always wait for it."""
+    """Stop a child with ``sig``, escalate to SIGKILL after ``timeout``, and always wait for it (a
+    Ctrl-C meanwhile is raised once it was waited for: no zombie, no orphan)."""
     if proc is None:
         return None
+    with interrupts.deferred():
+        return _reap(proc, sig, timeout)
+
+
+def _reap(proc: subprocess.Popen, sig: int, timeout: float) -> int | None:
     if proc.poll() is None:
         try:
             proc.send_signal(sig)

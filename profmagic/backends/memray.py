@@ -30,6 +30,7 @@ import sys
 import threading
 import time
 
+from .. import interrupts
 from ..errors import ProfilerError
 from ..formats import container, memray as fmt
 from ..model import Profile, Raw
@@ -139,6 +140,12 @@ class Recorder:
             self.close()
             raise ProfilerError(f"memray could not start: {e}. Finish the other memray recording first "
                                 "(a %%memray_flamegraph cell or a memray.Tracker block)") from None
+        except BaseException:
+            # Ctrl-C inside __enter__ or as it returned: tracking may have begun, with threading.Thread
+            # patched; left so, every later memray start fails ("one Tracker ... at the same time").
+            self.tracker = tracker
+            self.close()
+            raise
         self.tracker = tracker
         for t in threading.enumerate():  # memray learns the names of existing threads when they are set
             try:
@@ -147,9 +154,11 @@ class Recorder:
                 pass
 
     def _exit(self) -> None:
-        tracker, self.tracker = self.tracker, None
-        if tracker is not None:
-            tracker.__exit__(None, None, None)
+        # Whole even on Ctrl-C: half an __exit__ leaves threading.Thread patched and no tracker can start.
+        with interrupts.deferred():
+            tracker, self.tracker = self.tracker, None
+            if tracker is not None:
+                tracker.__exit__(None, None, None)
 
     def threads(self) -> dict:
         """What the reader needs to give memray's threads their native ids (formats/memray.py): threads
@@ -188,11 +197,12 @@ class Recorder:
         return Capture(box, container.NAME, {**meta, "parent": data, "children": children}, path=self.path)
 
     def close(self) -> None:
-        try:
-            self._exit()
-        finally:
-            if self.tmp is not None:
-                self.tmp.close()
+        with interrupts.deferred():
+            try:
+                self._exit()
+            finally:
+                if self.tmp is not None:
+                    self.tmp.close()
 
 
 def read(capture: Capture, options: Options) -> Profile:
