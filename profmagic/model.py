@@ -192,8 +192,6 @@ def frozen_frame(df: pd.DataFrame | None) -> FrozenFrame | None:
 
 
 # -- meta -------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Meta(Mapping):
     """What is known about a profile, as named fields; anything else is kept in ``extra``.
@@ -927,7 +925,12 @@ class Profile:
             if not same and col is not None and not pd.api.types.is_integer_dtype(col.dtype):
                 changes["threads"] = _table_for_labels(self.thread_table, new)
         kw.update(changes)
-        if "stacks" in changes or "frames" in changes:
+        if "stacks" in changes:
+            _check_columns(changes["stacks"])
+        same = "frames" not in changes and "stacks" in changes \
+            and len(changes["stacks"]) == len(self.stacks) \
+            and np.shares_memory(changes["stacks"]["stack"].to_numpy(), self.stacks["stack"].to_numpy())
+        if ("stacks" in changes or "frames" in changes) and not same:   # new frame ids: check them
             _check_stacks(kw["frames"], kw["stacks"])
         return Profile(**kw)
 
@@ -964,16 +967,27 @@ class Profile:
         return f"<Profile {self.describe()}; {len(self.threads)} thread(s), {len(self.frames)} frames>"
 
 
-def _check_stacks(frames: pd.DataFrame, stacks: pd.DataFrame) -> None:
-    """New stacks (or frames) given to ``replace`` fit together: the columns a Profile needs, and
-    every frame id of every stack a row of ``frames``."""
+def _check_columns(stacks: pd.DataFrame) -> None:
     missing = [c for c in ("thread", "stack", "samples") if c not in stacks]
     if missing:
         raise ValueError(f"stacks need the column(s) {', '.join(missing)}")
+
+
+def _check_stacks(frames: pd.DataFrame, stacks: pd.DataFrame) -> None:
+    """New stacks (or frames) given to ``replace`` fit together: the columns a Profile needs, and
+    every frame id of every stack a row of ``frames``."""
+    _check_columns(stacks)
     col = stacks["stack"].to_numpy()
-    n = sum(len(x) for x in col)
-    fids = unique_ints(np.fromiter(itertools.chain.from_iterable(col), dtype=np.int64, count=n))
-    unknown = fids[~np.isin(fids, frames.index.to_numpy())]
+    n = sum(map(len, col))
+    fids = np.fromiter(itertools.chain.from_iterable(col), dtype=np.int64, count=n)
+    if not n:
+        return
+    ids = frames.index.to_numpy()
+    if len(ids) and ids[0] == 0 and ids[-1] == len(ids) - 1 and (np.diff(ids) == 1).all():   # 0..n-1: the usual
+        if fids.min() >= 0 and fids.max() < len(ids):
+            return
+    fids = unique_ints(fids)
+    unknown = fids[~np.isin(fids, ids)]
     if len(unknown):
         raise ValueError(f"stacks refer to frame ids that are not in frames: {unknown[:5].tolist()}")
 
