@@ -68,9 +68,32 @@ def eu_stack_threads(n: int, sampled: bool = True) -> bytes:
     return ("\n".join(out) + "\n").encode()
 
 
+def gecko_threads(n: int) -> bytes:
+    """``n`` threads of one sample each, in ``n`` processes."""
+    th = [{"name": "t", "tid": i + 1, "pid": i + 1, "stringTable": ["f"], "frameTable": {"schema": {"location": 0},
+           "data": [[0]]}, "stackTable": {"schema": {"prefix": 0, "frame": 1}, "data": [[None, 0]]},
+           "samples": {"schema": {"stack": 0, "time": 1}, "data": [[0, 1.0]]}} for i in range(n)]
+    return json.dumps({"meta": {"version": 29, "interval": 1.0}, "threads": th}, separators=(",", ":")).encode()
+
+
+def chrome_threads(n: int) -> bytes:
+    """``n`` threads of one slice each, in ``n`` processes."""
+    ev = [{"ph": "X", "name": "f", "ts": i, "dur": 1, "pid": i + 1, "tid": i + 1} for i in range(n)]
+    return json.dumps({"traceEvents": ev}, separators=(",", ":")).encode()
+
+
+def speedscope_threads(n: int) -> bytes:
+    """``n`` profiles (threads), all of one name."""
+    prof = {"type": "sampled", "name": "t", "unit": "none", "startValue": 0, "endValue": 1, "samples": [[0]],
+            "weights": [1]}
+    return json.dumps({"$schema": "https://www.speedscope.app/file-format-schema.json",
+                       "shared": {"frames": [{"name": "f"}]}, "profiles": [prof] * n}, separators=(",", ":")).encode()
+
+
 SHAPES = {"gecko_chain": gecko_chain, "chrome_nested": chrome_nested, "chrome_frames": chrome_frames,
           "chrome_unordered_ends": chrome_unordered_ends, "speedscope_deep": speedscope_deep,
-          "eu_stack_threads": eu_stack_threads}
+          "eu_stack_threads": eu_stack_threads, "gecko_threads": gecko_threads, "chrome_threads": chrome_threads,
+          "speedscope_threads": speedscope_threads}
 
 
 def main(argv):

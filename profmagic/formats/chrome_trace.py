@@ -257,7 +257,8 @@ def read(data: bytes, source: str = "<input>", metric: str = "wall", weigh: str 
             max_ts = ts
         name = ev.get("name")
         if ph == "C":
-            if ev.get("cat") == CAT and isinstance(name, str) and name.startswith(CPU_PREFIX):
+            if ev.get("cat") == CAT and isinstance(name, str) and name.startswith(CPU_PREFIX) \
+                    and type(tkey[0]) in _ID and type(tkey[1]) in _ID:
                 args = ev.get("args")
                 val = next((v for v in args.values() if _num(v)), None) if isinstance(args, dict) else None
                 if val is None or val < 0:
@@ -292,8 +293,10 @@ def read(data: bytes, source: str = "<input>", metric: str = "wall", weigh: str 
             lst.append((ts, 2, (-dur, i), "B", fid, name, i))
             lst.append((ts + dur, 0, (-ts, -i), "X", None, None, i))
     for si, s in enumerate(top_samples):
-        if not isinstance(s, dict) or not _num(s.get("ts")) or not _ident(s.get("tid")):
-            raise _err(source, f"samples[{si}]", "expected a sample object with a numeric 'ts' and a 'tid'")
+        if not isinstance(s, dict) or not _num(s.get("ts")) or not _ident(s.get("tid")) \
+                or not _ident(s.get("pid", 0)):
+            raise _err(source, f"samples[{si}]", "expected a sample object with a numeric 'ts', a 'tid' (and maybe "
+                                                 "a 'pid'): numbers or strings")
         psamples.setdefault((s.get("pid", 0), s["tid"]), []).append((s["ts"], s.get("sf"), si, "samples"))
         max_ts = max(max_ts, s["ts"])
 
@@ -330,7 +333,8 @@ def read(data: bytes, source: str = "<input>", metric: str = "wall", weigh: str 
         procs[pid] = process_label(pid if isinstance(pid, int) else None,
                                    process_names.get(pid) or (str(pid) if not isinstance(pid, int) else "process"))
     meta_processes = {procs[p]: {"pid": p} for p in pids if isinstance(p, int)} if multi else None
-    order = sorted(stretches, key=lambda k: (pids.index(k[0]), min((s[0] for s in stretches[k]), default=0)))
+    pid_pos = {p: i for i, p in enumerate(pids)}
+    order = sorted(stretches, key=lambda k: (pid_pos[k[0]], min((s[0] for s in stretches[k]), default=0)))
     lo, hi = (None, None) if window is None else (window[0], window[1])
     t0 = (float(ext["t0"]) if _num(ext.get("t0")) else 0.0) - (lo * US if lo is not None else 0.0)
     per_tick = 1.0 / rate if rate else None

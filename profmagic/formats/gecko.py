@@ -196,10 +196,11 @@ def read(data: bytes, source: str = "<input>", metric: str = "wall", weigh: str 
                     raise _err(source, f"{where}.processes[{i}]", "expected a process profile with a 'threads' list")
                 collect(sub, f"{where}.processes[{i}]", depth + 1)
     collect(doc, root, 0)
-    pids = []
+    pids = set()   # two are enough to know
     for th, _, _ in jobs:
-        if isinstance(th, dict) and th.get("pid") not in pids:
-            pids.append(th.get("pid"))
+        if isinstance(th, dict) and len(pids) < 2:
+            pid = th.get("pid")
+            pids.add(pid if pid is None or isinstance(pid, (int, float, str)) else repr(pid))
     multi = len(pids) > 1
     shared = doc.get("shared") if isinstance(doc.get("shared"), dict) else {}
     meta_all = doc["meta"]

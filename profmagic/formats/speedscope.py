@@ -345,6 +345,8 @@ def from_dict(doc, source: str = "<input>", metric: str = "wall", raw: Raw | Non
         metric = "wall"
     units = set()
     threads: list[str] = []
+    taken: set[str] = set()          # the names in threads
+    dup_from: dict[str, int] = {}    # name -> the next k to try for "name (k)"
     rows_thread, rows_stack, rows_n = [], [], []
     table = _ext_threads(ext, len(doc["profiles"]))
     extra_cols: dict[str, list] = {}
@@ -365,11 +367,13 @@ def from_dict(doc, source: str = "<input>", metric: str = "wall", raw: Raw | Non
         else:
             raise _err(source, f"profiles[{pi}].type", f"expected 'sampled' or 'evented', got {kind!r}")
         name = table[pi]["label"] if table else str(prof.get("name") or f"profile {pi}")
-        if name in threads:
-            k = 2
-            while f"{name} ({k})" in threads:
+        if name in taken:   # the first free "name (k)", k from where this name's search stopped
+            stem, k = name, dup_from.get(name, 2)
+            while f"{stem} ({k})" in taken:
                 k += 1
-            name = f"{name} ({k})"
+            dup_from[stem] = k + 1
+            name = f"{stem} ({k})"
+        taken.add(name)
         threads.append(name)
         tid = len(threads) - 1
         scale = UNITS[unit]
