@@ -39,7 +39,7 @@ from profmagic import cluster  # noqa: E402
 from profmagic.cluster import channel  # noqa: E402
 from profmagic.cluster import tasks as tasks_view  # noqa: E402
 
-pytestmark = [pytest.mark.timeout(300), pytest.mark.requires("setpriv", "root")]
+pytestmark = [pytest.mark.timed, pytest.mark.timeout(300), pytest.mark.requires("setpriv", "root")]
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SITE = next(p for p in sys.path if p.endswith("site-packages") and p.startswith(sys.prefix))
@@ -410,6 +410,33 @@ def test_a_client_closed_mid_recording_stops_cleanly_and_restart_brings_nothing_
     client.restart()          # new workers: the scheduler must not hand them profmagic's plugin
     client.wait_for_workers(2)
     time.sleep(1.5)           # a sampler would have spilled (every second) by now
+    for addr, w in leftovers(client, rec.session.id).items():
+        assert w["plugins"] == [] and w["threads"] == [] and w["spill_dirs"] == [] and w["sessions"] == [], (addr, w)
+    assert not [n for n in os.listdir(tempfile.gettempdir()) if n.startswith(f"profmagic-cluster.{rec.session.id}")]
+
+
+@pytest.mark.requires("dask")
+def test_a_client_restarted_mid_recording_gives_every_worker_and_leaves_nothing(client):
+    old = client.run(work.pid)
+    rec = cluster.Recording(client)
+    rec.start()
+    try:
+        client.gather([client.submit(work.spin, i, 0.3, pure=False) for i in range(2)])
+        time.sleep(1.2)                 # each worker has spilled once
+        client.restart()                # kills the workers: their spill files are what is left of them
+        client.wait_for_workers(2)
+        client.gather([client.submit(work.spin, i, 0.3, pure=False) for i in range(2)])
+        p = rec.stop()
+    finally:
+        rec.close()
+    new = client.run(work.pid)
+    r = tasks_view.ranks(p)
+    by_pid = {p.meta["processes"][lab]["pid"]: lab for lab in r.index}
+    assert set(by_pid) == set(old.values()) | set(new.values()), (by_pid, old, new)
+    for pid in old.values():            # ended, with what they spilled: the spin before the restart
+        assert r.at[by_pid[pid], "status"] == "ended" and r.at[by_pid[pid], "tasks_wall"] > 0.1, r
+    for pid in new.values():            # started by the plugin as they joined, collected at stop
+        assert r.at[by_pid[pid], "status"] == "ok" and r.at[by_pid[pid], "tasks_wall"] > 0.1, r
     for addr, w in leftovers(client, rec.session.id).items():
         assert w["plugins"] == [] and w["threads"] == [] and w["spill_dirs"] == [] and w["sessions"] == [], (addr, w)
     assert not [n for n in os.listdir(tempfile.gettempdir()) if n.startswith(f"profmagic-cluster.{rec.session.id}")]

@@ -82,9 +82,10 @@ def _stop_here(session: str, secret: str) -> dict:
     return {"status": "ok", "payload": s.stop(), "pid": os.getpid(), "name": s.info.get("name")}
 
 
-def _collect_spill(session: str, secret: str, dask_worker=None) -> dict[str, bytes]:
-    """On a nanny (or a worker): the spill files of this node's recording, read and removed; only
-    from the private folder of ours that the secret names."""
+def _collect_spill(session: str, secret: str, skip=(), dask_worker=None) -> dict[str, bytes]:
+    """On a nanny (or a worker): the spill files of this node's recording, read and removed, but
+    those of the pids in ``skip`` (live workers, which remove their own); only from the private
+    folder of ours that the secret names."""
     try:
         d = spill_dir(session, secret)
         channel.check_private(d)
@@ -93,12 +94,18 @@ def _collect_spill(session: str, secret: str, dask_worker=None) -> dict[str, byt
         return {}
     out = {}
     for n in names:
-        if re.fullmatch(r"[0-9a-f]{12}-\d{1,10}\.json\.z", n):
+        m = re.fullmatch(r"[0-9a-f]{12}-(\d{1,10})\.json\.z", n)
+        if m and int(m.group(1)) not in set(skip):
+            p = os.path.join(d, n)
             try:
-                out[f"{socket.gethostname()}:{n}"] = channel.read_own(os.path.join(d, n), channel.MAX_PAYLOAD)
+                out[f"{socket.gethostname()}:{n}"] = channel.read_own(p, channel.MAX_PAYLOAD)
+                os.unlink(p)
             except (OSError, ValueError):
                 continue
-    shutil.rmtree(d, ignore_errors=True)
+    try:
+        os.rmdir(d)          # the last one out removes the folder
+    except OSError:
+        pass
     return out
 
 
@@ -128,11 +135,15 @@ class SamplerPlugin(_WorkerPlugin):
     def setup(self, worker):
         _start_here(worker, self.session, self.secret, self.opts)
 
-    def teardown(self, worker):   # a sampler nobody collected (the driver gave up on this worker)
+    def teardown(self, worker):
+        """The plugin removed (the recording ended or its client left): stop and remove everything.
+        The worker closing mid-recording (``client.restart()``, scaled down): stop, and leave the
+        last payload in the spill file for the nanny to bring back at ``stop()``."""
         s = _SESSIONS.pop(self.session, None)
         _SECRETS.pop(self.session, None)
         if s is not None:
-            s.stop()
+            status = getattr(getattr(worker, "status", None), "name", "")
+            s.stop(keep_spill=status in ("closing", "closing_gracefully", "closed", "failed"))
 
 
 class WatchPlugin(_SchedulerPlugin):
@@ -276,7 +287,8 @@ class Session:
             else:
                 why = r.get("error") or self.start_error or "the worker plugin did not run there"
                 results.append({**base, "status": "error", "error": f"the sampler did not start: {why}"})
-        spilled = self._spilled(live) if gone else {}
+        alive = sorted({r["pid"] for r in answers.values() if isinstance(r, dict) and r.get("pid") is not None})
+        spilled = self._spilled(live, alive) if gone else {}
         for addr in gone:
             info = self.workers[addr]
             name = str(info.get("name"))
@@ -292,10 +304,12 @@ class Session:
                                 "recording and left no spill file on its node"})
         return results
 
-    def _spilled(self, live: list[str]) -> dict[str, bytes]:
-        """Spill files on every node (left by workers that died), through the nannies if any."""
+    def _spilled(self, live: list[str], alive: list[int]) -> dict[str, bytes]:
+        """Spill files on every node left by workers that died (not those of the ``alive`` pids, e.g.
+        the workers a restart started), through the nannies if any."""
         nannies = any(self.workers[a].get("nanny") for a in live)
-        got = _call(self.client, _collect_spill, live, self.id, self.secret, nanny=nannies, timeout=self.timeout)
+        got = _call(self.client, _collect_spill, live, self.id, self.secret, alive, nanny=nannies,
+                    timeout=self.timeout)
         out = {}
         for r in got.values():
             if isinstance(r, dict):

@@ -248,15 +248,21 @@ class WorkerSampler:
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def stop(self) -> bytes:
-        """Stop sampling, remove the spill file, and return the payload."""
+    def stop(self, keep_spill: bool = False) -> bytes:
+        """Stop sampling, remove the spill file (``keep_spill``: write the last payload there, for
+        the engine to collect from a worker that is going away), and return the payload."""
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
         if self.ended is None:
             self.ended = "stopped"
         data = self.payload()
-        if self.spill:
+        if self.spill and keep_spill:
+            try:
+                write_new(self.spill, data)
+            except OSError:
+                pass
+        elif self.spill:
             try:
                 os.unlink(self.spill)
             except FileNotFoundError:
