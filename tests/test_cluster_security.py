@@ -17,6 +17,7 @@ import socket
 import struct
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import textwrap
 import time
@@ -42,7 +43,7 @@ from profmagic.cluster import tasks as tasks_view  # noqa: E402
 pytestmark = [pytest.mark.timed, pytest.mark.timeout(300), pytest.mark.requires("setpriv", "root")]
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SITE = next(p for p in sys.path if p.endswith("site-packages") and p.startswith(sys.prefix))
+SITE = sysconfig.get_paths()["purelib"]      # Dask for nobody's Python
 
 
 @pytest.fixture(scope="module")
@@ -104,10 +105,10 @@ print(json.dumps(out))
 # would write, and an ACTIVE asking for rate 0 (the next actor died of it) or 10000.
 PLANT = r'''
 import json, os, sys
-job, target = sys.argv[1], sys.argv[2]
+job, target, tmp = sys.argv[1], sys.argv[2], sys.argv[4]
 made = []
 for i, rate in enumerate((0, 10000)):
-    for d in (f"/tmp/profmagic-ray.{job}.{i:012x}", f"/tmp/profmagic-ray-{job}/{i:012x}"):
+    for d in (f"{tmp}/profmagic-ray.{job}.{i:012x}", f"{tmp}/profmagic-ray-{job}/{i:012x}"):
         os.makedirs(d, exist_ok=True)
         os.chmod(d, 0o777 if i else 0o700)
         with open(os.path.join(d, "ACTIVE"), "w") as f:
@@ -226,7 +227,7 @@ def test_nobody_gets_no_answer_and_its_attacks_change_nothing(ray_job, nobody_py
     target.write_bytes(b"root's data\n")
     target.chmod(0o600)
     absolute = os.path.join(tempfile.gettempdir(), f"profmagic-abs-{os.getpid()}", "s")
-    planted = as_nobody(nobody_python, PLANT, ray_job["job"], target, min(mine))
+    planted = as_nobody(nobody_python, PLANT, ray_job["job"], target, min(mine), tempfile.gettempdir())
     try:
         knocked = as_nobody(nobody_python, KNOCK, f"{0:012x}", absolute)
         # Every real agent was knocked at five times; none sent one byte, none held nobody (no timeout).
@@ -336,7 +337,7 @@ def test_a_zlib_bomb_payload_is_refused_with_the_limit_and_the_driver_stays_smal
                         f"compressed (the limit: 100x its compressed size, at least 4 MiB, at most 512 MiB): refused")
     assert lines[1].startswith("ray worker 7: byte offset 0: the payload expands beyond")
     documented("cluster-payload-too-large", lines[0])
-    assert grew < 2.5 * cap, grew       # the 1 GiB it holds is never made (was 2.2 GB)
+    assert grew < 1.3 * cap, grew       # decompressed 1 MiB at a time up to the cap: the 1 GiB is never made (was 2.2 GB)
 
 
 # -- Dask ---------------------------------------------------------------------------------------

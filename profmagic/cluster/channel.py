@@ -33,6 +33,7 @@ MAX_RAW = 512 << 20             # its decompressed size ...
 MAX_RATIO = 100                 # ... and at most this many times its compressed size (floor: RATIO_FLOOR);
                                 # real payloads compress 2-20x, a zlib bomb ~1000x
 RATIO_FLOOR = 4 << 20
+STEP = 1 << 20                  # decompressed per step
 MAX_ACTIVE = 4 << 10            # bytes of an ACTIVE file
 MAX_SECONDS = 7 * 86400.0
 THREADS = ("tasks", "all")
@@ -112,19 +113,26 @@ class TooLarge(ValueError):
     """A payload over a size or decompression limit; the message names the limit."""
 
 
-def inflate(data: bytes, max_raw: int = MAX_RAW, ratio: int = MAX_RATIO) -> bytes:
-    """zlib-decompress ``data`` without ever holding more than the limit: at most ``max_raw`` bytes
-    and ``ratio`` times the compressed size (at least RATIO_FLOOR). TooLarge over it; zlib.error
-    for what is not zlib."""
+def inflate(data: bytes, max_raw: int = MAX_RAW, ratio: int = MAX_RATIO) -> bytearray:
+    """zlib-decompress ``data`` 1 MiB at a time, never holding more than the limit: at most
+    ``max_raw`` bytes and ``ratio`` times the compressed size (at least RATIO_FLOOR). TooLarge over
+    it; zlib.error for what is not zlib."""
     if len(data) > MAX_PAYLOAD:
         raise TooLarge(f"the payload is {len(data)} bytes compressed, over the limit of {MAX_PAYLOAD >> 20} MiB")
     cap = min(max_raw, max(RATIO_FLOOR, ratio * len(data)))
     d = zlib.decompressobj()
-    out = d.decompress(data, cap + 1)
-    if len(out) > cap:
-        raise TooLarge(f"the payload expands beyond {cap} bytes from {len(data)} compressed (the limit: "
-                       f"{ratio}x its compressed size, at least {RATIO_FLOOR >> 20} MiB, at most "
-                       f"{max_raw >> 20} MiB)")
+    out = bytearray()
+    tail = data
+    while not d.eof:
+        chunk = d.decompress(tail, STEP)
+        out += chunk
+        if len(out) > cap:
+            raise TooLarge(f"the payload expands beyond {cap} bytes from {len(data)} compressed (the limit: "
+                           f"{ratio}x its compressed size, at least {RATIO_FLOOR >> 20} MiB, at most "
+                           f"{max_raw >> 20} MiB)")
+        tail = d.unconsumed_tail
+        if not tail and len(chunk) < STEP:
+            break
     if not d.eof:
         raise zlib.error("the compressed data ends early")
     return out
