@@ -1,5 +1,6 @@
-"""One module per file format. Each has ``NAME``, ``sniff(head: bytes) -> bool`` and
-``read(data: bytes, source: str, **options) -> Profile``; writers add ``write(profile) -> bytes``.
+"""One module per file format. Each has ``NAME``, ``FORMAT`` (its ``registry.Format``: suffixes, raw
+suffix, MIME type), ``sniff(head: bytes) -> bool`` and ``read(data: bytes, source: str, **options) ->
+Profile``; writers add ``write(profile) -> bytes``.
 
 Sniffing order matters: the most specific formats come first.
 """
@@ -17,6 +18,7 @@ import numpy as np
 from ..errors import ProfileFormatError
 from ..model import METRICS, Profile, Raw
 from ._common import carried_meta  # noqa: F401  (meta a file carries, checked field by field)
+from .registry import Format
 
 # Module names, most specific first. A format whose module is missing is skipped.
 _ORDER = ("memray", "container", "children", "gecko", "chrome_trace", "speedscope", "pyinstrument", "pstats",
@@ -50,6 +52,28 @@ def get(fmt: str):
     if fmt not in mods:
         raise ValueError(f"unknown format {fmt!r}; known formats: {', '.join(mods)}")
     return mods[fmt]
+
+
+def descriptors() -> list[Format]:
+    """Every readable format's descriptor, most specific first."""
+    return [mod.FORMAT for mod in available().values()]
+
+
+def descriptor(fmt: str) -> Format | None:
+    """The descriptor of the format named ``fmt`` (a ``NAME``, as ``Raw.format`` says), or None."""
+    mod = available().get(fmt)
+    return mod.FORMAT if mod is not None else None
+
+
+def writers() -> list[Format]:
+    """The descriptors of the formats profmagic writes."""
+    return [f for f in descriptors() if f.suffixes]
+
+
+def suffixes() -> list[tuple[str, Format]]:
+    """(suffix, format) for every writer's suffix, longest first: ``.speedscope.json`` before ``.json``."""
+    pairs = [(s, f) for f in writers() for s in f.suffixes]
+    return sorted(pairs, key=lambda sf: -len(sf[0]))
 
 
 def head(data: bytes) -> bytes:
@@ -236,17 +260,14 @@ def load_many(pattern, key: str = "rank", format: str | None = None, **options) 
 
 
 def writer_for(path: str):
+    """The module that writes the format ``path``'s suffix names (by the descriptors' ``suffixes``)."""
     low = path.lower()
-    if low.endswith((".folded", ".txt", ".collapsed")):
-        return get("folded")
-    if low.endswith(".gecko.json"):
-        return get("gecko")
-    if low.endswith(".trace.json"):
-        return get("chrome_trace")
-    if low.endswith(".json"):
-        return get("speedscope")
+    for suffix, fmt in suffixes():
+        if low.endswith(suffix):
+            return get(fmt.name)
+    names = [s for f in writers() for s in f.suffixes]
     raise ValueError(f"cannot tell the output format from {os.path.basename(path)!r}; "
-                     "use .speedscope.json, .json, .gecko.json, .trace.json, .folded or .txt")
+                     f"use {', '.join(names[:-1])} or {names[-1]}")
 
 
 def write_by_name(profile, path: str) -> str:

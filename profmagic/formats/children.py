@@ -15,8 +15,10 @@ from ..errors import ProfileFormatError
 from ..model import Profile, Raw, StackBuilder
 from ..threads import thread_label
 from ..transforms import split_cpu_at_stack_changes
+from .registry import Format
 
 NAME = "profmagic-children"
+FORMAT = Format(NAME, __name__, raw_suffix=".jsonl", mime="application/x-ndjson")
 
 
 def sniff(head: bytes) -> bool:

@@ -36,8 +36,11 @@ from ..threads import thread_label
 from . import layout
 from ._common import MAX_THREADS, StackTree, checked_ext, too_many_threads, version
 from .speedscope import EXT, _jsonable, json_bytes, guess_kind
+from .registry import Format
 
 NAME = "chrome_trace"
+FORMAT = Format(NAME, __name__, suffixes=(".trace.json",), mime="application/json", option="chrome",
+                label="Chrome trace JSON", opens="opens in Perfetto (ui.perfetto.dev) and chrome://tracing")
 US = 1e-6
 CPU_PREFIX = "CPU % "
 CAT = "profmagic"

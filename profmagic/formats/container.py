@@ -35,8 +35,10 @@ import zlib
 from ..errors import ProfileFormatError
 from ..model import MEMORY_METRICS, Meta, Profile, Raw
 from .. import multi, transforms
+from .registry import Format
 
 NAME = "profmagic-container"
+FORMAT = Format(NAME, __name__, raw_suffix=".zip", mime="application/zip")
 MANIFEST = "manifest.json"
 MAX_MEMBERS = 260          # zip members (a manifest and its parts), at most
 MAX_PARTS = 256            # parts in a manifest (memory-children: a parent and up to 255 forked children)

@@ -49,8 +49,10 @@ from ..errors import ProfileFormatError
 from ..model import Profile, Raw, StackBuilder
 from ._common import MAX_DEPTH, MAX_THREADS, text_meta, too_deep, too_many_threads
 from .folded import decode
+from .registry import Format
 
 NAME = "eu-stack"
+FORMAT = Format(NAME, __name__, raw_suffix=".eu-stack.txt", mime="text/plain")
 HEADER = "# profmagic eu-stack sampler"
 
 _PID = re.compile(r"^PID (\d*)(?: - (\w+))?")

@@ -13,8 +13,11 @@ import pandas as pd
 from ..errors import ProfileFormatError
 from ._common import decode
 from ..model import Profile, Raw, StackBuilder
+from .registry import Format
 
 NAME = "folded"
+FORMAT = Format(NAME, __name__, suffixes=(".folded", ".txt", ".collapsed"), mime="text/plain",
+                label="folded stacks", opens="opens in flamegraph.pl and speedscope")
 # As flamegraph.pl: the stack is everything before the last whitespace and the count.
 _LINE = re.compile(r"^(.*)\s(\d+(?:\.\d*)?)$")
 _PY_TAIL = re.compile(r"\.pyx?:(\d+)\)$")   # the end of "name (file.py:12)"

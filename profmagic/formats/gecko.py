@@ -41,8 +41,11 @@ from ..threads import thread_label
 from . import layout
 from ._common import MAX_THREADS, StackTree, checked_ext, too_many_threads, version
 from .speedscope import EXT, _jsonable, json_bytes
+from .registry import Format
 
 NAME = "gecko"
+FORMAT = Format(NAME, __name__, suffixes=(".gecko.json",), mime="application/json", label="gecko JSON",
+                opens="opens in the Firefox Profiler (profiler.firefox.com: Load a profile from file)")
 VERSION = 29
 MAX_SAMPLES = 100_000   # gecko samples a written file holds, about: larger counts are drawn scaled down
 CATEGORIES = [{"name": n, "color": c, "subcategories": ["Other"]}

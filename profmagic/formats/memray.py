@@ -29,8 +29,10 @@ import tempfile
 from ..errors import ProfileFormatError
 from ..model import Profile, Raw, StackBuilder
 from ..threads import thread_label as shared_label
+from .registry import Format
 
 NAME = "memray"
+FORMAT = Format(NAME, __name__, raw_suffix=".bin")
 MAGIC = b"memray\x00"
 LZ4_MAGIC = b"\x04\x22\x4d\x18"
 # memray's header (file format version 13): magic, version (u32), Python version (u32), native traces

@@ -51,8 +51,10 @@ from ..threads import thread_label
 from ..model import Profile, Raw, StackBuilder
 from ._perf_common import SideBand
 from .folded import decode
+from .registry import Format
 
 NAME = "perf_script"
+FORMAT = Format(NAME, __name__, raw_suffix=".perf.txt", mime="text/plain")
 
 # The regexes of stackcollapse-perf.pl; possessive quantifiers replace its nested ones
 # ((\d+)* after \d+), which give the same matches without exponential backtracking.

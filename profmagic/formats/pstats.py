@@ -34,8 +34,10 @@ import pandas as pd
 
 from ..errors import ProfileFormatError
 from ..model import Profile, Raw, StackBuilder
+from .registry import Format
 
 NAME = "pstats"
+FORMAT = Format(NAME, __name__, raw_suffix=".pstats")
 MAX_PATHS = 256          # paths kept per function, at most
 MIN_PER_FUNCTION = 4     # ... and at least, whatever the budget
 # The rebuilt stacks are bounded by the call graph's size (functions + caller entries):

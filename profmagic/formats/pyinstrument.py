@@ -18,8 +18,10 @@ import numpy as np
 from ..errors import ProfileFormatError
 from ._common import EXT, ext_block, load_json, thread_attrs
 from ..model import Profile, Raw, StackBuilder
+from .registry import Format
 
 NAME = "pyinstrument"
+FORMAT = Format(NAME, __name__, raw_suffix=".pyisession", mime="application/json")
 _SYNTHETIC = ("[await]", "[self]", "[out-of-context]")
 
 

@@ -19,8 +19,12 @@ from ..errors import ProfileFormatError
 from ..model import MEMORY_METRICS, WEIGHT_METRICS, Profile, Raw, make_frames, thread_table
 from ._common import (EXT, MAX_DEPTH, MAX_THREADS, StackTree, carried_meta, checked_ext, ext_block, load_json,
                       thread_attrs, too_deep, too_many_threads, version as _version)
+from .registry import Format
 
 NAME = "speedscope"
+FORMAT = Format(NAME, __name__, suffixes=(".speedscope.json", ".json"), mime="application/json",
+                label="speedscope JSON",
+                opens="opens in speedscope (www.speedscope.app: drop the file on the page; it stays in your browser)")
 SCHEMA = "https://www.speedscope.app/file-format-schema.json"
 UNITS = {"none": None, "bytes": None, "nanoseconds": 1e-9, "microseconds": 1e-6,
          "milliseconds": 1e-3, "seconds": 1.0}

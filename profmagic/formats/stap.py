@@ -26,8 +26,10 @@ import re
 from ..errors import ProfileFormatError
 from ..model import Profile, Raw, StackBuilder
 from .folded import MAX_COUNT, decode
+from .registry import Format
 
 NAME = "stap"
+FORMAT = Format(NAME, __name__, raw_suffix=".stap.txt", mime="text/plain")
 _COUNT = re.compile(r"\s*(\d+)", re.A)  # fullmatch: stackcollapse-stap's ^\s*(\d+)+$
 _BLANK = re.compile(r"\s*", re.A)
 _OFFSET = re.compile(r"\+[^+]*$")
