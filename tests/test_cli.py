@@ -178,6 +178,7 @@ def seconds_in(p, rows, name, metric="wall"):
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.timed
 def test_record_py_spy_timed_each_thread_keeps_its_own_seconds(tmp_path):
     """py-spy's timed format, nothing calibrated: each thread's seconds are its own. Bound: 5% per
     thread (within 1.5% in 4 runs under load 13 on 2 shared cores; 5.5% once in CI) and 10 points per
@@ -200,6 +201,7 @@ def test_record_py_spy_timed_each_thread_keeps_its_own_seconds(tmp_path):
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.timed
 def test_record_default_is_py_spy_with_both_clocks(tmp_path):
     r, p, truth = run_record(tmp_path)
     assert r.returncode == 5, r.stderr
@@ -212,6 +214,7 @@ def test_record_default_is_py_spy_with_both_clocks(tmp_path):
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.timed
 def test_record_sampler_inside_the_command(tmp_path):
     """The built-in sampler starts inside the command (sitecustomize): CPU from thread clocks, so busy's
     CPU is its measured 0.3 s (10%: the sampler's pass boundaries)."""
@@ -228,9 +231,13 @@ def test_record_sampler_inside_the_command(tmp_path):
 
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("backend", ["py-spy", "sampler"])
+@pytest.mark.timed
 def test_record_ctrl_c_goes_to_the_command_and_the_profile_is_written(tmp_path, backend):
     script, out = tmp_path / "long.py", tmp_path / "l.speedscope.json"
-    script.write_text("import time\ndef waiting():\n    time.sleep(60)\nprint('started', flush=True)\nwaiting()\n")
+    # The command says when it has waited its second inside waiting(): the signal follows that line,
+    # not a sleep here that hopes the command got there.
+    script.write_text("import time\ndef waiting():\n    time.sleep(1.0)\n    print('waited', flush=True)\n"
+                      "    time.sleep(60)\nprint('started', flush=True)\nwaiting()\n")
     # No terminal: with one, record leaves SIGINT to the terminal (Ctrl-C reaches the command's group),
     # and a signal sent to record alone would not reach the command (the pty test covers that case).
     # SIGINT at its default: a shell's background job (make test &) inherits it ignored, and so would
@@ -241,7 +248,7 @@ def test_record_ctrl_c_goes_to_the_command_and_the_profile_is_written(tmp_path, 
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert proc.stdout.readline() == "started\n"
-        time.sleep(1.0)
+        assert proc.stdout.readline() == "waited\n"
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
     finally:
@@ -383,6 +390,7 @@ def test_convert_to_every_format(tmp_path, to, fmt):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.timed
 def test_fresh_venv_record_and_view_from_a_shell(tmp_path):
     """The package as a wheel in a new venv, its commands run from a shell. The venv borrows this
     one's dependencies (a .pth line, and py-spy's binary linked beside its python): installing them

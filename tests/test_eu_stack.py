@@ -271,7 +271,10 @@ int main(int argc, char **) {
     pthread_t t;
     pthread_create(&t, 0, waiter, 0);
     usleep(100000);
-    if (argc > 1) pause();
+    if (argc > 1) {
+        write(1, "ready\n", 6);
+        pause();
+    }
     app::Worker::crash(1);
 }
 """
@@ -287,13 +290,19 @@ def _build_crash(d) -> str:
 def _gcore(exe, d) -> str:
     """A core of the program while it waits, dumped by gdb's gcore."""
     import glob
-    child = subprocess.Popen([exe, "wait"], cwd=d)
+    child = subprocess.Popen([exe, "wait"], cwd=d, stdout=subprocess.PIPE)
     try:
-        time.sleep(0.5)
+        # main says it is about to pause(); then both threads asleep (S) means both are in pause(),
+        # their only wait: read from /proc with a deadline, not hoped for after a sleep.
+        assert child.stdout.readline() == b"ready\n"
+        tasks = f"/proc/{child.pid}/task"
+        assert wait_for(lambda: len(os.listdir(tasks)) == 2
+                        and all(procs.state(int(t)) == "S" for t in os.listdir(tasks)), timeout=30, step=0.01)
         subprocess.run(["gcore", "-o", str(d / "core"), str(child.pid)], check=True, capture_output=True)
     finally:
         child.kill()
         child.wait()
+        child.stdout.close()
     return glob.glob(str(d / "core.*"))[0]
 
 

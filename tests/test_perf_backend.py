@@ -64,8 +64,10 @@ def test_busy_c_function_seen_and_the_sleep_not(tmp_path):
         assert "_PyEval_EvalFrameDefault" not in names and names.index("cthread_main") <= 3
 
 
+# The workload says it is running (an exec'd 3.13, as a pyenv shim execs it) and then waits for
+# the go the test sends once perf records: no sleep on either side that hopes the other is ready.
 WORKLOAD = textwrap.dedent("""\
-    import time
+    import sys, time
     def jit_inner_spin(n):
         s = 0
         for i in range(n):
@@ -75,7 +77,8 @@ WORKLOAD = textwrap.dedent("""\
         t = time.time()
         while time.time() - t < 3.0:
             jit_inner_spin(20000)
-    time.sleep(0.5)
+    print("ready", flush=True)
+    sys.stdin.readline()
     jit_outer()
     """)
 
@@ -84,12 +87,15 @@ WORKLOAD = textwrap.dedent("""\
 def test_perf_jit_on_313_shows_python_names(tmp_path):
     script = tmp_path / "w.py"
     script.write_text(WORKLOAD)
-    child = subprocess.Popen([PY313, "-X", "perf_jit", str(script)])
+    child = subprocess.Popen([PY313, "-X", "perf_jit", str(script)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
     rec = perf.Recorder(Options(pid=child.pid, rate=200, mode="cpu"))
     try:
-        time.sleep(0.2)
+        assert child.stdout.readline() == "ready\n"
         rec.start()
         assert rec.mode == "perf_jit"
+        child.stdin.write("go\n")
+        child.stdin.close()
         # CPython buffers /tmp/jit-PID.dump: the names are complete once the child has exited.
         child.wait(30)
         cap = rec.stop()
@@ -98,6 +104,7 @@ def test_perf_jit_on_313_shows_python_names(tmp_path):
         if child.poll() is None:
             child.kill()
         child.wait()
+        child.stdout.close()
     assert not glob.glob(f"/tmp/jitted-{child.pid}-*.so") and not os.path.exists(f"/tmp/jit-{child.pid}.dump")
     p = perf.read(cap, Options(rate=200))
     assert p.meta["python_mode"] == "perf_jit"

@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from procs import descendants
+from procs import descendants, wait_for
 
 from profmagic.backends import eustack, eustack_helper
 from profmagic.backends.base import Options
@@ -44,7 +44,9 @@ def test_a_stopped_eu_stack_is_killed_at_its_deadline():
                     pass
             time.sleep(0.002)
         assert stopped, "no eu-stack caught running"
-        time.sleep(eustack_helper.EUSTACK_TIMEOUT + 1.0)
+        # The helper kills and reaps it at its deadline: wait for that, with a deadline of our own.
+        wait_for(lambda: not [pid for pid in stopped if os.path.exists(f"/proc/{pid}")],
+                 timeout=3 * eustack_helper.EUSTACK_TIMEOUT, step=0.05)
         t0 = time.monotonic()
         cap = rec.stop()
         assert time.monotonic() - t0 < 30
@@ -61,10 +63,10 @@ def test_sampling_ends_when_the_target_becomes_a_zombie():
     target = _target()
     rec = eustack.Recorder(Options(pid=target.pid, rate=50))
     try:
-        rec.start()
-        time.sleep(0.5)
+        rec.start()                    # returns after the helper's first snapshot
         target.kill()                  # not reaped yet: a zombie
-        time.sleep(1.5)
+        # The helper ends its sampling and writes the capture: the sign it saw the zombie.
+        wait_for(lambda: os.path.exists(rec.out), timeout=30, step=0.01)
         spawned = set()
         end = time.monotonic() + 2.0
         while time.monotonic() < end:  # the helper spawns no eu-stack for a zombie

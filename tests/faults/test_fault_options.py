@@ -6,10 +6,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 from conftest import documented
+from procs import state, wait_for
 
 BACKENDS = ["sampler", "pyinstrument", pytest.param("py-spy", marks=pytest.mark.requires("py-spy", "ptrace")),
             pytest.param("perf", marks=pytest.mark.requires("perf")),
@@ -152,12 +152,16 @@ def test_pid_that_is_not_python(clean):
 
 @pytest.mark.requires("perf")
 def test_perf_on_a_sleeping_process(clean):
-    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    p = subprocess.Popen([sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(30)"],
+                         stdout=subprocess.PIPE)
     try:
-        time.sleep(0.3)
+        # Asleep: it said so, and /proc shows it in state S (polled with a deadline).
+        assert p.stdout.readline() == b"ready\n"
+        assert wait_for(lambda: state(p.pid) == "S", timeout=30, step=0.01)
         r = clean.run(f"%profile -b perf --pid {p.pid} --duration 0.5 -q")
         assert r.error is None, r.error
         assert "Traceback" not in r.stderr and "ProfileFormatError" not in r.stderr, r.text()
     finally:
         p.kill()
         p.wait()
+        p.stdout.close()
