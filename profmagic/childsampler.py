@@ -232,6 +232,11 @@ class Children:
         self.t0 = time.perf_counter()
         activate(self.tmp.path, self.rate)
 
+    @property
+    def hook_dir(self) -> str | None:
+        """The folder of the children's start-up hook (its sitecustomize), while recording."""
+        return os.path.join(self.tmp.path, HOOK_DIR) if self.tmp is not None else None
+
     def _restore(self) -> None:
         deactivate()
         for k, v in self.saved_env.items():

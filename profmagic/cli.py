@@ -411,68 +411,35 @@ def record_pids(args) -> int:
     return 0
 
 
-def _choose(name: str, python: bool):
-    """The backend module for a command: ``name``, or auto's choice."""
-    from . import backends
-    if name != "auto":
-        try:
-            return backends.get(name)
-        except ValueError as e:
-            raise CliError(str(e)) from None
-    if python:
-        return backends.choose("auto")[0]
-    for n in _attachers(native=True):
-        if backends.get(n).available()[0]:
-            return backends.get(n)
-    raise CliError("no backend here can record a program that is not Python: install perf or eu-stack (elfutils)")
-
-
-def _attachers(native: bool = False) -> list[str]:
-    """Backends that record another process (``native``: any program's threads, not only Python's)."""
-    from . import backends
-    return [n for n in backends.names() if backends.get(n).CAPS.attach
-            and not (native and backends.get(n).CAPS.threads == "python")]
-
-
-def _default_mode(mod, auto: bool) -> str:
-    """The clock when --mode is not given. Auto's perf records both where its scheduler tracepoints
-    are allowed (a command that sleeps has wall time to show); else each backend's own default."""
-    from .backends.base import Options, default_mode
-    if auto and mod.NAME == "perf" and mod.offcpu_available()[0]:
-        return "both"
-    return default_mode(mod.CAPS, Options(gil=False))
-
-
 def record_command(args, command: list[str], guard: _Guard) -> int:
-    """Record ``command``; its exit status. Errors before it runs (its options, a backend that
-    cannot record here, a recorder that cannot attach: the command is killed before its first
-    line) are CliError/ProfilerError, status 2. Once it has run, a recording that failed or holds
-    nothing is an empty profile that says why, and the status is the command's."""
+    """Record ``command`` (a ``session.Session`` with a ``CommandTarget``); its exit status. Errors
+    before it runs (its options, a backend that cannot record here, a recorder that cannot attach:
+    the command is killed before its first line) are CliError/ProfilerError, status 2. Once it has
+    run, a recording that failed or holds nothing is an empty profile that says why, and the status
+    is the command's."""
     from . import launch
-    exe = launch.resolve(command[0])
-    if exe is None:
-        raise CliError(f"command not found: {escape(command[0])}")
-    python = launch.is_python(exe)
-    mod = _choose(args.backend, python)
-    caps, name = mod.CAPS, mod.NAME
-    if caps.inside and name != "sampler":
-        raise CliError(f"backend {name} runs inside the profiled process and cannot record a command; use one of: "
-                       "sampler, " + ", ".join(_attachers()))
-    if not python and (caps.inside or caps.threads == "python"):
-        raise CliError(f"{escape(command[0])} is not a Python program, and {name} reads Python stacks; "
-                       f"use -b with one of: {', '.join(_attachers(native=True))}")
-    ok, why = mod.available()
-    if not ok:
-        raise CliError(f"backend {name} cannot record here: {why}")
-    mode = args.mode or _default_mode(mod, args.backend == "auto")
-    timing = args.timing or ("calibrated" if mode == "cpu" else "timed")
+    from .session import CommandTarget, Session, make_options
+    target = CommandTarget(command, own_group=not _terminal_delivers_sigint())
+    s = Session(args.backend, make_options(rate=args.rate, mode=args.mode, native=args.native, timing=args.timing),
+                target=target)
+    s.prepare()
+    python = target.python
     stem = os.path.basename(command[1] if python and len(command) > 1 and not command[1].startswith("-")
                             else command[0])
     output = _output(args.output or f"profile-{_safe(stem)}-{os.getpid()}.speedscope.json")
-    if name == "sampler":
-        p, status = _run_sampler(mod, args, command, mode, guard)
-    else:
-        p, status = _run_attached(mod, args, command, exe, python, mode, timing, guard)
+    progress = None
+    try:
+        s.start()
+        what = "the built-in sampler" if target.children is not None else s.name
+        progress = Progress(f"{what} ({escape(' '.join(command))[:60]})", target.counter()).start()
+        end, cpu = _wait(target.launch, progress, guard)
+        target.waited(end, cpu, guard.forwarded)
+        p = s.finish()
+    finally:
+        if progress is not None:
+            progress.stop()
+        s.close()
+    status = launch.exit_status(target.rc)
     guard.running = None    # from here a signal stops record: the profile is being written
     for w in (p.meta.warnings if not p.sample_count else ()):   # why the profile is empty
         print(f"profmagic: {escape(' '.join(str(w).split()))}", file=sys.stderr)
@@ -521,166 +488,6 @@ def _wait(launch, progress, guard: _Guard) -> tuple[float, float | None]:
         progress.stop()
     used = None if cpu is None or launch.cpu_at_go is None else max(0.0, cpu - launch.cpu_at_go)
     return end, used
-
-
-def _run_sampler(mod, args, command, mode, guard):
-    """The built-in sampler inside the command (and every Python it starts), from its first moment."""
-    from .childsampler import Children
-    from .launch import Launch, exit_status
-    from .tempdirs import TempDir
-    children = Children(args.rate)
-    launch = Launch(command, own_group=not _terminal_delivers_sigint())
-    tmp = progress = None
-    try:
-        tmp = TempDir("profmagic-record-")
-        children.start()
-        launch.start(tmp.path)
-        go = launch.go()
-        progress = Progress(f"the built-in sampler ({escape(' '.join(command))[:60]})",
-                            children.samples_so_far).start()
-        end, cpu = _wait(launch, progress, guard)
-        records = children.stop()
-        t0 = children.t0
-    finally:
-        if progress is not None:
-            progress.stop()
-        children.close()
-        rc = launch.close()
-        if tmp is not None:
-            tmp.close()
-    try:
-        p = _children_profile(records, t0)
-        if mode != "both" and mode in p.metrics:
-            p = p.replace(metric=mode)
-    except (CliError, ProfileFormatError) as e:
-        p = _empty(mode, str(e))
-    return _finish(p, mod, command, launch.pid, rc, go, end, guard.forwarded, mode, args.rate, cpu), exit_status(rc)
-
-
-def _children_profile(records: dict, t0: float):
-    """The command's processes (each that sampled itself) as one profile, one process label each."""
-    from . import multi
-    from .formats import children
-    if not records:
-        raise CliError("the command wrote no samples: it ended before Python started, or its Python ignores "
-                       "PYTHONPATH (-I, -E, -S); use -b py-spy")
-    parts, labels = [], []
-    for (cpid, image), data in sorted(records.items()):
-        c = children.read(data, source=f"process {cpid}" + (f" (exec {image})" if image else ""), t0=t0)
-        lab = multi.process_label(cpid, multi.child_name(c))
-        if lab in labels:   # the same pid and command line before and after an exec
-            lab += f" · exec {image}"
-        parts.append(c)
-        labels.append(lab)
-    if len(parts) == 1:
-        return parts[0]
-    for k, (c, lab) in enumerate(zip(parts, labels)):
-        parts[k] = multi.with_process(c, lab, {"pid": c.meta.get("pid"), "ppid": c.meta.get("ppid"),
-                                               "argv": c.meta.get("argv"), "backend": "childsampler"})
-    return multi.concat(parts, key="process", labels=labels)
-
-
-def _empty(mode: str, why: str):
-    """A profile with no samples that says why (its ``warnings``)."""
-    from .model import StackBuilder
-    metric = "cpu" if mode == "cpu" else "wall"
-    return StackBuilder().build(metric=metric, meta={"format": "profmagic-record", "warnings": (why,)},
-                                metrics=["wall", "cpu"] if mode == "both" else [metric])
-
-
-def _nothing_recorded(mod, mode: str, error: Exception, cpu: float | None) -> str:
-    """Why a recording of a command that ran holds no samples, in one line."""
-    ran = f"the command ran {cpu:.2f} s on CPU" if cpu is not None else "the command ran"
-    if mod.NAME == "perf" and "no perf script samples" in str(error):
-        return (f"{ran}: perf saw no samples"
-                + (" (its cpu-clock counts on-CPU time only: --mode wall records the waiting too)"
-                   if mode == "cpu" else ""))
-    return f"{ran}, and {mod.NAME} recorded nothing: {' '.join(str(error).split())}"
-
-
-def _run_attached(mod, args, command, exe, python, mode, timing, guard):
-    """An out-of-process profiler attached to the command before it runs its first line."""
-    from . import backends
-    from .launch import Launch, exit_status, imports_site
-    from .session import make_options
-    from .tempdirs import TempDir
-    gated = python and imports_site(command, exe)
-    launch = Launch(command, gate=gated, stop_first=not python, own_group=not _terminal_delivers_sigint())
-    tmp = rec = progress = None
-    note = None
-    try:
-        tmp = TempDir("profmagic-record-")
-        log = launch.thread_log = tmp.file("threads.jsonl") if gated else None
-        hook = tmp.file("hook")
-        os.mkdir(hook)
-        try:
-            launch.start(hook)
-        except TimeoutError as e:
-            raise CliError(str(e)) from None
-        if not launch.waiting and launch.proc.poll() is not None:
-            rc = launch.close()
-            raise CliError(f"the command ended (exit {rc}) before {mod.NAME} could record it")
-        if python and not gated:
-            note = ("the command's Python imports no sitecustomize (-I, -E or -S), so it could not wait: the "
-                    "recorder attached after it started, and its first moments are missing")
-        opts = make_options(rate=args.rate, mode=mode, native=args.native, pid=launch.pid, all_threads=True,
-                            timing=timing, thread_log=log)
-        opts.thread_native_id = launch.pid
-        opts.extra["wait_exec"] = launch.stop_first   # eu-stack: no snapshot while the launcher execs
-        rec = backends.recorder(mod, opts)
-        rec.start()
-        go = launch.go()
-        if hasattr(rec, "bounds"):
-            rec.bounds(start=go)
-        progress = Progress(f"{mod.NAME} ({escape(' '.join(command))[:60]})", _live_count(rec)).start()
-        end, cpu = _wait(launch, progress, guard)
-        if hasattr(rec, "bounds"):
-            rec.bounds(end=end)
-        try:
-            p = mod.read(rec.stop(), opts)
-        except (ProfilerError, ProfileFormatError) as e:   # the command ran: a profile that says why
-            p = _empty(mode, _nothing_recorded(mod, mode, e, cpu))
-    finally:
-        if progress is not None:
-            progress.stop()
-        if rec is not None:
-            rec.close()
-        rc = launch.close()
-        if tmp is not None:
-            tmp.close()
-    p = _finish(p, mod, command, launch.pid, rc, go, end, guard.forwarded, mode, args.rate, cpu)
-    return (p.with_meta(partial="; ".join(x for x in (note, p.meta.get("partial")) if x)) if note else p), \
-        exit_status(rc)
-
-
-def _live_count(rec):
-    """Samples so far, for recorders that stream them (``live()``); else None."""
-    live = getattr(rec, "live", None)
-    if not callable(live):
-        return None
-
-    def count():
-        got = live()
-        return None if got is None else int(sum(row[2] for row in got[0][2]))
-    return count
-
-
-def _finish(p, mod, command, pid, rc, go, end, signals, mode, rate, cpu=None):
-    """The pipeline's common processors, and what the recording was."""
-    from . import transforms
-    if p.sample_count:
-        cell = transforms.Cell(tid=pid, thread_name="MainThread", mode=mode, unmeasured=dict(mod.CAPS.unmeasured))
-        p = transforms.clocks(transforms.hide_profmagic(p, cell), cell)
-    from .launch import exit_status
-    meta = dict(backend=mod.NAME, command=list(command), pid=pid, exit_status=exit_status(rc), duration=end - go,
-                mode=mode, requested_rate=float(rate), rate=p.meta.get("rate") or float(rate))
-    if cpu is not None:
-        meta["command_cpu"] = cpu
-    if rc is not None and rc < 0:
-        meta["ended_by"] = signal.Signals(-rc).name
-    if signals:
-        meta["partial"] = f"interrupted after {end - go:.2f} s (the signal went to the command, which then ended)"
-    return p.with_meta(**meta)
 
 
 def _output(path: str) -> str:

@@ -5,6 +5,7 @@ None of them mutates its input; each returns a new Profile whose meta records wh
 """
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import re
@@ -657,6 +658,7 @@ class Cell:
     wall: float = 0.0                         # measured around the code: seconds of wall time,
     cpu: float = 0.0                          # of the thread's CPU time,
     run_delay: float | None = None            # and of waiting for a core (None: unknown)
+    hidden: tuple = ()                        # folders of profmagic's start-up hooks in a command (record)
 
 
 def cell_thread(p: Profile, cell: Cell) -> str:
@@ -746,24 +748,70 @@ _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _OWN_EXEMPT = (os.path.join(_PACKAGE, "casestudy") + os.sep,)
 
 
+_IMPORTS = ("<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>")
+
+
 def hide_profmagic(p: Profile, cell: Cell) -> Profile:
     """profmagic's own threads leave, and its frames below the user's code (a recording inside a
-    recording, or ``session.run(fn)`` calling back into the user's ``fn``) fold into their caller."""
+    recording, or ``session.run(fn)`` calling back into the user's ``fn``) fold into their caller.
+
+    A command's start-up hook (``cell.hidden``: record's sitecustomize, the children's) is trimmed
+    with the import frames that ran it: a sample of the hook alone (waiting for the recorder, putting
+    the command's path back) is profmagic's, not the command's, and is dropped; one that reaches the
+    process's own sitecustomize keeps it, under the frame that imported the hook."""
     own = {lab for lab, tid in zip(p.threads, p.thread_table["tid"]) if tid is not pd.NA and int(tid) in cell.own}
     if own:
         p = keep_threads(p, [t for t in p.threads if t not in own])
     files = p.frames["file"].astype(str)
-    ours = set(p.frames.index[[f.startswith(_PACKAGE) and not f.startswith(_OWN_EXEMPT) for f in files]].tolist())
+    hooks = tuple(cell.hidden)
+    hook = set(p.frames.index[[bool(hooks) and f.startswith(hooks) for f in files]].tolist())
+    ours = hook | set(p.frames.index[[f.startswith(_PACKAGE) and not f.startswith(_OWN_EXEMPT)
+                                      for f in files]].tolist())
     if not ours:
         return p
+    imports = set(p.frames.index[files.isin(_IMPORTS).to_numpy()].tolist()) if hook else set()
     new, changed = [], False
-    for s in p.stacks["stack"]:
+    keep = np.ones(len(p.stacks), dtype=bool)
+    for i, orig in enumerate(p.stacks["stack"]):
+        s = orig
+        h = next((j for j, f in enumerate(s) if f in hook), None) if hook else None
+        if h is not None:
+            above = next((j for j in range(h + 1, len(s)) if s[j] not in ours and s[j] not in imports), None)
+            if above is None:
+                keep[i] = False
+                new.append(s)
+                continue
+            below = h
+            while below > 0 and s[below - 1] in imports:
+                below -= 1
+            s = s[:below] + s[above:]
         kept = s[:1] + tuple(f for f in s[1:] if f not in ours) if s and s[0] not in ours else s
         new.append(kept)
-        changed |= kept != s
-    if not changed:
+        changed |= kept != orig
+    if not changed and keep.all():
         return p
-    return regroup(p, p.thread_ids(), new, np.ones(len(new), dtype=bool), {"profmagic_frames": "folded into their caller"})
+    note = {"profmagic_frames": "folded into their caller"}
+    if not keep.all():
+        note["hook_samples_dropped"] = int(p.stacks["samples"].to_numpy()[~keep].sum())
+    p = regroup(p, p.thread_ids(), new, keep, note)
+    return _without_frames(p, ours | imports) if hook else p
+
+
+def _without_frames(p: Profile, drop: set) -> Profile:
+    """``p`` without those frames of ``drop`` that no stack uses any more (a command's profile names
+    no file of its start-up hook); frame ids renumbered 0..n-1."""
+    used = set(itertools.chain.from_iterable(p.stacks["stack"]))
+    gone = {f for f in drop if f not in used}
+    if not gone:
+        return p
+    fr = p.frames
+    kept = [f for f in fr.index.tolist() if f not in gone]
+    new_id = {f: i for i, f in enumerate(kept)}
+    frames = fr.loc[kept].reset_index(drop=True)
+    frames.index.name = "frame"
+    stacks = p.stacks.assign(stack=pd.Series([tuple(new_id[f] for f in s) for s in p.stacks["stack"]],
+                                             dtype=object, index=p.stacks.index))
+    return p.replace(frames=frames, stacks=stacks)
 
 
 def native_to_cell(p: Profile, cell: Cell) -> Profile:
@@ -810,3 +858,6 @@ PROCESSORS: tuple[Callable[[Profile, Cell], Profile], ...] = (only_users_threads
                                                                   attribute_awaits, native_to_cell, to_cell,
                                                                   hide_profmagic, clocks)
 FINAL: tuple[Callable[[Profile, Cell], Profile], ...] = (named_files,)
+# The ones that need a cell run in this process (its thread, its file, its awaits, the kernel's threads):
+# a recording of other processes or of a command (session.PidsTarget, CommandTarget) runs the others.
+CELL_ONLY = frozenset({only_users_threads, live_thread_names, attribute_awaits, native_to_cell, to_cell})

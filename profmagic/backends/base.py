@@ -4,8 +4,8 @@ A backend module (``backends/<tool>.py``) exposes:
 
 - ``NAME``: the ``--backend`` value (``"py-spy"``, ``"sampler"``, ...).
 - ``CAPS``: its ``Capabilities``: which clocks it measures, how its samples are weighted, where
-  it runs, whether it can attach and whether it streams samples. ``session`` and ``attaching``
-  read these; nothing compares backend names.
+  it runs, whether it can attach and whether it streams samples. ``session`` reads these (and
+  ``defaults`` decides the clock and timing from them); nothing compares backend names.
 - ``available() -> (ok: bool, reason: str)``: can it record here? The reason names the cause
   and the fix when it cannot.
 - ``Recorder(options: Options)``: ``start()`` returns only once the profiler is really sampling;
@@ -65,6 +65,44 @@ def default_mode(caps: Capabilities, options: "Options") -> str:
     if len(caps.clocks) >= 2 and not caps.one_clock_per_run and not excluded:
         return "both"
     return "wall" if "wall" in caps.clocks and "wall" not in caps.unmeasured else caps.clocks[0]
+
+
+TARGETS = ("cell", "pids", "command")
+
+
+def defaults(module, target: str, options: "Options", auto: bool = False) -> tuple[str | None, str | None]:
+    """(mode, timing) for a recording of ``target``, where ``options`` asks for none: the one place
+    they are decided, from the backend's capabilities. A backend with no clock (memray): (None, None).
+
+    - "cell" (code in this process): both clocks where one run measures both (``default_mode``); the
+      timing is left to the backend (py-spy: timed above its TIMED_ABOVE Hz, else calibrated to the
+      cell's measured clocks).
+    - "pids" (running processes): wall time (py-spy's ``--idle``), or the backend's own default
+      (perf: cpu-clock).
+    - "command" (``record -- cmd``): as a cell without --gil; perf chosen by auto records both where
+      its scheduler tracepoints are allowed (``offcpu_available()``: a command that sleeps has wall
+      time to show).
+
+    Without a cell to calibrate to, processes and commands are timed (each sample weighs the time to
+    the next), or calibrated (1/rate a sample) when the clock is cpu."""
+    if target not in TARGETS:
+        raise ValueError(f"unknown target {target!r}; one of {', '.join(TARGETS)}")
+    caps = module.CAPS
+    asked = options.extra.get("timing")
+    if not caps.clocks:   # memory, not time: there is no clock to choose
+        return None, asked
+    mode = options.mode
+    if mode is None:
+        if target == "pids":
+            mode = caps.default or "wall"
+        elif target == "command":
+            both = getattr(module, "offcpu_available", None)
+            mode = "both" if auto and both is not None and both()[0] else default_mode(caps, Options(gil=False))
+        else:
+            mode = default_mode(caps, options)
+    if target == "cell":
+        return mode, asked
+    return mode, asked or ("calibrated" if mode == "cpu" else "timed")
 
 
 @dataclass
