@@ -35,7 +35,7 @@ PYTEST := $(PY) -m pytest -q -rs --durations=30
 test: setup
 	@mkdir -p build && rm -f build/test-parallel.json build/test-timed.json
 	@t0=$$(date +%s); \
-	PROFMAGIC_TEST_COUNTS=$(CURDIR)/build/test-parallel.json $(PYTEST) -m "not timed" -n 2 --dist loadfile $(TESTS); \
+	PROFMAGIC_TEST_COUNTS=$(CURDIR)/build/test-parallel.json $(PYTEST) -m "not timed" -n 2 --dist loadfile --no-loadscope-reorder $(TESTS); \
 	p=$$?; t1=$$(date +%s); \
 	PROFMAGIC_TEST_COUNTS=$(CURDIR)/build/test-timed.json $(PYTEST) -m timed $(TESTS); \
 	t=$$?; t2=$$(date +%s); \

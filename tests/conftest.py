@@ -40,6 +40,19 @@ def pytest_configure(config):
 SAME_WORKER = {"tests/test_wheel.py": "in-tree-build", "tests/test_binder.py": "in-tree-build"}
 
 
+# The longest files (minutes each in `make test`'s parallel phase) start first, so that none of them is
+# left running alone at the end.
+SLOW_FIRST = ("tests/test_binder.py", "tests/test_wheel.py", "tests/test_browser.py", "tests/test_browser_memory.py",
+              "tests/test_memray_magic.py", "tests/test_long_session.py", "tests/test_fuzz_readers.py",
+              "tests/test_speedscope_app.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    if hasattr(config, "workerinput"):   # an xdist worker: the scheduler hands out files in this order
+        rank = {path: i for i, path in enumerate(SLOW_FIRST)}
+        items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(SLOW_FIRST)))
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """--dist loadfile, except that the files of SAME_WORKER share one work unit."""

@@ -15,7 +15,7 @@ import pytest
 import browser as B
 import workloads
 
-pytestmark = [pytest.mark.browser, pytest.mark.timeout(400),
+pytestmark = [pytest.mark.timed, pytest.mark.browser, pytest.mark.timeout(400),
               pytest.mark.requires("chromium", "playwright", "jupyter-lab")]
 
 
