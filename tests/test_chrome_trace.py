@@ -159,6 +159,7 @@ def record_chrometrace(tmp_path):
     return out.read_bytes(), json.loads(truth_f.read_text()), str(script)
 
 
+@pytest.mark.timed
 def test_real_py_spy_chrometrace(tmp_path):
     """py-spy's timed format, read with each sample weighing the time to the next one on its thread:
     the main thread's seconds match its measured wall time without calibration. Bounds: over 20 runs on
