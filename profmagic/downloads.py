@@ -1,33 +1,46 @@
-"""The files a report offers for download: the profile as speedscope, gecko (Firefox Profiler) and
-Chrome trace (Perfetto) JSON, and the profiler's raw capture, each as a data URI (no server).
-A file larger than MAX_DATA_URI is not inlined: the page says how to write it instead."""
+"""The files a profile offers for download, the same in the notebook report and on the ``profmagic
+view`` page: the profile as speedscope, gecko (Firefox Profiler) and Chrome trace (Perfetto) JSON,
+and the profiler's raw capture. Names, suffixes and MIME types come from the formats' descriptors.
+
+Each file is a ``data:`` URI of up to ``MAX_DATA_URI`` bytes (no server: a saved notebook, its
+nbconvert HTML and the view page keep it). A larger one is written into ``beside`` (the notebook's
+folder) once, under a name made from its content, and the link names it; with no ``beside`` the
+link says how to make the file instead. A profile of more than ``MAX_EXPORT`` frames (seconds to
+write) is exported only when asked (``export_large``)."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import html
+import os
 import re
+import shutil
 from dataclasses import dataclass
+
+import numpy as np
 
 from .model import Profile
 
-MAX_DATA_URI = 20 * 1024 * 1024
+MAX_DATA_URI = 10 * 1024 * 1024   # bytes per file; docs/report.md
+MAX_EXPORT = 1_000_000             # frames: a larger profile's exports are built only when asked
+WRITERS = ("speedscope", "gecko", "chrome_trace")   # the exports offered, in this order
 _SURROGATE = re.compile("[\ud800-\udfff]")
-# (format module, file suffix, what it opens in)
-WRITERS = (("speedscope", ".speedscope.json", "speedscope (speedscope.app)"),
-           ("gecko", ".gecko.json", "gecko (Firefox Profiler, profiler.firefox.com)"),
-           ("chrome_trace", ".trace.json", "Chrome trace (Perfetto, ui.perfetto.dev; chrome://tracing)"))
-RAW_EXT = {"speedscope": ".speedscope.json", "folded": ".folded", "pstats": ".pstats", "perf_script": ".perf.txt",
-           "pyinstrument": ".pyisession", "eu_stack": ".eu-stack.txt", "stap": ".stap.txt", "memray": ".bin",
-           "chrome_trace": ".trace.json", "gecko": ".gecko.json", "profmagic-container": ".zip",
-           "profmagic-children": ".jsonl"}
 
 
-@dataclass
+@dataclass(frozen=True)
 class Download:
+    kind: str                # a format's NAME, or "raw"
     label: str
     filename: str
-    data: bytes | None       # None: not inlined (see note)
-    note: str = ""
+    mime: str = "application/octet-stream"
+    data: bytes | None = None
+    path: str | None = None  # a raw capture kept on disk
+    note: str = ""           # why there is no file, when data and path are None
+    opens: str = ""
+
+    @property
+    def size(self) -> int:
+        return len(self.data) if self.data is not None else os.path.getsize(self.path) if self.path else 0
 
 
 def stem(profile: Profile) -> str:
@@ -36,54 +49,109 @@ def stem(profile: Profile) -> str:
     return f"profmagic-{keep[:40]}"
 
 
-def files(profile: Profile) -> list[Download]:
-    """Every download of ``profile``: the three writers' files, then the raw capture."""
+def frame_count(profile: Profile) -> int:
+    """The frames of all stacks (what a writer's time grows with)."""
+    stacks = profile.stacks["stack"].to_numpy()
+    return int(np.fromiter(map(len, stacks), dtype=np.int64, count=len(stacks)).sum())
+
+
+def large_export(profile: Profile) -> bool:
+    """True when the profile's exports are built only when asked (over ``MAX_EXPORT`` frames)."""
+    return frame_count(profile) > MAX_EXPORT
+
+
+def files(profile: Profile, export_large: bool = False) -> list[Download]:
+    """Every download of ``profile``: the writers' files (``WRITERS``), then the raw capture."""
     from . import formats
-    out = []
     base = stem(profile)
-    for fmt, suffix, label in WRITERS:
-        try:
-            data = formats.get(fmt).write(profile)
-        except Exception as e:  # noqa: BLE001 - one writer failing must not hide the others
-            out.append(Download(label, base + suffix, None, f"could not be written ({type(e).__name__}: {e})"))
+    out = []
+    frames = frame_count(profile)
+    for name in WRITERS:
+        fmt = formats.descriptor(name)
+        filename = base + fmt.suffixes[0]
+        if frames > MAX_EXPORT and not export_large:
+            out.append(Download(name, fmt.label, filename, fmt.mime, note=(
+                f"not built for this display ({frames:,} frames would take seconds); the live "
+                f"report's Raw tab builds it, or profmagic.save(p, 'profile{fmt.suffixes[0]}')")))
             continue
-        if len(data) > MAX_DATA_URI:
-            out.append(Download(label, base + suffix, None, f"{len(data):,} bytes, too large to inline: "
-                                f"profmagic convert FILE {base + suffix}"))
-        else:
-            out.append(Download(label, base + suffix, data))
+        try:
+            data = fmt.writer(profile)
+        except Exception as e:  # noqa: BLE001 - one writer failing must not hide the others
+            out.append(Download(name, fmt.label, filename, fmt.mime,
+                                note=f"could not be written ({type(e).__name__}: {e})"))
+            continue
+        out.append(Download(name, fmt.label, filename, fmt.mime, data=data, opens=fmt.opens))
+    out.append(_raw(profile, base))
+    return out
+
+
+def _raw(profile: Profile, base: str) -> Download:
+    from . import formats
     raw = profile.raw
     if raw is None:
-        out.append(Download("raw capture", "", None, "none kept (this profile was built in memory)"))
-    else:
-        name = raw.filename or base + ".raw" + RAW_EXT.get(raw.format, "." + str(raw.format))
-        label = f"raw capture ({raw.format})"
-        if raw.data is not None and raw.size <= MAX_DATA_URI:
-            out.append(Download(label, name, raw.data))
-        elif raw.path:
-            out.append(Download(label, name, None, f"{raw.size:,} bytes, on disk at {raw.path}"))
-        else:
-            out.append(Download(label, name, None, f"{raw.size:,} bytes, too large to inline: "
-                                "open(path, 'wb').write(p.raw.read())"))
-    return out
+        return Download("raw", "raw capture", "", note="none kept (this profile was built in memory)")
+    fmt = formats.descriptor(raw.format)
+    name = raw.filename or base + ".raw" + (fmt.raw_suffix if fmt else "." + str(raw.format))
+    label = f"raw capture ({raw.format})"
+    mime = fmt.mime if fmt else "application/octet-stream"
+    if raw.data is not None:
+        return Download("raw", label, name, mime, data=raw.data)
+    if raw.path and os.path.exists(raw.path):
+        return Download("raw", label, name, mime, path=raw.path)
+    return Download("raw", label, name, mime, note=f"its file {raw.path} is gone")
 
 
 def data_uri(data: bytes, mime: str = "application/octet-stream") -> str:
     return f"data:{mime};base64," + base64.b64encode(data).decode("ascii")
 
 
-def links_html(profile: Profile) -> str:
-    """One line per download: an <a download> link, or what stands in for it."""
-    rows = []
-    for d in files(profile):
-        e = html.escape
+def _beside(d: Download, directory: str) -> str:
+    """Write ``d`` (or copy its file) into ``directory`` as its name with a content hash, once; the name."""
+    digest = hashlib.sha256(d.data if d.data is not None else d.path.encode()).hexdigest()[:10]
+    head, dot, ext = d.filename.partition(".")
+    out = f"{head}-{digest}{dot}{ext}"
+    target = os.path.join(directory, out)
+    if not os.path.exists(target):
         if d.data is not None:
-            mime = "application/json" if d.filename.endswith(".json") else "application/octet-stream"
-            rows.append(f"<a class='profmagic-download' download='{e(d.filename, quote=True)}' "
-                        f"href='{data_uri(d.data, mime)}'>⬇ {e(d.label)}</a> "
-                        f"<span style='color:#666'>{e(d.filename)}, {len(d.data):,} bytes</span>")
+            with open(target, "wb") as f:
+                f.write(d.data)
         else:
-            rows.append(f"{e(d.label)}: {e(d.note)}")
+            shutil.copyfile(d.path, target)
+    return out
+
+
+def link_html(d: Download, beside: str | None = None) -> str:
+    """One download: an <a download> link with its size, or what stands in for it."""
+    e = html.escape
+    cls = "profmagic-" + ("raw" if d.kind == "raw" else d.kind.replace("_", "-"))
+    opens = f" — {e(d.opens)}" if d.opens else ""
+    if d.data is None and d.path is None:
+        return f"{e(d.label)}: {e(d.note)}"
+    size = d.size
+    if size <= MAX_DATA_URI:
+        data = d.data
+        if data is None:
+            with open(d.path, "rb") as f:
+                data = f.read()
+        return (f"<a class='{cls}' download='{e(d.filename)}' href='{data_uri(data, d.mime)}'>"
+                f"⬇ {e(d.label)}</a> <span style='color:#666'>{e(d.filename)}, {size:,} bytes</span>{opens}")
+    too_large = f"larger than {MAX_DATA_URI // 2 ** 20} MB"
+    if beside is None:
+        how = f"on disk at {e(d.path)}" if d.path else (
+            f"profmagic convert FILE {e(d.filename)}" if d.kind != "raw" else "open(path, 'wb').write(p.raw.read())")
+        return f"{e(d.label)}: {size:,} bytes, {too_large} to inline: {how}"
+    try:
+        written = _beside(d, beside)
+    except OSError as err:
+        return f"{e(d.label)} ({size:,} bytes) is too large for a link and could not be written: {e(str(err))}"
+    return (f"<a class='{cls}' download='{e(written)}' href='{e(written)}'>⬇ {e(d.label)}</a> "
+            f"<span style='color:#666'>{size:,} bytes</span>: {too_large}, so written next to the notebook "
+            f"as <code>{e(written)}</code>{opens}")
+
+
+def links_html(profile: Profile, beside: str | None = None, export_large: bool = False) -> str:
+    """Every download of ``profile``, one line each (see the module docstring for ``beside``)."""
+    rows = [link_html(d, beside) for d in files(profile, export_large)]
     return encodable("<div class='profmagic-downloads' style='font:13px sans-serif;line-height:1.8'>"
                      + "<br>".join(rows) + "</div>")
 

@@ -1,5 +1,5 @@
 """A profile as one self-contained HTML page (``profmagic view``): the static report (header, SVG
-icicle, function table; no script, no network) and its downloads inlined."""
+icicle, function table; no script, no network) with the notebook report's downloads inlined."""
 from __future__ import annotations
 
 import html
@@ -11,6 +11,9 @@ def standalone(profile: Profile, title: str | None = None) -> str:
     """The page, as text that encodes to UTF-8 (names are kept; lone surrogates shown as escapes)."""
     from . import downloads, report
     from .downloads import encodable
+    # The notebook report's downloads; a file too large for a link says how to make it (the page
+    # writes no file beside itself).
+    links = downloads.links_html(profile, beside=None, export_large=True)
     title = title or f"profmagic · {profile.describe()}"
     return encodable("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
             f"<title>{html.escape(title)}</title>"
@@ -19,10 +22,8 @@ def standalone(profile: Profile, title: str | None = None) -> str:
             "table.profmagic-functions{border-collapse:collapse;font-size:12px}"
             "table.profmagic-functions td,table.profmagic-functions th{padding:2px 8px;text-align:left}"
             "</style></head><body>\n"
-            + report.static_html(profile)
+            + report.static_html(profile, downloads=links)
             + facts_html(profile)
-            + "\n<h3 style='font:bold 14px sans-serif;margin:18px 0 4px'>Downloads</h3>\n"
-            + downloads.links_html(profile)
             + "\n</body></html>\n")
 
 

@@ -68,7 +68,7 @@ def test_downloads_are_data_uris():
 
 
 def test_raw_on_disk_is_a_link_and_a_large_one_is_written_next_to_the_notebook(tmp_path, monkeypatch):
-    from profmagic.views import header
+    from profmagic import downloads
     path = tmp_path / "perf.data"
     path.write_bytes(b"\1" * 1000)
     p = profile(raw=Raw(None, "perf", path=str(path)))
@@ -76,7 +76,7 @@ def test_raw_on_disk_is_a_link_and_a_large_one_is_written_next_to_the_notebook(t
     notebook_dir = tmp_path / "nb"
     notebook_dir.mkdir()
     monkeypatch.chdir(notebook_dir)               # a kernel's working directory is its notebook's
-    monkeypatch.setattr(header, "MAX_DATA_URI", 999)
+    monkeypatch.setattr(downloads, "MAX_DATA_URI", 999)
     h = report.downloads_html(p)
     written = re.findall(r"class='profmagic-raw' download='([^']+)' href='\1'", h)
     assert len(written) == 1 and "1,000 bytes" in h and "written next to the notebook" in h

@@ -75,10 +75,11 @@ def _section(title: str, build) -> str:
     return f"<div style='font:12px sans-serif;margin:8px 0 2px'><b>{escape(title)}</b></div>" + body
 
 
-def static_html(profile: Profile, uid: str = "") -> str:
+def static_html(profile: Profile, uid: str = "", downloads: str | None = None) -> str:
     """Self-contained HTML, no script and no network: header, SVG icicle, the cell's source with
-    its time per line, processes side by side, the function table and the downloads. A live
-    widget with the same ``uid`` hides it (see ``Report``)."""
+    its time per line, processes side by side, the function table and the downloads (``downloads``:
+    their HTML; default the notebook's, ``downloads_html``). A live widget with the same ``uid``
+    hides it (see ``Report``)."""
     from ..views import icicle, ranks, source, tasks
     metric = profile.metric
     multi_process = len(multi.processes(profile)) > 1
@@ -96,7 +97,7 @@ def static_html(profile: Profile, uid: str = "") -> str:
             # not a section: if the function table fails, the whole display falls back (display.fallback)
             + f"<div style='font:12px sans-serif;margin:8px 0 2px'><b>Top {TOP_FUNCTIONS} functions by self "
               f"time</b></div>" + functions_html(profile, metric)
-            + _section("Downloads", lambda: downloads_html(profile))
+            + _section("Downloads", lambda: downloads_html(profile) if downloads is None else downloads)
             + "</div>")
 
 

@@ -10,7 +10,7 @@ import weakref
 
 from .. import multi
 from ..model import Profile
-from ..views.header import large_export
+from ..downloads import large_export
 from ..views.mime import figure_output, html_output, widget as output_widget
 from .clickbridge import ClickBridge
 from .static import downloads_html, escape, header_html, table_html
@@ -286,7 +286,7 @@ class Report:
         links = self.W.HTML(header_html(self.p) + downloads_html(self.p))
         if not large_export(self.p):
             return [links]
-        make = self.W.Button(description="write the speedscope JSON next to the notebook",
+        make = self.W.Button(description="build the speedscope, gecko and Chrome trace files",
                              layout=self.W.Layout(width="380px"))
         make.on_click(lambda _: setattr(links, "value", header_html(self.p) + downloads_html(self.p, export_large=True)))
         return [links, make]
