@@ -62,6 +62,31 @@ def stopped_loading(e: KeyboardInterrupt) -> KeyboardInterrupt:
 
 
 @contextmanager
+def redelivered():
+    """A Ctrl-C that Python swallows is delivered again. The interrupt is raised in whatever code runs
+    when it arrives; in a weakref callback or a ``__del__`` (a WeakSet's ``_remove``, seen with
+    memray) Python prints "Exception ignored in …" and drops it, and the cell ran on. Here such a
+    KeyboardInterrupt is signalled to the main thread once more, from a new thread once this hook has
+    returned (signalled from the hook, it was raised inside the hook and dropped again)."""
+    import _thread
+    import sys
+    previous = sys.unraisablehook
+
+    def hook(unraisable):
+        if issubclass(unraisable.exc_type, KeyboardInterrupt):
+            _thread.start_new_thread(_thread.interrupt_main, ())
+        else:
+            previous(unraisable)
+
+    sys.unraisablehook = hook
+    try:
+        yield
+    finally:
+        if sys.unraisablehook is hook:
+            sys.unraisablehook = previous
+
+
+@contextmanager
 def deferred():
     """SIGINT held while the block runs, then raised as KeyboardInterrupt. Only in the main thread
     with Python's own handler in place (signals reach the main thread only); elsewhere a no-op."""

@@ -125,7 +125,8 @@ class ProfileMagics(Magics):
     def profile(self, line: str = "", cell: str | None = None):
         """Profile a cell (``%%profile``) or a statement (``%profile f()``); returns the Profile."""
         try:
-            return self._profile(line, cell)
+            with interrupts.redelivered():
+                return self._profile(line, cell)
         except KeyboardInterrupt as e:   # at any step: one line naming it (none for the cell's own), then raised
             text = interrupts.message(interrupts.note(e, "preparing the cell", interrupts.NOTHING))
             if text:
