@@ -38,7 +38,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from .. import procfs, threads
+from .. import interrupts, procfs, threads
 from ..errors import ProfilerError
 from ..model import Profile, Raw
 from ..transforms import Cell, calibrate, cell_thread
@@ -198,8 +198,9 @@ class Recorder:
         self.tmp = TempDir()
         self.output = self.tmp.file("py-spy.trace.json" if self.timed else "py-spy.speedscope.json")
         self.spawned_at = time.monotonic()
-        self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, **OWN_GROUP)
+        with interrupts.deferred():   # a Ctrl-C between Popen and the assignment would orphan py-spy
+            self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, **OWN_GROUP)
         allow_tracer(self.proc.pid)
         self._wait_ready()
 
@@ -259,15 +260,15 @@ class Recorder:
         if proc is None:
             raise ProfilerError("py-spy was not started")
         stop_at = time.monotonic()
-        if self.watch is not None:
-            self._threads_at_stop()
-        # py-spy installs its SIGINT handler just after saying it samples; a SIGINT before that kills
-        # it without a file. Give it that moment (only a cell shorter than MIN_RUN waits).
-        wait = self.ready_at + MIN_RUN - time.monotonic()
-        if wait > 0:
-            time.sleep(wait)
-        proc.send_signal(signal.SIGINT)
-        try:
+        try:   # whatever interrupts this (Ctrl-C in the wait below), py-spy is reaped
+            if self.watch is not None:
+                self._threads_at_stop()
+            # py-spy installs its SIGINT handler just after saying it samples; a SIGINT before that kills
+            # it without a file. Give it that moment (only a cell shorter than MIN_RUN waits).
+            wait = self.ready_at + MIN_RUN - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            proc.send_signal(signal.SIGINT)
             out, err = proc.communicate(timeout=30)
         except subprocess.TimeoutExpired:
             reap(proc, signal.SIGKILL)
