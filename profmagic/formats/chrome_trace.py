@@ -25,6 +25,7 @@ import heapq
 import json
 import math
 import re
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -96,12 +97,14 @@ def _ident(v) -> bool:
     return type(v) in _ID
 
 
-class _Reader:
-    """The builder, and frames interned by what the events say about them."""
+class _Frames:
+    """Frames interned by what the events say about them: ``keys[i]`` is frame i's (name, file, line,
+    kind), as ``StackBuilder.frame`` takes it, each once."""
 
     def __init__(self):
-        self.b = StackBuilder()
-        self.frame_ids: dict[tuple, int] = {}
+        self.keys: list[tuple] = []
+        self._of_event: dict[tuple, int] = {}
+        self._of_key: dict[tuple, int] = {}
 
     def frame(self, name: str, args) -> int:
         file = line = kind = None
@@ -114,11 +117,34 @@ class _Reader:
             m = _VIZTRACER.match(name)
             if m:
                 name, file, line = m.group(1), m.group(2), int(m.group(3))
-        key = (name, file, line, kind)
-        fid = self.frame_ids.get(key)
-        if fid is None:
-            fid = self.frame_ids[key] = self.b.frame(name, file, line, kind or guess_kind(name, file or ""))
-        return fid
+        said = (name, file, line, kind)
+        i = self._of_event.get(said)
+        if i is None:
+            key = (name, file, line, kind or guess_kind(name, file or ""))
+            i = self._of_key.get(key)
+            if i is None:
+                i = self._of_key[key] = len(self.keys)
+                self.keys.append(key)
+            self._of_event[said] = i
+        return i
+
+
+@dataclass
+class _Trace:
+    """What ``parse`` reads: plain records, checked, with no Profile yet. Stacks are nodes of ``tree``
+    over indices into ``frames``."""
+    frames: list[tuple]              # (name, file, line, kind) of each frame index
+    tree: StackTree
+    stretches: dict                  # (pid, tid) -> [(start µs, end µs, stack node)], in time order
+    sampled: bool                    # from P events or top-level samples; else from slices
+    thread_names: dict               # (pid, tid) -> name (M events)
+    process_names: dict              # pid -> name
+    counters: dict                   # (pid, tid) -> [(µs, CPU %)] from our C events
+    ignored: dict                    # phase -> count of events not read
+    ext: dict                        # our x-profmagic block (checked)
+    other_data: dict | None
+    unclosed: bool                   # the event array had no closing ']'
+    open_at_end: bool                # a 'B' never ended
 
 
 def _ends_at(marks, k) -> tuple[int, dict]:
@@ -205,6 +231,12 @@ def read(data: bytes, source: str = "<input>", metric: str = "wall", weigh: str 
         raise ValueError(f"metric must be 'wall' or 'cpu', not {metric!r}")
     if weigh not in ("interval", "count"):
         raise ValueError(f"weigh must be 'interval' or 'count', not {weigh!r}")
+    return _build(parse(data, source), data, source, metric, weigh, rate, labels, window, ends)
+
+
+def parse(data: bytes, source: str = "<input>") -> _Trace:
+    """The trace's events as plain records: each thread's stretches of one stack, its names and CPU
+    counters. Every malformed event is a ProfileFormatError naming where it is (``traceEvents[i]``)."""
     doc, unclosed = _load(data, source)
     if isinstance(doc, list):
         events, frames_doc, top_samples, ext, key = doc, {}, [], {}, ""
@@ -219,12 +251,8 @@ def read(data: bytes, source: str = "<input>", metric: str = "wall", weigh: str 
     def where_of(i):
         return f"{key}[{i}]" if key else f"[{i}]"
 
-    r = _Reader()
+    fr = _Frames()
     tree = StackTree(source, len(data))
-    if ext.get("axis") in ("wall", "cpu"):  # written by us: the time axis says what the lengths are
-        metric = ext["axis"]
-    elif ext.get("axis") == "samples":
-        weigh = "count"
     thread_names: dict = {}
     process_names: dict = {}
     marks: dict = {}
@@ -280,7 +308,7 @@ def read(data: bytes, source: str = "<input>", metric: str = "wall", weigh: str 
             continue
         if not isinstance(name, str):
             raise _err(source, where_of(i), f"expected a string 'name' on a '{ph}' event, got {name!r}")
-        fid = r.frame(name, ev.get("args"))
+        fid = fr.frame(name, ev.get("args"))
         if ph == "B":
             marks.setdefault(tkey, []).append((ts, 1, (i,), "B", fid, name, i))
         else:
@@ -310,7 +338,7 @@ def read(data: bytes, source: str = "<input>", metric: str = "wall", weigh: str 
     if psamples:
         if marks:
             ignored["B/E/X (samples present)"] = sum(len(v) for v in marks.values())
-        resolve = _stack_resolver(frames_doc, r, tree, source)
+        resolve = _stack_resolver(frames_doc, fr, tree, source)
         for tkey, lst in psamples.items():
             lst.sort(key=lambda x: x[0])
             ts = np.array([x[0] for x in lst], dtype=np.float64)
@@ -326,6 +354,22 @@ def read(data: bytes, source: str = "<input>", metric: str = "wall", weigh: str 
             stretches[tkey] = got
             open_at_end |= still_open
 
+    other = doc.get("otherData") if isinstance(doc, dict) and isinstance(doc.get("otherData"), dict) else None
+    return _Trace(fr.keys, tree, stretches, bool(psamples), thread_names, process_names, counters, ignored, ext,
+                  other, unclosed, open_at_end)
+
+
+def _build(tr: _Trace, data: bytes, source: str, metric: str, weigh: str, rate, labels, window, ends) -> Profile:
+    """The Profile of a parsed trace: threads labelled, stretches cut to ``window`` and weighed (see ``read``)."""
+    b = StackBuilder()
+    for k in tr.frames:   # in order, each distinct: frame i of the trace is the builder's frame i
+        b.frame(*k)
+    ext, stretches, thread_names, counters, ignored = tr.ext, tr.stretches, tr.thread_names, tr.counters, tr.ignored
+    tree, psamples = tr.tree, tr.sampled
+    if ext.get("axis") in ("wall", "cpu"):  # written by us: the time axis says what the lengths are
+        metric = ext["axis"]
+    elif ext.get("axis") == "samples":
+        weigh = "count"
     # Thread and process labels.
     x_threads = {(t.get("pid"), t.get("tid")): t for t in ext.get("threads") or []
                  if _ident(t.get("pid")) and _ident(t.get("tid"))}
@@ -334,7 +378,7 @@ def read(data: bytes, source: str = "<input>", metric: str = "wall", weigh: str 
     procs = {}
     for pid in pids:
         procs[pid] = process_label(pid if isinstance(pid, int) else None,
-                                   process_names.get(pid) or (str(pid) if not isinstance(pid, int) else "process"))
+                                   tr.process_names.get(pid) or (str(pid) if not isinstance(pid, int) else "process"))
     meta_processes = {procs[p]: {"pid": p} for p in pids if isinstance(p, int)} if multi else None
     pid_pos = {p: i for i, p in enumerate(pids)}
     order = sorted(stretches, key=lambda k: (pid_pos[k[0]], min((s[0] for s in stretches[k]), default=0)))
@@ -366,7 +410,7 @@ def read(data: bytes, source: str = "<input>", metric: str = "wall", weigh: str 
             proc = x.get("process") if isinstance(x.get("process"), str) else procs[pid]
         else:
             proc = x.get("process") if isinstance(x.get("process"), str) else None
-        th = r.b.thread(label, process=proc, pid=pid if isinstance(pid, int) and pid > 0 else None,
+        th = b.thread(label, process=proc, pid=pid if isinstance(pid, int) and pid > 0 else None,
                         tid=known.get("tid", tid if isinstance(tid, int) and 0 <= tid < 2 ** 31 else None),
                         name=known.get("name", thread_names.get(tkey)))
         got = _cut(stretches[tkey], lo, _end_of(ends, tid, hi))
@@ -375,7 +419,7 @@ def read(data: bytes, source: str = "<input>", metric: str = "wall", weigh: str 
         a = np.fromiter((g[0] for g in got), np.float64, len(got))
         z = np.fromiter((g[1] for g in got), np.float64, len(got))
         local: dict = {}
-        sid = np.fromiter((local[st] if st in local else local.setdefault(st, r.b.stack(th, tree.stack(st)))
+        sid = np.fromiter((local[st] if st in local else local.setdefault(st, b.stack(th, tree.stack(st)))
                            if st >= 0 else -1 for _, _, st in got), np.int64, len(got))
         dur = (z - a) * US
         counts = x.get("runs") if isinstance(x.get("runs"), list) and len(x["runs"]) == len(got) else None
@@ -404,7 +448,7 @@ def read(data: bytes, source: str = "<input>", metric: str = "wall", weigh: str 
     tot_n = np.bincount(sids, weights=cat["samples"], minlength=nst)
     tot_w = {m: np.bincount(sids, weights=np.nan_to_num(v), minlength=nst) for m, v in weights.items()}
     for i in range(nst):
-        r.b.add(i, samples=float(tot_n[i]), **{m: float(v[i]) for m, v in tot_w.items()})
+        b.add(i, samples=float(tot_n[i]), **{m: float(v[i]) for m, v in tot_w.items()})
     meta = {"format": NAME, "source": source, "weigh": weigh,
             "timing": "sample intervals" if psamples else _SLICE_NOTE}
     if weigh == "count":
@@ -413,21 +457,21 @@ def read(data: bytes, source: str = "<input>", metric: str = "wall", weigh: str 
         meta["approximate"] = "sample counts estimated as stretch length × rate"
     if ignored:
         meta["ignored_events"] = ignored
-    if unclosed:
+    if tr.unclosed:
         meta["truncated"] = "the event array was not closed (the format allows this)"
-    if open_at_end:
+    if tr.open_at_end:
         meta["open_slices"] = "slices without an end event last until the trace's last timestamp"
-    if isinstance(doc, dict) and isinstance(doc.get("otherData"), dict):
-        meta["other_data"] = doc["otherData"]
+    if tr.other_data is not None:
+        meta["other_data"] = tr.other_data
     layout.carry_meta(meta, ext.get("meta"), NAME, source)
     if meta_processes:
         meta.setdefault("processes", meta_processes)
-    meta["threads"] = list(r.b.threads)
+    meta["threads"] = list(b.threads)
     primary = metric if weigh == "interval" else "samples"
     if ext.get("metric") in ("wall", "cpu", "off_cpu", "samples"):
         primary = ext["metric"]
     unknown = [m for m in ext.get("unknown_metrics") or () if m in ("wall", "cpu")]
-    p = r.b.build(metric=None, meta=meta, raw=Raw(data, NAME), unknown_metrics=unknown)
+    p = b.build(metric=None, meta=meta, raw=Raw(data, NAME), unknown_metrics=unknown)
     order_ = np.argsort(cat["time"], kind="stable")
     samples = pd.DataFrame({"time": cat["time"][order_], "stack": sids[order_],
                             "thread": p.stacks["thread"].to_numpy()[sids[order_]] if len(sids) else
@@ -461,7 +505,7 @@ def _cut(got, lo, hi):
     return out
 
 
-def _stack_resolver(frames_doc: dict, r: _Reader, tree: StackTree, source: str):
+def _stack_resolver(frames_doc: dict, frames: _Frames, tree: StackTree, source: str):
     """sf id -> its stack's node in ``tree`` (-1: none), through the 'parent' chain of stackFrames: each
     frame is walked once, whatever the chain's length."""
     memo: dict = {}
@@ -488,7 +532,7 @@ def _stack_resolver(frames_doc: dict, r: _Reader, tree: StackTree, source: str):
         node = memo[k] if k is not None else -1
         for kk, fr in reversed(chain):
             args = {"filename": fr.get("category")} if isinstance(fr.get("category"), str) else None
-            node = memo[kk] = tree.push(node, r.frame(fr["name"], args), f"stackFrames[{kk!r}]")
+            node = memo[kk] = tree.push(node, frames.frame(fr["name"], args), f"stackFrames[{kk!r}]")
         return memo[key]
     return resolve
 
