@@ -815,7 +815,9 @@ def children_profile(records: dict, t0: float, *, parent: tuple | None = None, c
         labels.append(lab)
         infos.append(info)
     if parent is None and not parts:
-        raise first_error or ProfileFormatError("no process wrote samples", source=what)
+        if first_error is None:
+            raise ValueError("children_profile needs a capture or a parent")
+        raise first_error
     if parent is None and len(parts) == 1:
         return parts[0]
     parts = [multi.with_process(c, lab, info) for c, lab, info in zip(parts, labels, infos)]
