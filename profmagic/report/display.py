@@ -7,6 +7,7 @@ import importlib.util
 import re
 
 from ..model import Profile
+from ..views import readable
 from ..views.mime import PLOTLY_MIME
 from .static import escape, static_html
 from .widget import widget
@@ -65,8 +66,8 @@ def fallback(profile: Profile, error: BaseException) -> dict:
     except Exception as e:  # a profile too broken to describe itself
         text = f"<Profile (repr failed: {type(e).__name__}: {e})>"
     why = f"profmagic: the report could not be built ({type(error).__name__}: {error})"
-    return {"text/plain": f"{text}\n{why}",
-            "text/html": f"<pre>{escape(text)}</pre><pre style='color:#b91c1c'>{escape(why)}</pre>"}
+    return readable.deep({"text/plain": f"{text}\n{why}",
+                          "text/html": f"<pre>{escape(text)}</pre><pre style='color:#b91c1c'>{escape(why)}</pre>"})
 
 
 def show(profile: Profile) -> None:
@@ -80,7 +81,7 @@ def mimebundle(profile: Profile, hold: bool | None = None) -> dict:
     repr and the error, so a broken view never hides the profile. ``hold``: whether the report
     keeps the profile alive (default: unless a variable of the user's namespace holds it)."""
     try:
-        return _mimebundle(profile, hold)
+        return readable.deep(_mimebundle(profile, hold))
     except Exception as e:
         return fallback(profile, e)
 
@@ -92,14 +93,16 @@ def _mimebundle(profile: Profile, hold: bool | None = None) -> dict:
     view whenever widget state was saved (nbclient saves it) and would then draw nothing offline.
     The live widget hides that twin with a style scoped to ``uid``.
     """
+    # Names with lone surrogates show escaped: Jupyter's messages cannot carry them (views/readable.py).
+    shown = readable.profile(profile)
     if not _live_kernel():
-        return {"text/plain": repr(profile), "text/html": static_html(profile)}
+        return {"text/plain": repr(shown), "text/html": static_html(shown)}
     if importlib.util.find_spec("ipywidgets") is None:  # no widgets: the static HTML alone
-        return {"text/plain": repr(profile), "text/html": static_html(profile)}
+        return {"text/plain": repr(shown), "text/html": static_html(shown)}
     import uuid
     from IPython.display import display
     uid = uuid.uuid4().hex[:12]
     # The twin goes out before the widget is built: it is the first view the user can read.
-    display({"text/html": static_html(profile, uid)}, raw=True)
+    display({"text/html": readable.text(static_html(shown, uid))}, raw=True)
     view = widget(profile, uid, hold=not _named(profile) if hold is None else hold)._repr_mimebundle_()
-    return {"text/plain": repr(profile), **{k: v for k, v in (view or {}).items() if k != "text/plain"}}
+    return {"text/plain": repr(shown), **{k: v for k, v in (view or {}).items() if k != "text/plain"}}

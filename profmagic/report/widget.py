@@ -28,7 +28,14 @@ class Report:
 
     def __init__(self, profile: Profile, uid: str = "", hold: bool = True):
         import ipywidgets as W
+        from ..views import readable
         self._held = profile if hold else None
+        # Names with lone surrogates shown escaped (views/readable.py): a copy, kept while the profile lives.
+        shown = readable.profile(profile)
+        self._shown = shown if shown is not profile else None
+        if self._shown is not None and not hold:
+            weakref.finalize(profile, _forget_copy, weakref.ref(self))
+        profile = shown
         self._ref = weakref.ref(profile)
         self.W = W
         self.tab_builders = [("Icicle", self._tab_icicle), ("Sandwich", self._tab_sandwich),
@@ -290,6 +297,13 @@ class Report:
                              layout=self.W.Layout(width="380px"))
         make.on_click(lambda _: setattr(links, "value", header_html(self.p) + downloads_html(self.p, export_large=True)))
         return [links, make]
+
+
+def _forget_copy(report_ref) -> None:
+    """The profile was deleted: its readable copy goes too (``Report(hold=False)``)."""
+    report = report_ref()
+    if report is not None:
+        report._shown = None
 
 
 def _hide_twin(uid: str) -> str:

@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import json
 
+from .readable import json_value, text
+
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 
 
 def bundle(fig, static_html: str | None = None) -> dict:
     """The mime bundle of ``fig``; ``static_html`` is its twin for viewers without plotly
     (nbconvert, GitHub)."""
-    out = {PLOTLY_MIME: json.loads(fig.to_json()), "text/plain": "<plotly figure>"}
+    doc = fig.to_json()
+    out = {PLOTLY_MIME: json_value(doc, json.loads(doc)), "text/plain": "<plotly figure>"}
     if static_html is not None:
-        out["text/html"] = static_html
+        out["text/html"] = text(static_html)
     return out
 
 
