@@ -97,3 +97,19 @@ def test_the_report_under_a_real_kernel(kernel, p, tmp_path):
                      "print(sorted(o[0] for o in r.thread.options))")
     assert rep.status == "ok", rep.error
     assert rep.stdout.strip() == str(sorted(["all threads (merged)", "Main\\ud800Thread"]))
+
+
+def test_a_weakly_held_report_frees_the_copy_with_the_profile(tmp_path):
+    import gc
+    import weakref
+    path = tmp_path / "s.speedscope.json"
+    path.write_text(DOC)
+    p = profmagic.load(path)         # (not the fixture's: pytest holds that one)
+    r = report.Report(p, hold=False)
+    original, copy = weakref.ref(p), r._ref
+    assert copy() is not p           # the readable copy, not the profile
+    del p
+    gc.collect()
+    assert original() is None and copy() is None
+    r.tabs.selected_index = r.TABS.index("Sandwich")
+    assert "deleted from the kernel" in r.panes[r.TABS.index("Sandwich")].children[0].value
