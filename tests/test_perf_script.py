@@ -126,15 +126,17 @@ def test_samples_keep_time_pid_tid_comm_and_period(corpus):
     assert len(s) == p.meta["records"] == 200
     assert s["time"].is_monotonic_increasing and s["time"].notna().all()
     assert {"time", "stack", "thread", "comm", "pid", "tid", "period"} <= set(s.columns)
-    # The per-thread split agrees with FlameGraph's --tid roots.
+    # The split by each sample's comm, pid and tid agrees with FlameGraph's --tid roots.
     tid_roots = {}
     for line in _expected(corpus, "perf-iperf-stacks-pidtid-01", "tid").splitlines():
         stack, n = line.rsplit(" ", 1)
         root = stack.split(";")[0]
         tid_roots[root] = tid_roots.get(root, 0) + int(n)
-    ours = s.groupby("thread")["period"].sum()
-    assert {t.replace(" ", "_"): int(n) for t, n in ours.items()} == tid_roots
-    assert set(p.stacks["thread"]) == set(ours.index)
+    ours = s.groupby(["comm", "pid", "tid"])["period"].sum()
+    assert {f"{c}-{pid}/{tid}".replace(" ", "_"): int(n) for (c, pid, tid), n in ours.items()} == tid_roots
+    # A thread is one row, named by its last comm: 28797 ran "run", then exec'd multilog.
+    assert set(p.stacks["thread"]) == {f"{c}-{pid}/{tid}" for (c, pid, tid) in ours.index} - {"run-28797/28797"}
+    assert list(s.loc[s["tid"] == 28797, "comm"]) == ["run", "multilog"]
     row = s.iloc[0]
     assert row["thread"] == f"{row['comm']}-{row['pid']}/{row['tid']}"
     assert p.duration > 0

@@ -318,8 +318,8 @@ def read(text: str, records: list, b: StackBuilder, data: bytes, source: str, ro
                                  "the time field (perf script -F ...,time)", source=source, offset=0)
     labels: dict[int, str] = {}
     who: dict[int, tuple] = {tid: (facts.get("pid"), comm) for tid, comm in (facts.get("threads") or {}).items()}
-    for r in records:  # a thread's label from its own records (a FORK line is its parent's)
-        labels.setdefault(r.tid, r.thread)
+    for r in records:  # a thread's label from its own records (a FORK line is its parent's), the last:
+        labels[r.tid] = r.thread   # a thread that execs is one thread, named by its comm after the exec
         who[r.tid] = (r.pid, r.comm)
     tl = Timeline(b, facts.get("start", min(times)), facts.get("end", max(times)), labels, facts.get("cpu"))
     for r in records:

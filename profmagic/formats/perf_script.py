@@ -10,7 +10,8 @@ Rules (FlameGraph at 41fee1f; see tests/data/flamegraph/PARSING-RULES.md):
 * Each stack starts with FlameGraph's root frame: ``comm``, ``comm-PID`` (``pid=True``) or
   ``comm-PID/TID`` (``tid=True``), with spaces turned into ``_``; ``meta["folded_thread_roots"]``
   is False so ``to_folded()`` adds no thread names of its own. The ``thread`` column is always
-  per thread (``comm-PID/TID``; PID is ``?`` when perf printed one number).
+  per thread (``comm-PID/TID``; PID is ``?`` when perf printed one number), with the thread's last
+  comm: a thread that execs is one thread (its samples keep their own ``comm``).
 * Frame names are tidied as stackcollapse-perf does; ``kernel``/``jit``/``all`` add its ``_[k]``/
   ``_[j]`` annotations, ``addrs`` writes unknown frames as ``[module <addr>]``. Not supported:
   ``--inline``, ``--context`` (they run addr2line) and ``--srcline``.
@@ -489,8 +490,9 @@ def read(data: bytes, source: str = "<input>", pid: bool = False, tid: bool = Fa
         base = {"format": NAME, "backend": "perf", "source": source, "events_seen": parser.events_seen,
                 "records": sum(isinstance(r, Sample) for r in records), "folded_thread_roots": False,
                 "skipped_lines": parser.skipped, **({"warnings": parser.warnings} if parser.warnings else {})}
-        return perf_sched.read(text, [r for r in records if not isinstance(r, Sample) or r.closed],
-                               b, data, source, _Rows(b), thread_name, names, {**base, **(meta or {})}, options)
+        kept = [r for r in records if not isinstance(r, Sample) or r.closed]
+        return perf_sched.read(text, kept, b, data, source, _Rows(b, kept), thread_name, names,
+                               {**base, **(meta or {})}, options)
     kept = [r for r in records if r.closed or keep_unterminated]
     if not kept:
         _no_samples(text, parser, source)
@@ -511,20 +513,25 @@ def _no_samples(text: str, parser: Parser, source: str):
 
 class _Rows:
     """A record's stack row: FlameGraph's root frame, then its frames root first. Rows are cached by
-    the identity of the record's frame tuple (the parser reuses one per frame block), kept alive here."""
+    the identity of the record's frame tuple (the parser reuses one per frame block), kept alive here.
 
-    def __init__(self, b: StackBuilder):
+    A thread is one row of the thread table, labelled and named by the last of ``records`` with its
+    tid: a thread that execs (comm "python", then "sleep") is one thread, named after the exec."""
+
+    def __init__(self, b: StackBuilder, records: list):
         self.b, self.roots, self.rows = b, {}, {}
+        self.last = {r.tid: (r.thread, r.comm) for r in records}
 
     def __call__(self, r: Sample) -> int:
         hit = self.rows.get((r.thread, r.pname, id(r.leaf_first)))
         if hit is None:
-            self.b.thread(r.thread, tid=r.tid, pid=r.pid, name=r.comm)
+            thread, comm = self.last.get(r.tid, (r.thread, r.comm))
+            self.b.thread(thread, tid=r.tid, pid=r.pid, name=comm)
             rid = self.roots.get(r.pname)
             if rid is None:
                 rid = self.roots[r.pname] = self.b.frame(r.pname, None, None, "other")
             hit = self.rows[(r.thread, r.pname, id(r.leaf_first))] = (
-                r.leaf_first, self.b.stack(r.thread, (rid,) + r.leaf_first[::-1]))
+                r.leaf_first, self.b.stack(thread, (rid,) + r.leaf_first[::-1]))
         return hit[1]
 
 
@@ -533,7 +540,7 @@ def _collapse(b: StackBuilder, records: list[Sample], parser: Parser, data: byte
     """Records of one event -> Profile: samples weigh their periods as FlameGraph sums them;
     ``cpu-clock``/``task-clock`` records that all printed their period also give CPU seconds."""
     n = len(records)
-    row_of = _Rows(b)
+    row_of = _Rows(b, records)
     sid = np.fromiter((row_of(r) for r in records), dtype=np.int64, count=n)
     periods = np.fromiter((r.period for r in records), dtype=np.int64, count=n)
     times = np.fromiter((r.time for r in records), dtype=np.float64, count=n)
