@@ -74,10 +74,15 @@ MEMORY_BASE = 1 << 20
 _EXPECT = "; expected a pstats dict (marshalled dicts, tuples, strings, ints and floats)"
 _I32 = struct.Struct("<i").unpack_from
 _F64 = struct.Struct("<d").unpack_from
-_PENDING = object()     # the reference of a container still being read
 _NO_KEY = object()
 _OTHER = {"c": "code object", "[": "list", "<": "set", ">": "frozenset", "x": "complex number",
           "y": "complex number", "S": "StopIteration", ".": "Ellipsis"}
+
+
+# Records from _parse to _build: (op, offset, a, b).
+_OPEN_TUPLE, _OPEN_DICT, _VALUE, _REF, _END_DICT, _DONE = range(6)
+_KEY, _VAL = -1, -2      # a dict's state in the parser: waiting for a key, or for its value
+_COST = {0x69: 32, 0x67: 24, 0x66: 24, 0x6C: 40}   # bytes an int, float or long costs when built
 
 
 def decode(data: bytes, source: str = "<input>"):
@@ -85,38 +90,43 @@ def decode(data: bytes, source: str = "<input>"):
     float (and None, True, False).
 
     Not ``marshal``, which trusts its input (a crafted file can crash the process or make it allocate
-    gigabytes): every declared length is checked against the bytes left before anything is built,
-    nesting is at most ``MAX_DEPTH``, the objects built are estimated to stay within
-    ``MEMORY_FACTOR`` times the input, a reference to a container still being read (a cycle) is
-    refused, and so is every other type (code objects, lists, sets...).
+    gigabytes): ``_parse`` checks every declared length against the bytes left before anything is
+    built, nesting (at most ``MAX_DEPTH``), references (none to a container still being read: a cycle)
+    and type codes (no code objects, lists, sets...); ``_build`` makes the objects from its records,
+    estimated to stay within ``MEMORY_FACTOR`` times the input.
     """
     data = bytes(data)
+    return _build(_parse(data, source), MEMORY_FACTOR * len(data) + MEMORY_BASE, source)
+
+
+def _fail(source, msg, at):
+    raise ProfileFormatError(msg + _EXPECT, source=source, offset=at)
+
+
+def _parse(data: bytes, source: str):
+    """The marshal data as records, one a type code (a finished tuple adds ``_DONE``), until the first
+    object is complete: ``(_OPEN_TUPLE, at, items, ref slot)``, ``(_OPEN_DICT, at, 0, ref slot)``,
+    ``(_VALUE, at, value, type code | FLAG_REF)``, ``(_REF, at, index, 0)``, ``(_END_DICT, at, 0, 0)``.
+    Every check that needs no object built is made here, with the offset of the code that fails it."""
     size = len(data)
-    budget = MEMORY_FACTOR * size + MEMORY_BASE
-    refs: list = []
-    stack: list[list] = []   # open containers: [list of items | dict, items left | pending key, ref slot]
+    pending: list[bool] = []   # per reference slot: a container still being read
+    stack: list[list] = []     # open containers: [items left (a tuple) | _KEY | _VAL (a dict), ref slot]
     pos = 0
 
-    def fail(msg, at):
-        raise ProfileFormatError(msg + _EXPECT, source=source, offset=at)
-
     def short(n, what, at, left):
-        fail(f"the marshal data ends early: {what} needs {n:,} bytes, {left:,} are left", at)
+        _fail(source, f"the marshal data ends early: {what} needs {n:,} bytes, {left:,} are left", at)
 
-    def count(data, pos, one_byte, what, at):
+    def count(pos, one_byte, what, at):
         """(a declared count of items or bytes, the position after it): one byte or four, at most
         the bytes left (every item takes at least one)."""
         width = 1 if one_byte else 4
-        if pos + width > len(data):
-            short(width, f"{what}'s length", at, len(data) - pos)
+        if pos + width > size:
+            short(width, f"{what}'s length", at, size - pos)
         n = data[pos] if one_byte else _I32(data, pos)[0]
         pos += width
-        if not 0 <= n <= len(data) - pos:
-            fail(f"{what} declares {n:,} items but only {len(data) - pos:,} bytes are left", at)
+        if not 0 <= n <= size - pos:
+            _fail(source, f"{what} declares {n:,} items but only {size - pos:,} bytes are left", at)
         return n, pos
-
-    def too_big(at):
-        fail(f"the marshal data would need more than {MEMORY_FACTOR}x its size in memory", at)
 
     while True:
         at = pos
@@ -131,135 +141,171 @@ def decode(data: bytes, source: str = "<input>"):
                 short(4, "a reference", at, size - pos)
             i = _I32(data, pos)[0]
             pos += 4
-            if not 0 <= i < len(refs):
-                fail(f"reference {i} to an object not read yet ({len(refs)} so far)", at)
-            v = refs[i]
-            if v is _PENDING:
-                fail(f"reference {i} to a container that is still being read (a cycle)", at)
-            flag = 0
-        elif code == 0x69:                                  # 'i' int32
-            if pos + 4 > size:
-                short(4, "an int", at, size - pos)
-            v = _I32(data, pos)[0]
-            pos += 4
-            budget -= 32
-        elif code == 0x67:                                  # 'g' binary float
-            if pos + 8 > size:
-                short(8, "a float", at, size - pos)
-            v = _F64(data, pos)[0]
-            pos += 8
-            budget -= 24
+            if not 0 <= i < len(pending):
+                _fail(source, f"reference {i} to an object not read yet ({len(pending)} so far)", at)
+            if pending[i]:
+                _fail(source, f"reference {i} to a container that is still being read (a cycle)", at)
+            yield _REF, at, i, 0
         elif code in (0x28, 0x29, 0x7B):                    # '(' tuple, ')' small tuple, '{' dict
             if len(stack) >= MAX_DEPTH:
-                fail(f"the marshal data nests deeper than {MAX_DEPTH} levels", at)
+                _fail(source, f"the marshal data nests deeper than {MAX_DEPTH} levels", at)
+            n = 0
+            if code != 0x7B:
+                n, pos = count(pos, code == 0x29, "a tuple", at)
             slot = -1
-            if code == 0x7B:
-                budget -= 64
-                c, n = {}, _NO_KEY
-            else:
-                n, pos = count(data, pos, code == 0x29, "a tuple", at)
-                budget -= 56 + 8 * n
-                c = []
-            if budget < 0:
-                too_big(at)
             if flag:
-                slot = len(refs)
-                refs.append(_PENDING)
-            if n != 0:
-                stack.append([c, n, slot])
+                slot = len(pending)
+                pending.append(True)
+            yield (_OPEN_DICT, at, 0, slot) if code == 0x7B else (_OPEN_TUPLE, at, n, slot)
+            if code == 0x7B or n:
+                stack.append([_KEY if code == 0x7B else n, slot])
                 continue
-            v = ()                                          # the empty tuple: complete already
+            if flag:                                        # the empty tuple: complete already
+                pending[slot] = False
+            yield _DONE, at, 0, 0
+        elif code == 0x30 and stack and stack[-1][0] == _KEY:   # '0' ends a dict
+            slot = stack.pop()[1]
+            if slot >= 0:
+                pending[slot] = False
+            yield _END_DICT, at, 0, 0
+        else:
+            v = _scalar(data, pos, code, at, source)
+            pos = v[1]
             if flag:
-                refs[slot] = v
-            flag = 0
-        elif code in (0x75, 0x74, 0x61, 0x41, 0x7A, 0x5A, 0x73):   # u t a A z Z: str; s: bytes
-            n, pos = count(data, pos, code in (0x7A, 0x5A), "a string", at)
-            raw = data[pos:pos + n]
-            pos += n
-            if code == 0x73:
-                v = raw
-            elif code in (0x75, 0x74):                      # UTF-8, surrogates allowed (as marshal)
-                try:
-                    v = raw.decode("utf-8", "surrogatepass")
-                except UnicodeDecodeError as e:
-                    fail(f"a string that is not UTF-8 ({e.reason})", at)
-            else:                                           # one byte per character
-                v = raw.decode("latin-1")
-            if code in (0x74, 0x41, 0x5A):
-                v = sys.intern(v)
-            budget -= sys.getsizeof(v)
-        elif code == 0x6C:                                  # 'l' long: 15-bit digits, least first
-            if pos + 4 > size:
-                short(4, "an int", at, size - pos)
-            n = _I32(data, pos)[0]
-            pos += 4
-            if abs(n) > 5:   # 75 bits: more than any count or line number
-                fail(f"an int of {abs(n)} 15-bit digits (too large for a count or line number)", at)
-            if pos + 2 * abs(n) > size:
-                short(2 * abs(n), "an int", at, size - pos)
-            v = 0
-            for k in range(abs(n) - 1, -1, -1):
-                d = data[pos + 2 * k] | data[pos + 2 * k + 1] << 8
-                if d >> 15 or (d == 0 and k == abs(n) - 1):
-                    fail("an int with a digit out of range", at)
-                v = v << 15 | d
-            pos += 2 * abs(n)
-            v = -v if n < 0 else v
-            budget -= 40
-        elif code == 0x66:                                  # 'f' float as text
-            if pos + 1 > size:
-                short(1, "a float length", at, size - pos)
-            n = data[pos]
-            if pos + 1 + n > size:
-                short(1 + n, "a float", at, size - pos)
-            raw = data[pos + 1:pos + 1 + n]
-            pos += 1 + n
+                pending.append(False)
+            yield _VALUE, at, v[0], code | flag
+        # The value goes into the open containers, closing each tuple it completes.
+        while stack:
+            top = stack[-1]
+            if top[0] == _KEY:
+                top[0] = _VAL
+                break
+            if top[0] == _VAL:
+                top[0] = _KEY
+                break
+            top[0] -= 1
+            if top[0]:
+                break
+            stack.pop()
+            if top[1] >= 0:
+                pending[top[1]] = False
+            yield _DONE, at, 0, 0
+        else:
+            return   # bytes after the object are ignored, as marshal does
+
+
+def _scalar(data: bytes, pos: int, code: int, at: int, source: str):
+    """(the value of a scalar's type code at ``at``, the position after it)."""
+    size = len(data)
+
+    def short(n, what):
+        _fail(source, f"the marshal data ends early: {what} needs {n:,} bytes, {size - pos:,} are left", at)
+
+    if code == 0x69:                                        # 'i' int32
+        if pos + 4 > size:
+            short(4, "an int")
+        return _I32(data, pos)[0], pos + 4
+    if code == 0x67:                                        # 'g' binary float
+        if pos + 8 > size:
+            short(8, "a float")
+        return _F64(data, pos)[0], pos + 8
+    if code in (0x75, 0x74, 0x61, 0x41, 0x7A, 0x5A, 0x73):  # u t a A z Z: str; s: bytes
+        width = 1 if code in (0x7A, 0x5A) else 4
+        if pos + width > size:
+            short(width, "a string's length")
+        n = data[pos] if width == 1 else _I32(data, pos)[0]
+        pos += width
+        if not 0 <= n <= size - pos:
+            _fail(source, f"a string declares {n:,} items but only {size - pos:,} bytes are left", at)
+        raw = data[pos:pos + n]
+        pos += n
+        if code == 0x73:
+            return raw, pos
+        if code in (0x75, 0x74):                            # UTF-8, surrogates allowed (as marshal)
             try:
-                v = float(raw.decode("ascii"))
-            except ValueError:
-                fail(f"a float that is not a number ({raw!r})", at)
-            budget -= 24
-        elif code in (0x4E, 0x54, 0x46):                    # N T F
-            v = None if code == 0x4E else code == 0x54
-        elif code == 0x30 and stack and stack[-1][1] is _NO_KEY:   # '0' ends a dict
+                v = raw.decode("utf-8", "surrogatepass")
+            except UnicodeDecodeError as e:
+                _fail(source, f"a string that is not UTF-8 ({e.reason})", at)
+        else:                                               # one byte per character
+            v = raw.decode("latin-1")
+        return (sys.intern(v) if code in (0x74, 0x41, 0x5A) else v), pos
+    if code == 0x6C:                                        # 'l' long: 15-bit digits, least first
+        if pos + 4 > size:
+            short(4, "an int")
+        n = _I32(data, pos)[0]
+        pos += 4
+        if abs(n) > 5:   # 75 bits: more than any count or line number
+            _fail(source, f"an int of {abs(n)} 15-bit digits (too large for a count or line number)", at)
+        if pos + 2 * abs(n) > size:
+            short(2 * abs(n), "an int")
+        v = 0
+        for k in range(abs(n) - 1, -1, -1):
+            d = data[pos + 2 * k] | data[pos + 2 * k + 1] << 8
+            if d >> 15 or (d == 0 and k == abs(n) - 1):
+                _fail(source, "an int with a digit out of range", at)
+            v = v << 15 | d
+        return (-v if n < 0 else v), pos + 2 * abs(n)
+    if code == 0x66:                                        # 'f' float as text
+        if pos + 1 > size:
+            short(1, "a float length")
+        n = data[pos]
+        if pos + 1 + n > size:
+            short(1 + n, "a float")
+        raw = data[pos + 1:pos + 1 + n]
+        try:
+            return float(raw.decode("ascii")), pos + 1 + n
+        except ValueError:
+            _fail(source, f"a float that is not a number ({raw!r})", at)
+    if code in (0x4E, 0x54, 0x46):                          # N T F
+        return (None if code == 0x4E else code == 0x54), pos
+    what = "TYPE_NULL outside a dict" if code == 0x30 else _OTHER.get(chr(code), f"type code {code:#04x}")
+    _fail(source, f"marshal {what} is not part of a pstats file", at)
+
+
+def _build(records, budget: int, source: str):
+    """The object ``_parse``'s records describe; refused when its estimated size passes ``budget`` bytes
+    (checked after each type code, as it is read)."""
+    refs: list = []
+    stack: list[list] = []   # open containers: [items (a list) | a dict, a dict's key waiting for its value, slot]
+    v = None
+    for op, at, a, b in records:
+        if op == _VALUE:
+            v = a
+            budget -= _COST.get(b & 0x7F, 0) if v.__class__ not in (str, bytes) else sys.getsizeof(v)
+            if b & 0x80:
+                refs.append(v)
+        elif op == _DONE or op == _END_DICT:
             c, _, slot = stack.pop()
-            v = c
+            v = c if op == _END_DICT else tuple(c)
             if slot >= 0:
                 refs[slot] = v
-            flag = 0
-        else:
-            what = "TYPE_NULL outside a dict" if code == 0x30 else _OTHER.get(chr(code), f"type code {code:#04x}")
-            fail(f"marshal {what} is not part of a pstats file", at)
-        if budget < 0:
-            too_big(at)
-        if flag:
-            refs.append(v)
-        # Put the value into the open containers, closing each one it completes.
-        while stack:
+        elif op == _REF:
+            v = refs[a]
+        else:   # _OPEN_TUPLE, _OPEN_DICT
+            budget -= 64 if op == _OPEN_DICT else 56 + 8 * a
+            if budget < 0:
+                _fail(source, f"the marshal data would need more than {MEMORY_FACTOR}x its size in memory", at)
+            if b >= 0:
+                refs.append(None)
+            stack.append([{} if op == _OPEN_DICT else [], _NO_KEY, b])
+            continue
+        if op != _DONE and budget < 0:
+            _fail(source, f"the marshal data would need more than {MEMORY_FACTOR}x its size in memory", at)
+        if stack:   # into the open container
             top = stack[-1]
             c = top[0]
             if c.__class__ is list:
                 c.append(v)
-                top[1] -= 1
-                if top[1]:
-                    break
-                v = tuple(c)
             elif top[1] is _NO_KEY:
                 top[1] = v
-                break
             else:
                 try:
                     c[top[1]] = v
                 except TypeError:
-                    fail(f"a dict key of type {type(top[1]).__name__}", at)
+                    _fail(source, f"a dict key of type {type(top[1]).__name__}", at)
                 top[1] = _NO_KEY
                 budget -= 64
-                break
-            stack.pop()
-            if top[2] >= 0:
-                refs[top[2]] = v
-        else:
-            return v   # bytes after the object are ignored, as marshal does
+    return v
 
 
 def load(data: bytes, source: str = "<input>") -> dict:
