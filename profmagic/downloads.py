@@ -5,8 +5,8 @@ and the profiler's raw capture. Names, suffixes and MIME types come from the for
 Each file is a ``data:`` URI of up to ``MAX_DATA_URI`` bytes (no server: a saved notebook, its
 nbconvert HTML and the view page keep it). A larger one is written into ``beside`` (the notebook's
 folder) once, under a name made from its content, and the link names it; with no ``beside`` the
-link says how to make the file instead. A profile of more than ``MAX_EXPORT`` frames (seconds to
-write) is exported only when asked (``export_large``)."""
+link says how to make the file instead. An export of more frames than its ``MAX_EXPORT`` (seconds
+to write) is built only when asked (``export_large``: the live report's button, the view page)."""
 from __future__ import annotations
 
 import base64
@@ -22,7 +22,9 @@ import numpy as np
 from .model import Profile
 
 MAX_DATA_URI = 10 * 1024 * 1024   # bytes per file; docs/report.md
-MAX_EXPORT = 1_000_000             # frames: a larger profile's exports are built only when asked
+# Frames (of the samples in time order, else of the stacks) each export is built for unasked: about
+# 2 s each (gecko 6 us a frame, Chrome trace 22 us when every sample's stack differs).
+MAX_EXPORT = {"speedscope": 1_000_000, "gecko": 300_000, "chrome_trace": 100_000}
 WRITERS = ("speedscope", "gecko", "chrome_trace")   # the exports offered, in this order
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -50,14 +52,18 @@ def stem(profile: Profile) -> str:
 
 
 def frame_count(profile: Profile) -> int:
-    """The frames of all stacks (what a writer's time grows with)."""
+    """The frames a writer walks (what its time grows with): of every sample in time order when the
+    profile has them, else of every stack."""
     stacks = profile.stacks["stack"].to_numpy()
-    return int(np.fromiter(map(len, stacks), dtype=np.int64, count=len(stacks)).sum())
+    depth = np.fromiter(map(len, stacks), dtype=np.int64, count=len(stacks))
+    if profile.samples is not None and len(depth):
+        return int(depth[profile.samples["stack"].to_numpy(dtype=np.int64)].sum())
+    return int(depth.sum())
 
 
 def large_export(profile: Profile) -> bool:
-    """True when the profile's exports are built only when asked (over ``MAX_EXPORT`` frames)."""
-    return frame_count(profile) > MAX_EXPORT
+    """True when some export is built only when asked (more frames than its ``MAX_EXPORT``)."""
+    return frame_count(profile) > min(MAX_EXPORT.values())
 
 
 def files(profile: Profile, export_large: bool = False) -> list[Download]:
@@ -69,7 +75,7 @@ def files(profile: Profile, export_large: bool = False) -> list[Download]:
     for name in WRITERS:
         fmt = formats.descriptor(name)
         filename = base + fmt.suffixes[0]
-        if frames > MAX_EXPORT and not export_large:
+        if frames > MAX_EXPORT[name] and not export_large:
             out.append(Download(name, fmt.label, filename, fmt.mime, note=(
                 f"not built for this display ({frames:,} frames would take seconds); the live "
                 f"report's Raw tab builds it, or profmagic.save(p, 'profile{fmt.suffixes[0]}')")))

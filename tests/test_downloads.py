@@ -83,15 +83,19 @@ def href_file_loads(path) -> int:
 
 def test_large_profiles_export_only_when_asked(monkeypatch):
     p = profile()
-    monkeypatch.setattr(downloads, "MAX_EXPORT", 3)     # two stacks of 2 frames: 4 frames
+    monkeypatch.setattr(downloads, "MAX_EXPORT", dict.fromkeys(downloads.WRITERS, 79))   # 40 samples of 2 frames
+    assert downloads.frame_count(p) == 80 and downloads.large_export(p)
     held = downloads.files(p)
     assert [(d.kind, d.data) for d in held] == [("speedscope", None), ("gecko", None), ("chrome_trace", None),
                                                 ("raw", None)]
-    assert held[0].note.startswith("not built for this display (4 frames")
+    assert held[0].note.startswith("not built for this display (80 frames")
     built = downloads.files(p, export_large=True)
     assert [profmagic.load(d.data).sample_count for d in built[:3]] == [40, 40, 40]
     assert built[3].note == "none kept (this profile was built in memory)"
     assert len(links(page.standalone(p))) == 3            # the page always exports
+    # Each export has its own limit (the Chrome trace's time grows fastest with frames).
+    monkeypatch.setattr(downloads, "MAX_EXPORT", {"speedscope": 80, "gecko": 80, "chrome_trace": 79})
+    assert [d.data is not None for d in downloads.files(p)] == [True, True, False, False]
 
 
 @pytest.mark.parametrize("fmt", [f.name for f in formats.descriptors()])
