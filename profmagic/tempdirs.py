@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import tempfile
+from typing import Callable
 
 # profmagic-<pid>-..., profmagic-children-<pid>-...: the pid of the process that made it.
 _OURS = re.compile(r"^profmagic-(?:[a-z]+-)?(\d+)-")
@@ -37,8 +38,8 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def sweep(where: str | None = None) -> list[str]:
-    """Remove the temp dirs that processes now gone left behind (this user's only); their paths."""
+def _remove_ours(where: str | None, dead: Callable[[int], bool]) -> list[str]:
+    """Remove this user's temp dirs in ``where`` whose owning pid ``dead(pid)`` says go; their paths."""
     where = where or tempfile.gettempdir()
     removed = []
     try:
@@ -51,33 +52,21 @@ def sweep(where: str | None = None) -> list[str]:
             if not m or not e.is_dir(follow_symlinks=False):
                 continue
             try:
-                if e.stat(follow_symlinks=False).st_uid != os.getuid() or _alive(int(m.group(1))):
+                if e.stat(follow_symlinks=False).st_uid != os.getuid() or not dead(int(m.group(1))):
                     continue
             except OSError:
                 continue
             shutil.rmtree(e.path, ignore_errors=True)
             removed.append(e.path)
     return removed
+
+
+def sweep(where: str | None = None) -> list[str]:
+    """Remove the temp dirs that processes now gone left behind (this user's only); their paths."""
+    return _remove_ours(where, lambda pid: not _alive(pid))
 
 
 def remove_own(where: str | None = None) -> list[str]:
     """Remove every temp dir this process made (its pid in the name), whatever still holds it: for
     a command that ends abruptly (``profmagic record`` interrupted while it made one)."""
-    where = where or tempfile.gettempdir()
-    removed = []
-    try:
-        entries = os.scandir(where)
-    except OSError:
-        return removed
-    with entries:
-        for e in entries:
-            m = _OURS.match(e.name)
-            try:
-                if (not m or int(m.group(1)) != os.getpid() or not e.is_dir(follow_symlinks=False)
-                        or e.stat(follow_symlinks=False).st_uid != os.getuid()):
-                    continue
-            except OSError:
-                continue
-            shutil.rmtree(e.path, ignore_errors=True)
-            removed.append(e.path)
-    return removed
+    return _remove_ours(where, lambda pid: pid == os.getpid())
