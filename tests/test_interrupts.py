@@ -14,6 +14,7 @@ import tempfile
 import threading
 import time
 
+import faults.conftest as F
 import pytest
 import workloads
 
@@ -21,15 +22,6 @@ pytestmark = [pytest.mark.kernel, pytest.mark.timed, pytest.mark.timeout(900)]
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def faults():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("faults_conftest", os.path.join(HERE, "faults", "conftest.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-F = faults()
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # The steps' lines (docs/errors.md), by id.
 LINES = {"interrupted-before-cell": "nothing was recorded and the cell did not run",

@@ -12,6 +12,7 @@ import textwrap
 import threading
 
 import numpy as np
+import faults.conftest as F
 import pytest
 
 import profmagic
@@ -43,15 +44,6 @@ def record(fn, **opts):
         return mb.read(cap, o), out
     finally:
         rec.close()
-
-
-def faults():
-    """tests/faults/conftest.py: the fault suite's kernel and ``documented(id, text)``."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("faults_conftest", os.path.join(HERE, "faults", "conftest.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 pytestmark = pytest.mark.requires("memray")
@@ -120,7 +112,7 @@ def test_truncated_compressed_capture_is_an_error(capture, cut):
     assert "cut.bin" in str(e.value) and (e.value.offset is not None)
     if cut:
         assert e.value.offset == n
-        faults().documented("memray-truncated", str(e.value))
+        F.documented("memray-truncated", str(e.value))
 
 
 def test_truncated_uncompressed_capture_is_an_error(tmp_path):
@@ -149,7 +141,7 @@ def test_reader_crash_on_a_corrupt_file_is_a_format_error():
     # Undefined behaviour: the same file gave SIGSEGV or SIGABRT depending on the interpreter's flags.
     with pytest.raises(ProfileFormatError, match=r"memray's reader crashed \((SIGSEGV|SIGABRT)\) on this file") as e:
         mf.read(open(SEGV, "rb").read(), "memray-segv.bin")
-    faults().documented("memray-corrupt", str(e.value))
+    F.documented("memray-corrupt", str(e.value))
 
 
 def test_bad_reader_options_in_a_container_are_a_format_error():
@@ -203,7 +195,7 @@ def test_one_tracker_at_a_time(capfd):
     try:
         with pytest.raises(ProfilerError, match="memray could not start") as e:
             mb.Recorder(o).start()  # and its unused writer does not fail compressing a deleted file
-        faults().documented("memray-busy", "profmagic: " + str(e.value))
+        F.documented("memray-busy", "profmagic: " + str(e.value))
         e = None  # frees the traceback, so the refused Tracker and its writer (memray compresses on free)
         gc.collect()
     finally:
@@ -404,7 +396,7 @@ def test_setprofile_backends_conflict_with_memray_and_are_refused(backend):
         module = __import__(f"profmagic.backends.{backend}", fromlist=["x"])
         with pytest.raises(ProfilerError, match="PyEval_SetProfile") as e:
             mb.TimeAndMemory(module.NAME, None, make_options())
-        faults().documented("memory-with-setprofile", "profmagic: " + str(e.value))
+        F.documented("memory-with-setprofile", "profmagic: " + str(e.value))
     else:  # cProfile on 3.12+: sys.monitoring, memray keeps its stacks
         assert at_alloc > 2_000_000
 
@@ -427,7 +419,7 @@ def test_memray_missing_is_one_line_with_the_install_command():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.stdout.strip() == ("backend memray cannot record here: memray is not installed: "
                                 "pip install 'profmagic[memory]'"), r.stdout + r.stderr
-    faults().documented("memray-missing", "profmagic: " + r.stdout.strip())
+    F.documented("memray-missing", "profmagic: " + r.stdout.strip())
 
 
 # -- views -------------------------------------------------------------------------------------------

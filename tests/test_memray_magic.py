@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 
+import faults.conftest as F
 import pytest
 import workloads
 
@@ -15,15 +16,6 @@ pytestmark = [pytest.mark.kernel, pytest.mark.timeout(600)]
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def faults():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("faults_conftest", os.path.join(HERE, "faults", "conftest.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-F = faults()
 
 
 @pytest.fixture(scope="module")
