@@ -18,6 +18,17 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 NO_RFC3987 = "raise ImportError('rfc3987_syntax left out of Ray processes in profmagic tests')\n"
 
 
+def local_dask(n_workers: int = 2):
+    """A module fixture's body: a LocalCluster of ``n_workers`` worker processes and its Client."""
+    import distributed
+    cl = distributed.LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=":0")
+    c = distributed.Client(cl)
+    c.wait_for_workers(n_workers)
+    yield c
+    c.close()
+    cl.close()
+
+
 def _measure(kind, work):
     t0, c0 = time.perf_counter(), time.thread_time()
     work()

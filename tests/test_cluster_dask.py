@@ -31,14 +31,7 @@ from profmagic.errors import ProfilerError  # noqa: E402
 pytestmark = [pytest.mark.timed, pytest.mark.timeout(180), pytest.mark.requires("dask")]
 
 
-@pytest.fixture(scope="module")
-def client():
-    cl = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0")
-    c = distributed.Client(cl)
-    c.wait_for_workers(2)
-    yield c
-    c.close()
-    cl.close()
+client = pytest.fixture(scope="module", name="client")(work.local_dask)
 
 
 @pytest.fixture(autouse=True)

@@ -356,14 +356,7 @@ print(json.dumps(out, default=repr))
 '''
 
 
-@pytest.fixture(scope="module")
-def client():
-    cl = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0")
-    c = distributed.Client(cl)
-    c.wait_for_workers(2)
-    yield c
-    c.close()
-    cl.close()
+client = pytest.fixture(scope="module", name="client")(work.local_dask)
 
 
 def leftovers(client, session) -> dict:
