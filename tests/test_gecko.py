@@ -28,6 +28,7 @@ def test_sampler_profile_round_trips(sampled):
     assert q.threads == p.threads and q.metric == p.metric and q.sample_count == p.sample_count
 
 
+@pytest.mark.timed
 def test_written_profile_has_cpu_deltas_names_and_processes(sampled):
     p = sampled
     doc = json.loads(gecko.write(p))
