@@ -262,6 +262,18 @@ def test_model_formats_transforms_know_no_recorder_view_or_ui():
     assert not bad, bad
 
 
+
+# transforms/, one module per job: each imports only modules of the package before it in this order.
+TRANSFORMS_ORDER = ["ops", "cpu_split", "merge", "memory", "cell", "awaits", "pipeline"]
+
+
+def test_transforms_modules_point_one_way():
+    mods = {f"profmagic.transforms.{m}": i for i, m in enumerate(TRANSFORMS_ORDER)}
+    assert {m for m in graph(TREE) if m.startswith("profmagic.transforms.")} == set(mods)
+    bad = [(m, t, line) for m, e in graph(TREE).items() if m in mods
+           for t, line, _ in e if t.startswith("profmagic.transforms") and mods.get(t, 99) >= mods[m]]
+    assert not bad, bad
+
 # -- the checker has teeth -------------------------------------------------------------------------------
 @pytest.mark.parametrize("added, unit", [
     ("from . import _lend_hooks", "__init__"),          # a name of the root package, not a module

@@ -22,7 +22,7 @@ from .. import awaits
 from ..errors import ProfilerError
 from ..model import Raw
 from ..sampling import Codes, ThreadClock, code_name, every
-from ..transforms import split_cpu_at_stack_changes
+from ..transforms.cpu_split import split_cpu_at_stack_changes
 from ..threads import mark_own, thread_label
 from .base import Capabilities, Capture, Options
 

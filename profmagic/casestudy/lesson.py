@@ -112,5 +112,5 @@ def only_thread(profile, match, label: str):
     found = threads(profile, match)
     if not found:
         raise ValueError(f"no thread matches {match!r}; threads: {profile.threads}")
-    from ..transforms import keep_threads, relabel_threads
+    from ..transforms.ops import keep_threads, relabel_threads
     return relabel_threads(keep_threads(profile, [found[0]]), {found[0]: label})

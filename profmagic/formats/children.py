@@ -14,7 +14,7 @@ import math
 from ..errors import ProfileFormatError
 from ..model import Profile, Raw, StackBuilder
 from ..threads import thread_label
-from ..transforms import split_cpu_at_stack_changes
+from ..transforms.cpu_split import split_cpu_at_stack_changes
 from .registry import Format
 
 NAME = "profmagic-children"
