@@ -540,7 +540,7 @@ class PidsTarget:
 
     def meta(self, s: Session, p: Profile, cell: Cell) -> dict:
         o, first = s.options, self.first
-        meta = dict(backend=s.name, attached=self.pids, duration=self.wall, requested_duration=self.duration,
+        meta = dict(backend=s.name, attached=self.pids, duration=self.wall,
                     rate=float(first.meta.get("rate") or o.rate), requested_rate=float(o.rate), mode=o.mode,
                     timing=first.meta.get("timing"), versions={**versions(), **dict(first.meta.versions)})
         if self.interrupted:

@@ -142,7 +142,7 @@ def test_wall_and_cpu_from_one_run(clean_tmp):
 def test_achieved_rate_is_reported_not_the_requested_one(clean_tmp):
     p, _ = record(sampler, lambda: busy(0.2), rate=1000, mode="wall")
     m = p.meta
-    assert m["rate_requested"] == 1000
+    assert m["requested_rate"] == 1000
     assert m["rate"] == pytest.approx(m["ticks"] / m["duration"])
     me = m["cell_thread"]
     n = int(p.stacks.loc[p.stacks["thread"] == me, "samples"].sum())

@@ -74,7 +74,7 @@ def read(capture: Capture, options: Options | None = None) -> Profile:
         raise ProfilerError("neither py-spy nor eu-stack recorded any thread")
     eu = capture.meta.get("eu_stack") or {}
     meta = {"backend": NAME, "pid": capture.meta.get("pid"), "rate": p.meta.get("rate"),
-            "py_spy_rate": float(options.rate) if options else None, "eu_stack_rate": p.meta.get("rate"),
+            "py_spy_rate": float(options.rate) if options else None,
             "metrics": ["wall", "cpu"],
             "metric_note": ("wall time from both tools; cpu from eu-stack's per-thread CPU counters for "
                             "native threads, NaN for py-spy threads"),

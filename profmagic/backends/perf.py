@@ -302,11 +302,8 @@ class Recorder:
                              + ["-i", data_file], capture_output=True)
         if res.returncode != 0:
             raise ProfilerError("perf script failed: " + res.stderr.decode(errors="replace")[-2000:])
-        m = re.search(r"\((\d+) samples\)", self.status)
         meta = {"backend": NAME, "python_mode": self.mode, "pid": self.options.pid, "event": "cpu-clock",
-                "call_graph": "dwarf", "perf_samples": int(m.group(1)) if m else None,
                 "duration": (self.disabled_at - self.enabled_at) if self.enabled_at else None,
-                "trampoline_activated_by_profmagic": self.activated,
                 "trampoline_unwind": (f"jitdump of {self.jit_entries} trampolines (perf_jitdump.py)"
                                       if self.jitdump is not None else None),
                 "stray_maps_hidden": stray or None}

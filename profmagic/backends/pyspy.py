@@ -424,9 +424,7 @@ def read(capture: Capture, options: Options) -> Profile:
         rate = float((got or {}).get("rate") or rate)
     meta = dict(backend=NAME, rate=rate, requested_rate=float(options.rate),
                 versions={"py-spy": version()}, pid=options.pid, tool_report=reported(capture.meta),
-                timing=TIMED if is_timed else NOMINAL,
-                py_spy_flags={"mode": options.mode, "gil": options.gil, "native": options.native,
-                              "subprocesses": options.subprocesses})
+                timing=TIMED if is_timed else NOMINAL)
     if is_timed:
         meta["timing_note"] = (
             "each sample weighs the time to py-spy's next sample of its thread (py-spy stamps a sample when "
@@ -530,7 +528,7 @@ def calibrate_both(profile: Profile, thread: str, wall_s: float, cpu_s: float,
     n_wall = float(st.loc[mine, "samples"].sum())
     have_wall = float(np.nansum(st.loc[mine, "wall"]))
     have_cpu = float(np.nansum(st.loc[mine, "cpu"]))
-    meta = dict(requested_rate=requested, calibrated=False, calibrated_against=thread)
+    meta = dict(requested_rate=requested, calibrated=False)
     if n_wall < 5 or have_wall <= 0 or not wall_s or wall_s <= 0:
         return profile.with_meta(**meta, rate=requested, calibration_note=(
             f"not calibrated: the cell's thread has {n_wall:.0f} samples (under 5); weights are 1/requested rate"))
@@ -549,7 +547,7 @@ def calibrate_both(profile: Profile, thread: str, wall_s: float, cpu_s: float,
     # The cell's own thread sums to its measured CPU time, spread over its on-CPU samples.
     k_mine = cpu_s / have_cpu if have_cpu > 0 and cpu_s is not None else k_cpu
     st = st.assign(wall=st["wall"] * k_wall, cpu=st["cpu"] * np.where(mine, k_mine, k_cpu))
-    meta.update(calibrated=True, calibrated_wall=float(wall_s), rate=eff, calibrated_rate=eff, timing=CALIBRATED)
+    meta.update(calibrated=True, calibrated_wall=float(wall_s), rate=eff, timing=CALIBRATED)
     return profile.replace(stacks=st, meta=profile.meta.replace(**meta))
 
 

@@ -161,7 +161,6 @@ class Recorder:
             "requested_rate": float(self.options.rate),
             "ticks": self.ticks,
             "duration": duration,
-            "switch_interval": sys.getswitchinterval(),
             "cell_thread": cell,
             "python": sys.version.split()[0],
             "pid": self.options.pid,

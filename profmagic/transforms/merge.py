@@ -71,7 +71,7 @@ def combine_idle(wall: Profile, cpu: Profile, cpu_weights: bool | None = None) -
         sid = b.stack(th, [b.frame(*f) for f in frames])
         b.add(sid, samples=n if seen else max(1, int(round(c / sps.get(th, 1.0 / rate)))), wall=w, cpu=c)
     meta = wall.meta.replace(
-        mode="both", cpu_only_seconds=cpu_only, cpu_samples=int(cpu.stacks["samples"].sum()),
+        mode="both", cpu_only_seconds=cpu_only,
         cpu_method=("two py-spy recordings at once, --idle (wall) and without (cpu)"
                     + ("; cpu calibrated to the cell's CPU time" if cpu_col else
                        "; cpu = non-idle samples x the --idle recording's seconds per sample")),
@@ -85,7 +85,6 @@ def merge_runs(wall: Profile, cpu: Profile) -> Profile:
     p = combine_idle(wall, cpu, cpu_weights=True)
     meta = wall.meta.replace(
         mode="both", runs=2, cell_cpu=cpu.meta.get("cell_cpu"), message=None,
-        cpu_run={k: cpu.meta.get(k) for k in ("cell_wall", "cell_cpu", "sample_count", "timer")},
         cpu_method="two runs of the code: wall time from the first run, CPU time from the second, matched by stack",
         approximate="wall and CPU time come from two separate runs of the code (--rerun)",
         cpu_only_seconds=p.meta.get("cpu_only_seconds"),

@@ -190,8 +190,7 @@ def calibrate(profile: Profile, thread: str, seconds: float, metric: str | None 
         samples = samples.assign(time=samples["time"].to_numpy(dtype=np.float64) * k)
         if metric in samples:
             samples = samples.assign(**{metric: per})
-    meta = profile.meta.replace(calibrated=True, calibrated_against=thread, calibration_seconds=float(seconds),
-                                rate=eff, calibrated_rate=eff,
+    meta = profile.meta.replace(calibrated=True, rate=eff,
                                 requested_rate=profile.meta.requested_rate or profile.meta.rate)
     return profile.replace(stacks=st, samples=samples, meta=meta)
 
