@@ -365,8 +365,22 @@ def leftovers(client, session) -> dict:
                                            "plugins": [n for n in dask_worker.plugins if n.startswith("profmagic-")]})
 
 
+@pytest.fixture(scope="module")
+def nobody_imports_dask(nobody_python):
+    """Nobody's Python imports Dask and profmagic from this checkout and its venv (not so when the
+    checkout sits in a folder only root can read: .ci/run opens its clone's folder for this)."""
+    r = subprocess.run(NOBODY + [nobody_python, "-c", "import sys; sys.path[:0] = sys.argv[1:]; "
+                                 "import distributed, profmagic.cluster.dask", ROOT, SITE],
+                       capture_output=True, text=True, timeout=120, cwd="/")
+    if r.returncode:
+        tools.lacking(f"user nobody cannot import Dask and profmagic from {ROOT} and {SITE} (a folder on the "
+                      f"way is closed to other users): {r.stderr.strip().splitlines()[-1]}")
+    return nobody_python
+
+
 @pytest.mark.requires("dask")
-def test_dask_calls_without_the_secret_get_nothing(client, nobody_python):
+def test_dask_calls_without_the_secret_get_nothing(client, nobody_imports_dask):
+    nobody_python = nobody_imports_dask
     rec = cluster.Recording(client)
     rec.start()
     try:
