@@ -340,7 +340,8 @@ class ProfileMagics(Magics):
 
 class _Report:
     """The report of the magic's profile, holding it: ``_profile`` is the only name for it, and the
-    next profiled cell rebinds that."""
+    next profiled cell rebinds that. The report lets go once it is no longer among the newest
+    (report/keep.py)."""
 
     def __init__(self, profile: Profile):
         self.profile = profile

@@ -89,6 +89,9 @@ class Recorder:
 
     def _tick(self, me: int, now: float, wall: float) -> None:
         frames = sys._current_frames()
+        # This thread's frame (this call) holds the dict: a cycle, keeping every thread's frames (and the
+        # cell's objects) alive until gc ran.
+        frames.pop(me, None)
         live = self._live()
         b = self._builder
         t = now - self._t0

@@ -12,6 +12,7 @@ from .. import multi
 from ..model import Profile
 from ..downloads import large_export
 from ..views.mime import figure_output, html_output, widget as output_widget
+from . import keep
 from .clickbridge import ClickBridge
 from .static import downloads_html, escape, header_html, table_html
 
@@ -20,20 +21,32 @@ class ProfileGone(RuntimeError):
     """The report's profile was deleted from the kernel."""
 
 
+DELETED = "this profile was deleted from the kernel (del); run its cell again to explore it"
+RELEASED = ("the live profile of this report was released: the {live} newest reports keep theirs "
+            "(profmagic.report.keep.LIVE), and nothing else held this one. The static view above still "
+            "shows it, with its downloads. To keep a profile explorable, name it right after its cell "
+            "(p = _profile), or save it (profmagic.save(_profile, 'run.json')) and load it again "
+            "(p = profmagic.load('run.json'))")
+
+
 class Report:
     """The interactive report. ``Report(p).widget`` is an ipywidgets.VBox; ``TABS`` its tab titles.
 
     ``hold=False`` keeps only a weak reference to the profile, so ``del p`` frees it and all the
-    report derived from it; the tabs already drawn stay, the others then say so."""
+    report derived from it; the tabs already drawn stay, the others then say so. ``hold=True`` holds
+    it while the report is among the ``keep.LIVE`` newest that do (report/keep.py); then the report
+    lets go. A report whose profile was freed collapses to a notice at the next report."""
 
     def __init__(self, profile: Profile, uid: str = "", hold: bool = True):
         import ipywidgets as W
         from ..views import readable
         self._held = profile if hold else None
+        self._let_go = False    # True once keep.py made it let go of its profile
+        self.collapsed = False  # True once the profile was freed and the report became a notice
         # Names with lone surrogates shown escaped (views/readable.py): a copy, kept while the profile lives.
         shown = readable.profile(profile)
         self._shown = shown if shown is not profile else None
-        if self._shown is not None and not hold:
+        if self._shown is not None:
             weakref.finalize(profile, _forget_copy, weakref.ref(self))
         profile = shown
         self._ref = weakref.ref(profile)
@@ -63,6 +76,7 @@ class Report:
             c.observe(self._changed, names="value")
         self.tabs.observe(lambda ch: self._show(ch["new"]), names="selected_index")
         self._show(0)
+        keep.add(self)
 
     def _pickers(self) -> None:
         W, profile = self.W, self.p
@@ -113,8 +127,35 @@ class Report:
     def p(self) -> Profile:
         p = self._ref()
         if p is None:
-            raise ProfileGone("this profile was deleted from the kernel (del); run its cell again to explore it")
+            raise ProfileGone(RELEASED.format(live=keep.LIVE) if self._let_go else DELETED)
         return p
+
+    # -- lifetime (report/keep.py) -------------------------------------------------------------------
+    @property
+    def holds(self) -> bool:
+        """Whether this report keeps its profile alive."""
+        return self._held is not None
+
+    def let_go(self) -> None:
+        """Keep only the weak reference: the profile lives on while something else holds it."""
+        self._held = None
+        self._let_go = True
+
+    def profile_alive(self) -> bool:
+        return self._ref() is not None
+
+    def collapse(self) -> None:
+        """The profile was freed: the report becomes one notice (what happened, how to keep a profile)
+        and closes every other widget of it, with the figures and tables they held. The front end
+        then shows the static twin again (``_hide_twin`` hides it only beside a drawn figure)."""
+        W = self.W
+        self.collapsed = True   # first: closing the tabs may call their observers
+        text = RELEASED.format(live=keep.LIVE) if self._let_go else DELETED
+        notice = W.HTML(f"<p class='profmagic-released' style='font:13px sans-serif;color:#555'>{escape(text)}.</p>")
+        old = list(self.widget.children)
+        self.widget.children = [notice]
+        _close(old)
+        self.panes, self.built, self.sw_list = [], [], None
 
     @property
     def thread_name(self):
@@ -126,9 +167,10 @@ class Report:
         self._show(self.tabs.selected_index or 0)
 
     def _show(self, i):
-        if i is None or self.built[i]:
+        if i is None or self.collapsed or self.built[i]:
             return
         self.built[i] = True
+        old = self.panes[i].children
         try:
             self.p  # noqa: B018 -- raises ProfileGone once the profile was deleted
             self.panes[i].children = self.tab_builders[i][1]()
@@ -136,6 +178,8 @@ class Report:
             self.panes[i].children = [self.W.HTML(f"<p style='font:13px sans-serif'>{escape(e)}.</p>")]
         except Exception as e:  # show the error in the tab rather than a dead widget
             self.panes[i].children = [self.W.HTML(f"<pre>{escape(type(e).__name__)}: {escape(e)}</pre>")]
+        # The tab's previous widgets are closed: ipywidgets keeps every open widget (and its figure) alive.
+        _close([w for w in old if w not in self.panes[i].children])
 
     # -- tabs --------------------------------------------------------------------------------------
     def _tab_icicle(self):
@@ -205,6 +249,7 @@ class Report:
         key = self.clicked if key is None else int(key)
         if key is None:
             return
+        self.p  # noqa: B018 -- raises ProfileGone once the profile was freed
         i = self.TABS.index("Sandwich")
         self.tabs.selected_index = i
         self._show(i)
@@ -255,6 +300,7 @@ class Report:
         key = self.clicked if key is None else int(key)
         if key is None:
             return
+        self.p  # noqa: B018 -- raises ProfileGone once the profile was freed
         self.source_of = key
         i = self.TABS.index("Source")
         self.built[i] = False
@@ -297,6 +343,22 @@ class Report:
                              layout=self.W.Layout(width="380px"))
         make.on_click(lambda _: setattr(links, "value", header_html(self.p) + downloads_html(self.p, export_large=True)))
         return [links, make]
+
+
+def _close(widgets) -> None:
+    """Close ``widgets`` and every widget inside them (children of boxes and tabs), and drop what
+    they show (figures, HTML): a closed widget sends nothing, and a report's widgets refer to it in a
+    cycle that only a full gc would free."""
+    import ipywidgets as W
+    for w in widgets:
+        _close(getattr(w, "children", ()))
+        w.close()
+        if isinstance(w, W.Box):
+            w.children = ()
+        elif isinstance(w, W.Output):
+            w.outputs = ()
+        elif isinstance(w, W.HTML):
+            w.value = ""
 
 
 def _forget_copy(report_ref) -> None:
