@@ -2,6 +2,8 @@
 distinct stacks takes to build, its Sandwich and Table tabs, and whether memory is released.
 
     .venv/bin/python bench/bench_display.py [--stacks 2000000] [--no-write]
+    .venv/bin/python bench/bench_display.py --stacks 200000,2000000 --before REV   # issue 27 item 1
+
 
 The profile is made in memory (no file): STACKS distinct (thread, stack) rows over 8 threads and
 5,000 functions, depth 10-40: a random call tree of 2,000 nodes gives each stack its head (as real
@@ -9,6 +11,10 @@ programs share their top frames) and a random tail of 5-30 frames makes it disti
 weights on every row. Each figure is measured in a fresh child process, the time of the step
 alone (imports and building the profile excluded); RSS is read from /proc/self/status.
 Kernel side only: what the kernel spends before the front end receives the first view.
+
+With ``--before REV``, the profmagic package of git revision REV (exported to a temporary
+directory) is measured too, each step alternating with this tree's, and the section "Array call
+tree (issue 27 item 1)" is written instead.
 """
 from __future__ import annotations
 
@@ -112,13 +118,23 @@ def child(n: int, step: str) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--stacks", type=int, default=2_000_000)
+    ap.add_argument("--stacks", default="2000000", help="stacks of the profile; a comma-separated list with --before")
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--before", metavar="REV", help="also measure git revision REV's profmagic")
     ap.add_argument("--child", nargs=2, metavar=("N", "STEP"))
+    ap.add_argument("--root", help=argparse.SUPPRESS)   # a child imports profmagic from here
     a = ap.parse_args()
     if a.child:
-        print(json.dumps(child(int(a.child[0]), a.child[1])))
+        if a.root:
+            sys.path.insert(0, a.root)
+        out = child(int(a.child[0]), a.child[1])
+        import profmagic
+        out["profmagic"] = os.path.dirname(profmagic.__file__)
+        print(json.dumps(out))
         return 0
+    if a.before:
+        return compare(a)
+    a.stacks = int(a.stacks)
     res = {}
     for step in STEPS:
         # In a temp dir: a report writes a download over 10 MB into the working directory.
@@ -155,6 +171,77 @@ def main() -> int:
              "totals for those only; the static twin's table gives self time only for a profile this large; the "
              "speedscope JSON is built on request.", ""]
     text = "\n".join(lines)
+    print(text)
+    if not a.no_write:
+        from results import write_section
+        write_section(text)
+    return 0
+
+
+def run_child(n: int, step: str, root: str | None = None) -> dict:
+    """One step in a fresh process (in a temp dir: a report writes a download over 10 MB into the
+    working directory); ``root``: where it imports profmagic from."""
+    with tempfile.TemporaryDirectory(prefix="profmagic-bench-display-") as work:
+        cmd = [sys.executable, os.path.abspath(__file__), "--child", str(n), step] + (["--root", root] if root else [])
+        r = subprocess.run(cmd, capture_output=True, text=True, cwd=work)
+    if r.returncode:
+        raise RuntimeError(r.stderr[-3000:])
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def export(rev: str, dest: str) -> str:
+    """The profmagic package of git revision ``rev``, written under ``dest``; its commit id."""
+    import io
+    import tarfile
+    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", rev], check=True, capture_output=True,
+                            text=True).stdout.strip()
+    tar = subprocess.run(["git", "-C", ROOT, "archive", "--format=tar", commit, "profmagic"], check=True,
+                         capture_output=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(tar)) as t:
+        t.extractall(dest, filter="data")
+    return commit
+
+
+def compare(a) -> int:
+    sizes = [int(x) for x in str(a.stacks).split(",")]
+    steps = ("flatten", "first view", "Sandwich", "Table")
+    res: dict = {}
+    with tempfile.TemporaryDirectory(prefix="profmagic-bench-before-") as old:
+        commit = export(a.before, old)
+        head = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--", "profmagic/views", "profmagic/model.py"],
+                               capture_output=True, text=True).stdout.strip()
+        load0 = os.getloadavg()[0]
+        for n in sizes:
+            for step in steps:
+                for side, root in (("before", old), ("now", None)):
+                    r = run_child(n, step, root)
+                    assert r["profmagic"].startswith(old) == (side == "before"), r["profmagic"]
+                    res[(n, step, side)] = r
+                    print(n, step, side, {k: r[k] for k in ("seconds", "cpu")}, flush=True)
+        load1 = os.getloadavg()[0]
+    now = f"{head}" + (" with uncommitted changes to the views" if dirty else "")
+    lines = ["## Array call tree (issue 27 item 1)", "",
+             f"Command: `nice -n 19 .venv/bin/python bench/bench_display.py --stacks {a.stacks} --before {a.before}` "
+             f"({time.strftime('%Y-%m-%d %H:%M')}; 2 cores shared with other work, load average {load0:.1f} at the "
+             f"start, {load1:.1f} at the end). before = profmagic of {commit}, now = {now}. The profile of "
+             "\"Display scale\" above; each step in a fresh process, before and now alternating; kernel-side "
+             "seconds of the step alone (building the profile excluded). CPU seconds are the process's own, "
+             "less disturbed by the other work than wall seconds.", "",
+             "| stacks (frames) | step | before: wall s | before: CPU s | now: wall s | now: CPU s | target (wall) |",
+             "|---|---|---|---|---|---|---|"]
+    for n in sizes:
+        entries = res[(n, "flatten", "now")]["entries"]
+        target = "≤ 1 s" if n <= 200_000 else "≤ 5 s"
+        for step in steps:
+            b, c = res[(n, step, "before")], res[(n, step, "now")]
+            label = {"flatten": "(part of each: stack tuples to one frame array)",
+                     "first view": "first view (static twin + widget)", "Sandwich": "Sandwich tab + one function",
+                     "Table": "Table tab"}[step]
+            lines.append(f"| {n:,} ({entries:,}) | {label} | {b['seconds']:.2f} | {b['cpu']:.2f} | "
+                         f"{c['seconds']:.2f} | {c['cpu']:.2f} | {'' if step == 'flatten' else target} |")
+    text = "\n".join(lines + [""])
     print(text)
     if not a.no_write:
         from results import write_section

@@ -371,6 +371,44 @@ def unique_ints(a: np.ndarray) -> np.ndarray:
     return s[np.r_[True, s[1:] != s[:-1]]] if len(s) else s
 
 
+def stable_order(a: np.ndarray) -> np.ndarray:
+    """``np.argsort(a, kind="stable")`` of non-negative integers, as radix sorts on 16-bit digits:
+    numpy sorts keys of 16 bits or less by radix (linear), wider ones by timsort."""
+    top = int(a.max()) if len(a) else 0
+    if top < 1 << 16:
+        return np.argsort(a.astype(np.uint16), kind="stable")
+    if top < 1 << 32:
+        o = np.argsort((a & 0xFFFF).astype(np.uint16), kind="stable")
+        return o[np.argsort((a[o] >> 16).astype(np.uint16), kind="stable")]
+    return np.argsort(a, kind="stable")
+
+
+_PIECE = 1 << 21   # frames per pass of first_in_stack: its arrays stay near the cache
+
+
+def first_in_stack(fn: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """For stacks laid end to end (``fn``: a function id per frame, root first; ``lengths``: frames
+    per stack), whether each frame is its function's outermost one in its stack: what a total
+    counts, once per stack however often the function recurses. Linear (``stable_order``), in
+    pieces of whole stacks."""
+    out = np.ones(len(fn), bool)
+    ends = np.cumsum(lengths)
+    r0 = 0
+    while r0 < len(lengths):
+        a = int(ends[r0 - 1]) if r0 else 0
+        r1 = min(int(np.searchsorted(ends, a + _PIECE, "left")) + 1, len(lengths))
+        b = int(ends[r1 - 1])
+        if b - a > 1:
+            piece = fn[a:b]
+            order = stable_order(piece)       # by function; within one, by position (so by stack)
+            row = np.repeat(np.arange(r1 - r0, dtype=np.int32), lengths[r0:r1])[order]
+            f = piece[order]
+            again = (f[1:] == f[:-1]) & (row[1:] == row[:-1])
+            out[a + order[1:][again]] = False
+        r0 = r1
+    return out
+
+
 def _is_missing(v) -> bool:
     return v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
 
@@ -851,10 +889,13 @@ class Profile:
         return rows, fids, lengths
 
     def function_ids(self) -> np.ndarray:
-        """Function id per frame id: frames that share (name, file) are one function."""
+        """Function id per frame id: frames that share (name, file) are one function, numbered in
+        the order of their first frame."""
         if not len(self.frames):
             return np.zeros(0, dtype=np.int64)
-        codes = self.frames.groupby(["name", "file"], sort=False, dropna=False).ngroup().to_numpy()
+        name, names = pd.factorize(self.frames["name"], use_na_sentinel=False)
+        file, files = pd.factorize(self.frames["file"], use_na_sentinel=False)
+        codes, _ = pd.factorize(name.astype(np.int64) * max(len(files), 1) + file)
         out = np.full(int(self.frames.index.max()) + 1, -1, dtype=np.int64)
         out[self.frames.index.to_numpy()] = codes
         return out
@@ -873,24 +914,23 @@ class Profile:
         rows, fids, lengths = self._exploded()
         nfn = int(fn_of_frame.max()) + 1 if len(fn_of_frame) else 0
         fn = fn_of_frame[fids] if len(fids) else np.zeros(0, dtype=np.int64)
-        pair = unique_ints(rows * nfn + fn) if len(fids) else np.zeros(0, dtype=np.int64)  # one per (row, fn)
+        once = first_in_stack(fn, lengths)           # a frame per (stack, function)
+        fn_once, row_once = fn[once], rows[once]
         nonempty = lengths > 0
         leaf_fn = fn[np.cumsum(lengths)[nonempty] - 1] if len(fids) else np.zeros(0, dtype=np.int64)
 
         def sums(m: str) -> tuple[np.ndarray, np.ndarray]:
             w = self.weights(m).to_numpy(dtype=np.float64)
-            total = np.bincount(pair % nfn, weights=w[pair // nfn], minlength=nfn) if nfn else np.zeros(0)
+            total = np.bincount(fn_once, weights=w[row_once], minlength=nfn) if nfn else np.zeros(0)
             selfw = np.bincount(leaf_fn, weights=w[nonempty], minlength=nfn) if nfn else np.zeros(0)
             return selfw, total
 
         present = np.zeros(nfn, dtype=bool)
-        present[pair % nfn] = True
-        first = self.frames.groupby(fn_of_frame[self.frames.index.to_numpy()], sort=True).head(1)
-        ids = fn_of_frame[first.index.to_numpy()]
-        first = first.assign(_fn=ids).set_index("_fn").sort_index()
-        ids = first.index.to_numpy()
+        present[fn_once] = True
+        ids, first = np.unique(fn_of_frame[self.frames.index.to_numpy()], return_index=True)  # a function's first frame
         selfw, total = sums(metric)
-        out = pd.DataFrame({"id": ids, "name": first["name"].to_numpy(), "file": first["file"].to_numpy(),
+        out = pd.DataFrame({"id": ids, "name": self.frames["name"].to_numpy()[first],
+                            "file": self.frames["file"].to_numpy()[first],
                             "self": selfw[ids], "total": total[ids]})
         if metric in INTEGER_METRICS and np.all(out["total"] == np.round(out["total"])):
             out["self"] = out["self"].astype(np.int64)

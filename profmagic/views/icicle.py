@@ -327,7 +327,20 @@ def svg(profile: Profile, metric: str | None = None, thread: str | None = None, 
     paint = Paint.of(p, metric, thread, colour)
     labels, where = names(paint, t, "all threads" if thread is None else str(thread))
     return draw(t, labels, tips(paint, t, labels, where), fills(paint, t), width=width, row=row, scale=scale,
-                hatch=off_share(paint, t), rest=rest)
+                hatch=off_share(paint, t), rest=rest) + cut_note(p, metric, thread, t)
+
+
+def cut_note(profile: Profile, metric: str, thread: str | None, t: T.Tree) -> str:
+    """A line under a static icicle saying how many call-tree nodes were folded into (other), or
+    nothing when none was."""
+    n_full = T.pruned(profile, metric, thread, clocks(profile, metric))[1]   # the live figure's, built once
+    if n_full is None and (t.key == T.OTHER).any():
+        text = f"call tree shown as {len(t) - 1:,} nodes: smaller ones folded into (other)"
+    elif n_full is not None and len(t) < n_full:
+        text = f"{n_full - 1:,} call-tree nodes shown as {len(t) - 1:,}: smaller ones folded into (other)"
+    else:
+        return ""
+    return f"<div class='profmagic-cut' style='font:11px sans-serif;color:#555'>{esc(text)}</div>"
 
 
 def tips(paint: Paint, t: T.Tree, labels: list[str], where: list[str]) -> list[str]:

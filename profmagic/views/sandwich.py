@@ -29,7 +29,7 @@ def table(profile: Profile, metric: str | None = None, thread: str | None = None
     on name or file, sorted by ``sort`` (self, total or name). With ``boilerplate`` (the default),
     functions found only in folded boilerplate are left out (``profmagic.boilerplate``). A profile
     of more than ``tree.LARGE`` frames lists a page: the ``limit`` (default ``PAGE``) heaviest by
-    self time, totals computed for those only (``totals=False``: none, NaN)."""
+    self time (``totals=False``: no totals, NaN)."""
     metric = metric or profile.metric
     T.metric_weights(profile, metric)  # raises if the profile cannot know the metric
     if boilerplate:
@@ -55,15 +55,15 @@ def table(profile: Profile, metric: str | None = None, thread: str | None = None
 
 def _page(profile: Profile, metric: str, thread: str | None, rx, limit: int, totals: bool = True) -> pd.DataFrame:
     """``functions()``-shaped rows for the ``limit`` functions heaviest by self time (of those whose
-    name or file matches ``rx``), with totals computed for them only."""
+    name or file matches ``rx``)."""
     ft = T.function_table(profile)
     clocks = tuple(m for m in ("wall", "cpu", "off_cpu") if m != metric) if icicle.clocks(profile, metric) else ()
-    sums = T.function_sums(profile, (metric,) + clocks, thread, totals=False)
+    sums = T.function_sums(profile, (metric,) + clocks, thread, totals=totals)
     ids = ft.index.to_numpy()
     if rx is not None:
         ids = ids[[bool(rx.search(str(n)) or rx.search(str(f))) for n, f in zip(ft["name"], ft["file"])]]
     ids = ids[np.argsort(-sums["self_" + metric].to_numpy()[ids], kind="stable")][:limit]
-    page = T.function_sums(profile, (metric,) + clocks, thread, only=ids, totals=totals).loc[ids]
+    page = sums.loc[ids]
     if not totals:
         page = page.assign(**{"total_" + m: np.nan for m in (metric,) + clocks})
     out = pd.DataFrame({"id": ids, "name": ft.loc[ids, "name"].to_numpy(), "file": ft.loc[ids, "file"].to_numpy(),

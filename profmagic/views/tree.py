@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ..analysis import match_key
-from ..model import METRIC_LABELS, Profile, unique_ints
+from ..model import METRIC_LABELS, Profile, first_in_stack
 from .memo import function_ids, memo
 
 ROOT = -1   # key of the root node
@@ -108,17 +108,24 @@ def thread_rows(profile: Profile, thread: str | None) -> np.ndarray:
 @dataclass
 class Flat:
     """Every stack of a profile in one array: ``fn`` (the function id of each frame, root first,
-    stack after stack), and per stack row its ``starts`` offset into ``fn`` and its length."""
+    stack after stack; int32), and per stack row its ``starts`` offset into ``fn`` and its length."""
     fn: np.ndarray
     starts: np.ndarray
     lengths: np.ndarray
     _rows: np.ndarray | None = None
+    _once: np.ndarray | None = None
 
     def rows(self) -> np.ndarray:
         """The stack row of every frame (int32: a row number per frame costs 4 bytes)."""
         if self._rows is None:
             self._rows = np.repeat(np.arange(len(self.lengths), dtype=np.int32), self.lengths)
         return self._rows
+
+    def once(self) -> np.ndarray:
+        """Per frame, whether it is its function's outermost frame in its stack (``first_in_stack``)."""
+        if self._once is None:
+            self._once = first_in_stack(self.fn, self.lengths)
+        return self._once
 
     def having(self, fns) -> np.ndarray:
         """Positions in ``fn`` of the frames of the functions ``fns`` (a look-up table, not np.isin)."""
@@ -141,8 +148,8 @@ def flat(profile: Profile) -> Flat:
 def _flat(profile: Profile) -> Flat:
     stacks = profile.stacks["stack"].to_numpy()
     lengths = np.fromiter(map(len, stacks), dtype=np.int64, count=len(stacks))
-    fids = np.fromiter(itertools.chain.from_iterable(stacks), dtype=np.int64, count=int(lengths.sum()))
-    fn = function_ids(profile)[fids] if len(fids) else np.zeros(0, np.int64)
+    fids = np.fromiter(itertools.chain.from_iterable(stacks), dtype=np.int32, count=int(lengths.sum()))
+    fn = function_ids(profile).astype(np.int32)[fids] if len(fids) else np.zeros(0, np.int32)
     return Flat(fn, np.cumsum(lengths) - lengths, lengths)
 
 
@@ -156,42 +163,67 @@ def build(fn: np.ndarray, base: np.ndarray, n: np.ndarray, weights: dict, rows: 
     (default: all). With ``cut`` > 0, nodes lighter than ``cut`` (in the first metric) are not
     built: under each parent they become one "(other)" node, and their rows go no deeper; the
     totals of every node built are exact.
+
+    The rows still descending are kept as packed arrays (next frame, frames left, node, weights),
+    narrowed at each level; each level's nodes are its distinct (parent, function) pairs, their
+    totals one ``bincount`` per metric, and self the weight of the rows that end there.
     """
     names = list(weights)
-    ws = {m: np.asarray(weights[m], dtype=np.float64) for m in names}
     rows = np.arange(len(n), dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
+    w = np.stack([np.asarray(weights[m], dtype=np.float64)[rows] for m in names]) if len(names) \
+        else np.zeros((0, len(rows)))
+    k = len(names)
     span = int(fn.max()) + 1 if len(fn) else 1
+    length = np.asarray(n)[rows]
+    deeper = length > 0
     parent, key, depth, folded = [np.array([-1])], [np.array([ROOT])], [np.array([0])], [np.array([0])]
-    totals = {m: [np.array([w[rows].sum()])] for m, w in ws.items()}
-    node = np.zeros(len(n), dtype=np.int64)        # the deepest node of each row so far
-    alive = rows[n[rows] > 0]
-    nxt, d = 1, 0
-    while len(alive):
+    totals = [[np.array([w[j].sum()])] for j in range(k)]
+    ends = np.zeros(int((~deeper).sum()), np.int64)
+    selfs = [[np.bincount(ends, weights=w[j][~deeper], minlength=1)] for j in range(k)]   # empty stacks
+    pos = np.asarray(base)[rows][deeper].astype(np.int64)   # each live row's next frame
+    left = length[deeper]                                    # its frames from there
+    w = w[:, deeper]
+    node = np.zeros(len(pos), np.int64)                      # its node so far (level-local id)
+    start, nxt, d = 0, 1, 0                                   # ids: the previous level's first, the next free
+    while len(pos):
         # pandas' hash factorize: ~8x faster than np.unique's sort when a level has few nodes
-        inv, uniq = pd.factorize(node[alive] * span + fn[base[alive] + step * d])
-        level = {m: np.bincount(inv, weights=w[alive], minlength=len(uniq)) for m, w in ws.items()}
-        keep = level[names[0]] >= cut if cut > 0 else np.ones(len(uniq), bool)
-        light = np.flatnonzero(~keep)
-        group, holders = pd.factorize(uniq[light] // span)   # an (other) node per parent
-        n_keep = int(keep.sum())
-        ids = np.empty(len(uniq), np.int64)
-        ids[keep] = nxt + np.arange(n_keep)
-        ids[light] = nxt + n_keep + group
-        nxt += n_keep + len(holders)
-        parent += [uniq[keep] // span, holders]
-        key += [uniq[keep] % span, np.full(len(holders), OTHER)]
-        depth.append(np.full(n_keep + len(holders), d + 1))
-        folded += [np.zeros(n_keep, np.int64), np.bincount(group, minlength=len(holders))]
-        for m in names:
-            totals[m].append(np.concatenate([level[m][keep], np.bincount(group, weights=level[m][light],
-                                                                         minlength=len(holders))]))
-        node[alive] = ids[inv]
-        alive = alive[keep[inv] & (n[alive] > d + 1)]
+        inv, uniq = pd.factorize(node * span + fn[pos])
+        level = [np.bincount(inv, weights=w[j], minlength=len(uniq)) for j in range(k)]
+        if cut > 0 and (level[0] < cut).any():
+            keep = level[0] >= cut
+            # Nodes of no weight vanish (with their rows' other numbers), as pruning the whole tree does
+            light = np.flatnonzero(~keep & (level[0] > 0))
+            group, holders = pd.factorize(uniq[light] // span)   # an (other) node per parent
+            n_keep = int(keep.sum())
+            ids = np.full(len(uniq), -1, np.int64)
+            ids[keep] = np.arange(n_keep)
+            ids[light] = n_keep + group
+            go_on = keep[inv] & (left > 1)
+            parent += [start + uniq[keep] // span, start + holders]
+            key += [uniq[keep] % span, np.full(len(holders), OTHER)]
+            folded += [np.zeros(n_keep, np.int64), np.bincount(group, minlength=len(holders))]
+            for j in range(k):
+                totals[j].append(np.concatenate([level[j][keep], np.bincount(group, weights=level[j][light],
+                                                                             minlength=len(holders))]))
+            size = n_keep + len(holders)
+        else:
+            ids = None
+            go_on = left > 1
+            parent.append(start + uniq // span)
+            key.append(uniq % span)
+            folded.append(np.zeros(len(uniq), np.int64))
+            for j in range(k):
+                totals[j].append(level[j])
+            size = len(uniq)
+        here = inv if ids is None else ids[inv]
+        end = ~go_on if ids is None else ~go_on & (here >= 0)
+        for j in range(k):
+            selfs[j].append(np.bincount(here[end], weights=w[j][end], minlength=size))
+        depth.append(np.full(size, d + 1))
+        start, nxt = nxt, nxt + size
+        pos, left, node, w = pos[go_on] + step, left[go_on] - 1, here[go_on], w[:, go_on]
         d += 1
-    sums = {}
-    for m, w in ws.items():
-        total = np.concatenate(totals[m])
-        sums[m] = (total, np.bincount(node[rows], weights=w[rows], minlength=len(total)))
+    sums = {m: (np.concatenate(totals[j]), np.concatenate(selfs[j])) for j, m in enumerate(names)}
     parent_a = np.concatenate(parent).astype(np.int64)
     samples = sums["samples"][0] if "samples" in sums else np.zeros(len(parent_a))
     return Tree(parent_a, np.concatenate(key).astype(np.int64), np.concatenate(depth).astype(np.int64),
@@ -199,8 +231,8 @@ def build(fn: np.ndarray, base: np.ndarray, n: np.ndarray, weights: dict, rows: 
                 {m: v for m, v in sums.items() if m not in (names[0], "samples")})
 
 
-LARGE = 2_000_000   # frames: above this, a view's tree is built with an early cut (``pruned``), and
-                    # function totals are computed for the functions shown only (``function_sums``)
+LARGE = 2_000_000   # frames: above this, a view's tree is built with an early cut (``pruned``), and a
+                    # function list shows a page (``views.sandwich.table``)
 
 
 def large(profile: Profile) -> bool:
@@ -211,8 +243,8 @@ def function_sums(profile: Profile, metrics: tuple, thread: str | None = None,
                   only: np.ndarray | None = None, totals: bool = True) -> pd.DataFrame:
     """Per function id: ``self_<m>`` and (with ``totals``) ``total_<m>`` for each metric, over the
     stacks of ``thread`` (None: all). A function's total counts each stack once however often it
-    recurses there. ``only``: the function ids whose totals are wanted (the others get none), so a
-    page of a long list costs a fraction of the whole."""
+    recurses there (``Flat.once``). ``only``: the function ids whose totals are wanted (the others
+    get NaN)."""
     f = flat(profile)
     rows = np.arange(len(f.lengths)) if thread is None else thread_rows(profile, thread)
     nfn = int(f.fn.max()) + 1 if len(f.fn) else 0
@@ -225,15 +257,13 @@ def function_sums(profile: Profile, metrics: tuple, thread: str | None = None,
     for m, w in ws.items():
         out["self_" + m] = np.bincount(leaf_fn[keep], weights=w[leaf_rows[keep]], minlength=nfn)
     if totals:
-        if only is None:
-            fn, row_of = f.fn, f.rows()
-        else:
-            hit = f.having(only)
-            fn, row_of = f.fn[hit], f.rows()[hit]
-        hit_in = in_view[row_of]
-        pair = unique_ints(row_of[hit_in].astype(np.int64) * max(nfn, 1) + fn[hit_in])   # once per (stack, fn)
+        once = f.once()
+        fn, row_of = f.fn[once], f.rows()[once]     # a frame per (stack, function)
+        if thread is not None:
+            hit = in_view[row_of]
+            fn, row_of = fn[hit], row_of[hit]
         for m, w in ws.items():
-            total = np.bincount(pair % max(nfn, 1), weights=w[pair // max(nfn, 1)], minlength=nfn)
+            total = np.bincount(fn, weights=w[row_of], minlength=nfn)
             if only is not None:
                 total[np.setdiff1d(np.arange(nfn), only)] = np.nan
             out["total_" + m] = total
