@@ -38,14 +38,37 @@ def decode(data: bytes) -> str:
     return data.decode("utf-8", errors="surrogateescape")
 
 
+try:   # a parser in C: the same objects as json.loads, in less time (bench/RESULTS.md, issue 27)
+    from msgspec import DecodeError as _DecodeError
+    from msgspec.json import decode as _decode
+except ImportError:   # without it the standard library parses: the same documents, the same errors
+    _decode = None
+
+
+def parse_json(data: bytes):
+    """The parsed document, or ValueError. msgspec parses when it is installed; whatever it refuses
+    (NaN, numbers past a double, UTF-16, a BOM, lone surrogates, invalid JSON) goes to ``json.loads``,
+    so the result and the error are the standard library's."""
+    if _decode is not None:
+        try:
+            return _decode(data)
+        except _DecodeError:
+            pass
+    return json.loads(data)
+
+
+def json_error(e: json.JSONDecodeError, source: str) -> ProfileFormatError:
+    """A ProfileFormatError naming the line and the byte offset of ``e`` (whose pos counts characters)."""
+    offset = len(e.doc[:e.pos].encode("utf-8", "surrogatepass")) if isinstance(e.doc, str) else e.pos
+    return ProfileFormatError(f"invalid JSON: {e.msg}", source=source, line=e.lineno, offset=offset)
+
+
 def load_json(data: bytes, source: str):
     """The parsed document; a JSON or encoding error names its line and byte offset."""
     try:
-        return json.loads(data)
+        return parse_json(data)
     except json.JSONDecodeError as e:
-        # e.pos counts characters of the decoded text; the error names a byte offset.
-        offset = len(e.doc[:e.pos].encode("utf-8", "surrogatepass")) if isinstance(e.doc, str) else e.pos
-        raise ProfileFormatError(f"invalid JSON: {e.msg}", source=source, line=e.lineno, offset=offset) from None
+        raise json_error(e, source) from None
     except UnicodeDecodeError as e:
         raise ProfileFormatError(f"not UTF-8 text: {e.reason}", source=source, offset=e.start) from None
     except ValueError as e:   # an integer with more digits than Python converts

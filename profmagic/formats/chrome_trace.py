@@ -35,7 +35,7 @@ from ..multi import process_label
 from ..model import Profile, Raw, StackBuilder
 from ..threads import thread_label
 from . import layout
-from ._common import MAX_THREADS, StackTree, checked_ext, too_many_threads, version
+from ._common import MAX_THREADS, StackTree, checked_ext, parse_json, too_many_threads, version
 from .speedscope import EXT, _jsonable, json_bytes, guess_kind
 from .registry import Format
 
@@ -71,7 +71,7 @@ def _err(source, where, msg):
 def _load(data: bytes, source: str):
     """The parsed document and whether its array had to be closed (the format allows a missing ']')."""
     try:
-        return json.loads(data), False
+        return parse_json(data), False
     except UnicodeDecodeError as e:
         raise ProfileFormatError(f"not UTF-8 text: {e.reason}", source=source, offset=e.start) from None
     except json.JSONDecodeError as e:
@@ -79,7 +79,7 @@ def _load(data: bytes, source: str):
     tail = data.rstrip(b" \t\r\n")
     if data.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] == b"[" and tail.endswith((b"}", b"},")):
         try:
-            return json.loads(tail.rstrip(b",") + b"]"), True
+            return parse_json(tail.rstrip(b",") + b"]"), True
         except (json.JSONDecodeError, UnicodeDecodeError):
             pass
     offset = len(first.doc[:first.pos].encode("utf-8", "surrogatepass"))

@@ -39,7 +39,7 @@ from ..multi import process_label
 from ..model import Profile, Raw, StackBuilder
 from ..threads import thread_label
 from . import layout
-from ._common import MAX_THREADS, StackTree, checked_ext, too_many_threads, version
+from ._common import MAX_THREADS, StackTree, checked_ext, parse_json, too_many_threads, version
 from .speedscope import EXT, _jsonable, json_bytes
 from .registry import Format
 
@@ -74,7 +74,7 @@ def _err(source, where, msg):
 
 def _parse(data: bytes, source: str):
     try:
-        return json.loads(data)
+        return parse_json(data)
     except UnicodeDecodeError as e:
         raise ProfileFormatError(f"not UTF-8 text: {e.reason}", source=source, offset=e.start) from None
     except json.JSONDecodeError as e:

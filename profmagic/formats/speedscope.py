@@ -18,7 +18,7 @@ import pandas as pd
 from ..errors import ProfileFormatError
 from ..model import MEMORY_METRICS, WEIGHT_METRICS, Profile, Raw, make_frames, thread_table
 from ._common import (EXT, MAX_DEPTH, MAX_THREADS, StackTree, carried_meta, checked_ext, ext_block, load_json,
-                      thread_attrs, too_deep, too_many_threads, version as _version)
+                      parse_json, thread_attrs, too_deep, too_many_threads, version as _version)
 from .registry import Format
 
 NAME = "speedscope"
@@ -170,14 +170,17 @@ def _evented(prof, pi, nframes, source, tree: StackTree):
 
 # -- fast path: the big numeric arrays are parsed straight from the bytes ---------------------
 # json.loads would build a Python list per sample (about 8x the file in memory). Instead the
-# "samples" and "weights" arrays are cut out of the text, the small rest goes through json.loads,
-# and each sample's text is interned as bytes: only distinct stacks are ever parsed. Anything
-# unexpected (whitespace games, a key inside a string, bad numbers) falls back to the plain path,
-# which gives the precise error.
+# "samples" and "weights" arrays are cut out of the text, the small rest goes through parse_json,
+# the samples' numbers are parsed by numpy into one int32 array, and only distinct stacks become
+# tuples. Anything unexpected (whitespace inside a number, a key inside a string, bad numbers)
+# falls back to the plain path, which gives the precise error.
 _KEY = re.compile(rb'"(samples|weights)"\s*:\s*\[')
 _SAMPLES_END = re.compile(rb"\]\s*\]")
 _WS = b" \t\r\n"
 _INTS = b"0123456789,[]"
+_DIGITS_APART = re.compile(rb"[0-9][ \t\r\n]+[0-9]")
+_JSON_NUMBER = re.compile(rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?\Z")
+_NUMBER_APART = re.compile(rb"[0-9.eE+-][ \t\r\n]+[0-9.eE+-]")
 _NUMBERS = b"0123456789.eE+-,"
 _CHUNK = 1 << 22
 _MIN_FAST = 1 << 20  # smaller files gain nothing
@@ -218,9 +221,13 @@ def _cut(data: bytes):
 
 
 def _parse_samples(data: bytes, a: int, b: int, nframes: int):
-    """Interned stacks and one stack id per sample for the text ``[..],[..],...`` in data[a:b]."""
-    intern: dict[bytes, int] = {}
-    parts_ids = []
+    """Interned stacks and one stack id per sample for the text ``[..],[..],...`` in data[a:b], or None.
+    Numbers are parsed with numpy, 4 MB of text at a time, into one int32 array of frames; samples are
+    interned by a hash of their frames, each checked against its class's first sample (a collision
+    makes the plain path decide), and only distinct stacks become tuples, of shared int objects."""
+    if nframes >= 1 << 31:
+        return None
+    flat_parts, len_parts, hash_parts = [], [], []
     pos = a
     first = True
     while pos < b:
@@ -229,39 +236,157 @@ def _parse_samples(data: bytes, a: int, b: int, nframes: int):
             cut = b - 1
         chunk = data[pos:cut + 1]
         pos = cut + 1
-        if chunk.translate(None, _INTS):
+        lead = b"[" if first else b","   # a comma between chunks, none before the first
+        got = _chunk_frames(chunk, int(not first), nframes) if chunk[:1] == lead else None
+        if got is None:
+            if not chunk.translate(None, _INTS):   # no white space: the text is not what we read
+                return None
+            if _DIGITS_APART.search(chunk):   # "1 2" is no number; removing the space would make one
+                return None
             chunk = chunk.translate(None, _WS)
             if chunk.translate(None, _INTS):
                 return None
-        if chunk.startswith(b","):
-            if first:
+            if not chunk:   # white space after the last "]"
+                continue
+            got = _chunk_frames(chunk, int(not first), nframes) if chunk[:1] == lead else None
+            if got is None:
                 return None
-            chunk = chunk[1:]
         first = False
-        if not (chunk.startswith(b"[") and chunk.endswith(b"]")):
-            return None
-        parts = chunk[1:-1].split(b"],[")
-        if chunk.count(b"[") != len(parts) or chunk.count(b"]") != len(parts):
-            return None
-        codes, uniq = pd.factorize(np.array(parts, dtype=object))
-        remap = np.fromiter((intern.setdefault(u, len(intern)) for u in uniq), dtype=np.int64, count=len(uniq))
-        parts_ids.append(remap[codes])
-    stacks = []
-    try:
-        for key in intern:
-            st = tuple(map(int, key.split(b","))) if key else ()
-            if st and (max(st) >= nframes or len(st) > MAX_DEPTH):   # the plain path names the error
-                return None
-            stacks.append(st)
-    except ValueError:
+        flat_parts.append(got[0])
+        len_parts.append(got[1])
+        hash_parts.append(got[2])
+    if not len_parts:
+        return [], np.zeros(0, np.int64)
+    flat = np.concatenate(flat_parts)
+    del flat_parts
+    lengths = np.concatenate(len_parts)
+    starts = np.zeros(len(lengths), np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    ids, uniq = pd.factorize(np.concatenate(hash_parts))
+    ids = ids.astype(np.int64, copy=False)
+    # factorize numbers classes in order of first appearance: a class's first sample is where ids
+    # first exceeds every id before it.
+    seen = np.maximum.accumulate(ids)
+    rep = np.flatnonzero(np.concatenate(([True], seen[1:] > seen[:-1])))
+    if not _same_as_rep(flat, starts, lengths, ids, rep):
         return None
-    ids = np.concatenate(parts_ids) if parts_ids else np.zeros(0, np.int64)
-    return stacks, ids
+    return _tuples(flat, starts[rep], lengths[rep], nframes), ids
+
+
+def _chunk_frames(chunk: bytes, skip: int, nframes: int):
+    """(frames int32, frames per sample, hash per sample) of ``[1,2],[3],[]`` (from byte ``skip``),
+    or None when the text is not exactly that (JSON integers without leading zeros, below ``nframes``)."""
+    c = np.frombuffer(chunk, np.uint8, offset=min(skip, len(chunk)))
+    n = len(c)
+    if n < 2 or c[0] != 91 or c[-1] != 93:
+        return None
+    pos = np.flatnonzero((c - np.uint8(48)) > 9)   # the non-digits: "[", "]" and ","
+    tok = _TOKEN[c[pos]]   # 1 "[", -1 "]", 0 ","; 2 anything else
+    if (tok == 2).any():
+        return None
+    depth = np.cumsum(tok)   # after each token: 1 inside a sample, 0 between samples
+    num = np.diff(pos) > 1   # a number between token k and k + 1
+    opening, closing, comma = tok == 1, tok == -1, tok == 0
+    inside = depth[:-1] == 1
+    ok = (depth[-1] == 0 and ((depth == 0) | (depth == 1)).all() and not (opening & (depth != 1)).any()
+          and not (closing & (depth != 0)).any() and not (num & ~inside).any())
+    if ok:
+        # A comma inside has a number on each side; one between samples has "]" before and "[" after.
+        before = np.concatenate(([False], num))
+        after = np.concatenate((num, [False]))
+        prev_tok = np.concatenate(([2], tok[:-1]))
+        next_tok = np.concatenate((tok[1:], [2]))
+        ok = not (comma & np.where(depth == 1, ~(before & after), (prev_tok != -1) | (next_tok != 1))).any() \
+            and not (opening[1:] & (tok[:-1] != 0)).any()
+    if not ok:
+        return None
+    ends = pos[1:][num] - 1   # each number's last digit
+    width = np.diff(pos)[num] - 1
+    if len(width):
+        wmax = int(width.max())
+        if wmax > 10 or ((width > 1) & (c[ends - width + 1] == 48)).any():   # "01" is no JSON number
+            return None
+        val = (c[ends] - np.uint8(48)).astype(np.int64)
+        for j in range(1, wmax):
+            val += np.where(width > j, c[ends - j] - np.uint8(48), 0).astype(np.int64) * 10 ** j
+        if int(val.max()) >= nframes:
+            return None
+    else:
+        val = np.zeros(0, np.int64)
+    # A sample's tokens are "[", a comma between each two of its numbers, "]".
+    o, e = opening.nonzero()[0], closing.nonzero()[0]
+    lengths = np.where(num[o], e - o, 0)
+    if len(lengths) and int(lengths.max()) > MAX_DEPTH:
+        return None
+    # A hash per sample: sum of (frame + 1) * B**k over its k-th frames, modulo 2**64 (B odd, so
+    # B**-first undoes the offset of the sample in the chunk), plus its length mixed in.
+    first = np.zeros(len(lengths), np.int64)
+    np.cumsum(lengths[:-1], out=first[1:])
+    pw, inv = _powers(len(val) + 1)
+    total = np.zeros(len(val) + 1, np.uint64)
+    np.cumsum((val.astype(np.uint64) + np.uint64(1)) * pw[:len(val)], out=total[1:])
+    h = (total[first + lengths] - total[first]) * inv[first] + lengths.astype(np.uint64) * _MIX_LEN
+    return val.astype(np.int32), lengths, h
+
+
+_TOKEN = np.full(256, 2, np.int8)
+_TOKEN[ord("[")], _TOKEN[ord("]")], _TOKEN[ord(",")] = 1, -1, 0
+_BASE = 0x2545F4914F6CDD1D   # odd: it has an inverse modulo 2**64
+_MIX_LEN = np.uint64(0x9E3779B97F4A7C15)
+def _powers(n: int):
+    """(B**k, B**-k) modulo 2**64 for k < n."""
+    steps = np.full((2, n), [[_BASE], [pow(_BASE, -1, 1 << 64)]], np.uint64)
+    steps[:, 0] = 1
+    return np.cumprod(steps, axis=1, dtype=np.uint64)
+_BLOCK = 1 << 22   # frames handled at once when checking and building stacks
+
+
+def _same_as_rep(flat, starts, lengths, ids, rep) -> bool:
+    """Whether every sample's frames equal those of its class's first sample."""
+    dup = np.flatnonzero(rep[ids] != np.arange(len(ids)))
+    if not len(dup):
+        return True
+    r = rep[ids[dup]]
+    if (lengths[dup] != lengths[r]).any():
+        return False
+    cum = np.cumsum(lengths[dup])
+    lo = 0
+    while lo < len(dup):
+        hi = max(int(np.searchsorted(cum, (cum[lo - 1] if lo else 0) + _BLOCK)), lo + 1)
+        ln = lengths[dup[lo:hi]]
+        step = np.arange(int(ln.sum())) - np.repeat(np.cumsum(ln) - ln, ln)
+        if (flat[np.repeat(starts[dup[lo:hi]], ln) + step] != flat[np.repeat(starts[r[lo:hi]], ln) + step]).any():
+            return False
+        lo = hi
+    return True
+
+
+def _tuples(flat, starts, lengths, nframes) -> list:
+    """A root-first tuple per (start, length) of ``flat``, its items shared int objects."""
+    ints = np.arange(nframes).astype(object)
+    out: list = []
+    cum = np.cumsum(lengths)
+    lo = 0
+    while lo < len(starts):
+        hi = max(int(np.searchsorted(cum, (cum[lo - 1] if lo else 0) + _BLOCK)), lo + 1)
+        ln = lengths[lo:hi]
+        ends = np.cumsum(ln)
+        s0 = int(starts[lo])
+        if int(starts[hi - 1]) + int(ln[-1]) - s0 == int(ends[-1]):   # the rows lie back to back
+            sel = flat[s0:s0 + int(ends[-1])]
+        else:
+            sel = flat[np.repeat(starts[lo:hi], ln) + (np.arange(int(ends[-1])) - np.repeat(ends - ln, ln))]
+        items = tuple(ints[sel].tolist())
+        out += map(items.__getitem__, map(slice, (ends - ln).tolist(), ends.tolist()))
+        lo = hi
+    return out
 
 
 def _parse_weights(data: bytes, a: int, b: int):
     text = data[a:b]
     if text.translate(None, _NUMBERS):
+        if _NUMBER_APART.search(text):
+            return None
         text = text.translate(None, _WS)
         if text.translate(None, _NUMBERS):
             return None
@@ -269,11 +394,9 @@ def _parse_weights(data: bytes, a: int, b: int):
         return np.zeros(0)
     # Weights repeat (a sampler's interval): parse each distinct text once.
     codes, uniq = pd.factorize(np.array(text.split(b","), dtype=object))
-    try:
-        values = np.array([float(u) for u in uniq], dtype=np.float64)
-    except ValueError:
+    if not all(map(_JSON_NUMBER.match, uniq)):   # float() also takes "+1", ".5", "01"; JSON does not
         return None
-    return values[codes]
+    return np.array([float(u) for u in uniq], dtype=np.float64)[codes]
 
 
 def _sampled_fast(blobs, samples, weights, nframes):
@@ -305,7 +428,7 @@ def _read_fast(data: bytes, source: str, metric: str):
         return None
     skeleton, blobs = cut
     try:
-        doc = json.loads(skeleton)
+        doc = parse_json(skeleton)
     except ValueError:   # invalid JSON, not UTF-8, an integer over Python's digit limit
         return None
     # Every placeholder must sit where a sampled profile's samples or weights belong.
