@@ -40,6 +40,7 @@ def alive():
     return [r() is not None for r in refs]
 '''
 CELL = "%%profile -b sampler\njob()"
+OPEN = "len(__import__('ipywidgets').widgets.widget._instances)"
 WIDGET = "application/vnd.jupyter.widget-view+json"
 
 
@@ -58,6 +59,11 @@ def test_reports_keep_the_newest_profiles_and_a_held_one(kernel):
         profiled_cell(kernel, keep_it=i == HELD)
         if i <= LIVE:   # the first LIVE reports all hold theirs
             assert kernel.value("alive()") == [True] * i
+        if i == CELLS - 10:
+            open_before = kernel.value(OPEN)
+    # Each cell adds a report and collapses one: what stays open of it is its box and the notice, with
+    # their layout and style (ipywidgets keeps every open widget).
+    assert kernel.value(OPEN) - open_before == 10 * 5
     # gc is off: letting go frees a profile at once (nothing else refers to it).
     alive = kernel.value("alive()")
     newest = list(range(CELLS - LIVE + 1, CELLS + 1))
@@ -75,8 +81,8 @@ def test_reports_keep_the_newest_profiles_and_a_held_one(kernel):
     for words in (f"the {LIVE} newest reports keep theirs", "(p = _profile)",
                   "(p = profmagic.load('run.json'))"):
         assert words in text, (words, text)
-    assert kernel.value("[w.comm is None for w in (reports[0].tabs, reports[0].metric, reports[0].bridge)]") \
-        == [True, True, True]
+    assert kernel.value("[w.comm is None for w in (reports[0].tabs, reports[0].metric, reports[0].bridge, "
+                        "reports[0].metric.layout, reports[0].metric.style)]") == [True] * 5
     assert kernel.value("reports[0].widget.comm is not None") is True   # the notice's box stays shown
 
     # The held profile's report lets go too, but p keeps the profile, and every tab still works.

@@ -352,6 +352,9 @@ def _close(widgets) -> None:
     import ipywidgets as W
     for w in widgets:
         _close(getattr(w, "children", ()))
+        for part in (getattr(w, "layout", None), getattr(w, "style", None)):   # widgets too, each with a comm
+            if isinstance(part, W.Widget):
+                part.close()
         w.close()
         if isinstance(w, W.Box):
             w.children = ()
