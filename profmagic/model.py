@@ -371,42 +371,32 @@ def unique_ints(a: np.ndarray) -> np.ndarray:
     return s[np.r_[True, s[1:] != s[:-1]]] if len(s) else s
 
 
-def stable_order(a: np.ndarray) -> np.ndarray:
-    """``np.argsort(a, kind="stable")`` of non-negative integers, as radix sorts on 16-bit digits:
-    numpy sorts keys of 16 bits or less by radix (linear), wider ones by timsort."""
-    top = int(a.max()) if len(a) else 0
-    if top < 1 << 16:
-        return np.argsort(a.astype(np.uint16), kind="stable")
-    if top < 1 << 32:
-        o = np.argsort((a & 0xFFFF).astype(np.uint16), kind="stable")
-        return o[np.argsort((a[o] >> 16).astype(np.uint16), kind="stable")]
-    return np.argsort(a, kind="stable")
+_PIECE = 1 << 20   # frames per piece of ``stack_functions``: its arrays stay near the cache
 
 
-_PIECE = 1 << 21   # frames per pass of first_in_stack: its arrays stay near the cache
-
-
-def first_in_stack(fn: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+def stack_functions(fn: np.ndarray, lengths: np.ndarray, piece: int = _PIECE):
     """For stacks laid end to end (``fn``: a function id per frame, root first; ``lengths``: frames
-    per stack), whether each frame is its function's outermost one in its stack: what a total
-    counts, once per stack however often the function recurses. Linear (``stable_order``), in
-    pieces of whole stacks."""
-    out = np.ones(len(fn), bool)
+    per stack), yield (function ids, stack rows) of every distinct (stack, function) pair: what a
+    total counts, once per stack however often the function recurses. In pieces of whole stacks,
+    each sorted as one integer per frame (row, function): the keys come mostly in order already,
+    which numpy's stable sort runs through in about linear time."""
+    if not len(fn):
+        return
+    bits = max(int(fn.max()).bit_length(), 1)
+    mask = np.uint64((1 << bits) - 1)
     ends = np.cumsum(lengths)
     r0 = 0
     while r0 < len(lengths):
         a = int(ends[r0 - 1]) if r0 else 0
-        r1 = min(int(np.searchsorted(ends, a + _PIECE, "left")) + 1, len(lengths))
+        r1 = min(int(np.searchsorted(ends, a + piece, "left")) + 1, len(lengths))
         b = int(ends[r1 - 1])
-        if b - a > 1:
-            piece = fn[a:b]
-            order = stable_order(piece)       # by function; within one, by position (so by stack)
-            row = np.repeat(np.arange(r1 - r0, dtype=np.int32), lengths[r0:r1])[order]
-            f = piece[order]
-            again = (f[1:] == f[:-1]) & (row[1:] == row[:-1])
-            out[a + order[1:][again]] = False
+        if b > a:
+            key = np.repeat(np.arange(r0, r1, dtype=np.uint64), lengths[r0:r1]) << np.uint64(bits)
+            key |= fn[a:b].astype(np.uint64)
+            key.sort(kind="stable")
+            key = key[np.r_[True, key[1:] != key[:-1]]]
+            yield (key & mask).astype(np.intp), (key >> np.uint64(bits)).astype(np.intp)
         r0 = r1
-    return out
 
 
 def _is_missing(v) -> bool:
@@ -914,19 +904,21 @@ class Profile:
         rows, fids, lengths = self._exploded()
         nfn = int(fn_of_frame.max()) + 1 if len(fn_of_frame) else 0
         fn = fn_of_frame[fids] if len(fids) else np.zeros(0, dtype=np.int64)
-        once = first_in_stack(fn, lengths)           # a frame per (stack, function)
-        fn_once, row_once = fn[once], rows[once]
+        pairs = list(stack_functions(fn, lengths))    # (function, row) once per stack
         nonempty = lengths > 0
         leaf_fn = fn[np.cumsum(lengths)[nonempty] - 1] if len(fids) else np.zeros(0, dtype=np.int64)
 
         def sums(m: str) -> tuple[np.ndarray, np.ndarray]:
             w = self.weights(m).to_numpy(dtype=np.float64)
-            total = np.bincount(fn_once, weights=w[row_once], minlength=nfn) if nfn else np.zeros(0)
+            total = np.zeros(nfn)
+            for f, r in pairs:
+                total += np.bincount(f, weights=w[r], minlength=nfn)
             selfw = np.bincount(leaf_fn, weights=w[nonempty], minlength=nfn) if nfn else np.zeros(0)
             return selfw, total
 
         present = np.zeros(nfn, dtype=bool)
-        present[fn_once] = True
+        for f, _ in pairs:
+            present[f] = True
         ids, first = np.unique(fn_of_frame[self.frames.index.to_numpy()], return_index=True)  # a function's first frame
         selfw, total = sums(metric)
         out = pd.DataFrame({"id": ids, "name": self.frames["name"].to_numpy()[first],

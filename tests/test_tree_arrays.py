@@ -305,3 +305,15 @@ def test_static_icicle_says_what_was_cut(large, monkeypatch):
     # Nothing folded, nothing said.
     q = make(6, nthreads=1, nstacks=5, maxdepth=3)
     assert "profmagic-cut" not in icicle.svg(q, min_share=0.0, boilerplate=False)
+
+
+@pytest.mark.parametrize("piece", [1, 7, 50, 1 << 20])
+def test_stack_functions_in_pieces(piece):
+    """Each distinct (stack, function) pair once, in stack order, however the stacks are cut into pieces."""
+    from profmagic.model import stack_functions
+    p = PROFILES["recursion"]
+    pth = paths(p)
+    fn = np.array([g for path in pth for g in path], np.int32)
+    lengths = np.array([len(path) for path in pth])
+    got = [(int(f), int(r)) for fs, rs in stack_functions(fn, lengths, piece) for f, r in zip(fs, rs)]
+    assert got == [(g, r) for r, path in enumerate(pth) for g in sorted(set(path))]

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ..analysis import match_key
-from ..model import METRIC_LABELS, Profile, first_in_stack
+from ..model import METRIC_LABELS, Profile, stack_functions
 from .memo import function_ids, memo
 
 ROOT = -1   # key of the root node
@@ -113,19 +113,12 @@ class Flat:
     starts: np.ndarray
     lengths: np.ndarray
     _rows: np.ndarray | None = None
-    _once: np.ndarray | None = None
 
     def rows(self) -> np.ndarray:
         """The stack row of every frame (int32: a row number per frame costs 4 bytes)."""
         if self._rows is None:
             self._rows = np.repeat(np.arange(len(self.lengths), dtype=np.int32), self.lengths)
         return self._rows
-
-    def once(self) -> np.ndarray:
-        """Per frame, whether it is its function's outermost frame in its stack (``first_in_stack``)."""
-        if self._once is None:
-            self._once = first_in_stack(self.fn, self.lengths)
-        return self._once
 
     def having(self, fns) -> np.ndarray:
         """Positions in ``fn`` of the frames of the functions ``fns`` (a look-up table, not np.isin)."""
@@ -164,71 +157,109 @@ def build(fn: np.ndarray, base: np.ndarray, n: np.ndarray, weights: dict, rows: 
     built: under each parent they become one "(other)" node, and their rows go no deeper; the
     totals of every node built are exact.
 
-    The rows still descending are kept as packed arrays (next frame, frames left, node, weights),
-    narrowed at each level; each level's nodes are its distinct (parent, function) pairs, their
-    totals one ``bincount`` per metric, and self the weight of the rows that end there.
+    The rows still descending are packed arrays (node, frames left, first-metric weight), narrowed
+    at each level; a level's nodes are its distinct (parent, function) pairs and their totals one
+    ``bincount``. Each row's last node is kept: self, in every metric, is one ``bincount`` over
+    the rows, and the other metrics' totals are summed up the tree from it.
     """
     names = list(weights)
     rows = np.arange(len(n), dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
-    w = np.stack([np.asarray(weights[m], dtype=np.float64)[rows] for m in names]) if len(names) \
-        else np.zeros((0, len(rows)))
-    k = len(names)
+    ws = [np.asarray(weights[m], dtype=np.float64)[rows] for m in names]
     span = int(fn.max()) + 1 if len(fn) else 1
     length = np.asarray(n)[rows]
-    deeper = length > 0
-    parent, key, depth, folded = [np.array([-1])], [np.array([ROOT])], [np.array([0])], [np.array([0])]
-    totals = [[np.array([w[j].sum()])] for j in range(k)]
-    ends = np.zeros(int((~deeper).sum()), np.int64)
-    selfs = [[np.bincount(ends, weights=w[j][~deeper], minlength=1)] for j in range(k)]   # empty stacks
-    pos = np.asarray(base)[rows][deeper].astype(np.int64)   # each live row's next frame
-    left = length[deeper]                                    # its frames from there
-    w = w[:, deeper]
-    node = np.zeros(len(pos), np.int64)                      # its node so far (level-local id)
-    start, nxt, d = 0, 1, 0                                   # ids: the previous level's first, the next free
-    while len(pos):
+    last = np.zeros(len(rows), np.int64)    # each row's last node; -1 - its parent's for a row into a node of no weight
+    parent, key, folded = [np.array([-1])], [np.array([ROOT])], [np.array([0])]
+    total0 = [np.array([ws[0].sum()])]
+    bounds = [0, 1]                         # level d's nodes are ids bounds[d]..bounds[d+1]-1
+    live = np.flatnonzero(length > 0)       # rows still descending (positions in ``rows``)
+    first = np.asarray(base)[rows].astype(np.int64)
+    pos = first[live]
+    left = length[live]                     # their frames from this level on
+    node = np.zeros(len(live), np.int64)    # their node at the level above (level-local id)
+    w0 = ws[0][live]
+    d = 0
+    while len(live):
+        if d % AHEAD == 0:   # the next AHEAD frames of each live row, read row by row
+            ahead, at = _ahead(fn, pos, left, step), np.arange(len(live))
         # pandas' hash factorize: ~8x faster than np.unique's sort when a level has few nodes
-        inv, uniq = pd.factorize(node * span + fn[pos])
-        level = [np.bincount(inv, weights=w[j], minlength=len(uniq)) for j in range(k)]
-        if cut > 0 and (level[0] < cut).any():
-            keep = level[0] >= cut
-            # Nodes of no weight vanish (with their rows' other numbers), as pruning the whole tree does
-            light = np.flatnonzero(~keep & (level[0] > 0))
+        inv, uniq = pd.factorize(node * span + ahead[d % AHEAD][at])
+        level = np.bincount(inv, weights=w0, minlength=len(uniq))
+        start = bounds[-2]
+        if cut > 0 and (level < cut).any():
+            keep = level >= cut
+            # Nodes of no weight vanish, as pruning the whole tree folds no node of no width
+            light = np.flatnonzero(~keep & (level > 0))
             group, holders = pd.factorize(uniq[light] // span)   # an (other) node per parent
             n_keep = int(keep.sum())
             ids = np.full(len(uniq), -1, np.int64)
             ids[keep] = np.arange(n_keep)
             ids[light] = n_keep + group
-            go_on = keep[inv] & (left > 1)
             parent += [start + uniq[keep] // span, start + holders]
             key += [uniq[keep] % span, np.full(len(holders), OTHER)]
             folded += [np.zeros(n_keep, np.int64), np.bincount(group, minlength=len(holders))]
-            for j in range(k):
-                totals[j].append(np.concatenate([level[j][keep], np.bincount(group, weights=level[j][light],
-                                                                             minlength=len(holders))]))
-            size = n_keep + len(holders)
+            total0.append(np.concatenate([level[keep], np.bincount(group, weights=level[light],
+                                                                   minlength=len(holders))]))
+            here = ids[inv]
+            go_on = (left > 1) & keep[inv]
         else:
-            ids = None
-            go_on = left > 1
             parent.append(start + uniq // span)
             key.append(uniq % span)
             folded.append(np.zeros(len(uniq), np.int64))
-            for j in range(k):
-                totals[j].append(level[j])
-            size = len(uniq)
-        here = inv if ids is None else ids[inv]
-        end = ~go_on if ids is None else ~go_on & (here >= 0)
-        for j in range(k):
-            selfs[j].append(np.bincount(here[end], weights=w[j][end], minlength=size))
-        depth.append(np.full(size, d + 1))
-        start, nxt = nxt, nxt + size
-        pos, left, node, w = pos[go_on] + step, left[go_on] - 1, here[go_on], w[:, go_on]
+            total0.append(level)
+            here = inv
+            go_on = left > 1
+        bounds.append(bounds[-1] + len(total0[-1]))
+        end = ~go_on
+        last[live[end]] = np.where(here[end] >= 0, bounds[-2] + here[end], -1 - (start + node[end]))
+        live, left, node, w0, at = live[go_on], left[go_on] - 1, here[go_on], w0[go_on], at[go_on]
         d += 1
-    sums = {m: (np.concatenate(totals[j]), np.concatenate(selfs[j])) for j, m in enumerate(names)}
+        if d % AHEAD == 0:
+            pos = first[live] + step * d
     parent_a = np.concatenate(parent).astype(np.int64)
-    samples = sums["samples"][0] if "samples" in sums else np.zeros(len(parent_a))
-    return Tree(parent_a, np.concatenate(key).astype(np.int64), np.concatenate(depth).astype(np.int64),
-                *sums[names[0]], samples, np.concatenate(folded).astype(np.int64),
+    size = len(parent_a)
+    ended = last >= 0
+    gone = np.flatnonzero(~ended)
+    sums = {}
+    for m, w in zip(names, ws):
+        own = np.bincount(last[ended], weights=w[ended], minlength=size)
+        if m == names[0]:
+            sums[m] = (np.concatenate(total0), own)
+        else:   # a row into a node of no weight (which vanished) still counts in the node's ancestors
+            below = np.bincount(-1 - last[gone], weights=w[gone], minlength=size) if len(gone) else 0.0
+            sums[m] = (_up(parent_a, bounds, own + below), own)
+    samples = sums["samples"][0] if "samples" in sums else np.zeros(size)
+    depth = np.repeat(np.arange(len(bounds) - 1), np.diff(bounds))
+    return Tree(parent_a, np.concatenate(key).astype(np.int64), depth, *sums[names[0]], samples,
+                np.concatenate(folded).astype(np.int64),
                 {m: v for m, v in sums.items() if m not in (names[0], "samples")})
+
+
+def _up(parent: np.ndarray, bounds: list, own: np.ndarray) -> np.ndarray:
+    """Subtree sums of ``own``, from the deepest level up (``bounds``: each level's first id)."""
+    acc = own.copy()
+    for d in range(len(bounds) - 2, 0, -1):
+        lo, hi = bounds[d], bounds[d + 1]
+        up = bounds[d - 1]
+        acc[up:lo] += np.bincount(parent[lo:hi] - up, weights=acc[lo:hi], minlength=lo - up)
+    return acc
+
+
+AHEAD = 8   # levels of frames read at once: a row's next frames share a cache line, and reading
+            # one frame of every row per level missed the cache at every frame of a large profile
+
+
+def _ahead(fn: np.ndarray, pos: np.ndarray, left: np.ndarray, step: int) -> np.ndarray:
+    """``out[j, i] = fn[pos[i] + step * j]`` for j < AHEAD (repeating a row's last frame past its
+    end), a block of rows at a time so that a row's frames are read while in the cache."""
+    out = np.empty((AHEAD, len(pos)), dtype=fn.dtype)
+    end = pos + step * (left - 1)
+    clip = np.minimum if step > 0 else np.maximum
+    block = 8192
+    for b in range(0, len(pos), block):
+        p, e = pos[b:b + block], end[b:b + block]
+        for j in range(AHEAD):
+            out[j, b:b + block] = fn[clip(p + step * j, e)]
+    return out
 
 
 LARGE = 2_000_000   # frames: above this, a view's tree is built with an early cut (``pruned``), and a
@@ -243,7 +274,7 @@ def function_sums(profile: Profile, metrics: tuple, thread: str | None = None,
                   only: np.ndarray | None = None, totals: bool = True) -> pd.DataFrame:
     """Per function id: ``self_<m>`` and (with ``totals``) ``total_<m>`` for each metric, over the
     stacks of ``thread`` (None: all). A function's total counts each stack once however often it
-    recurses there (``Flat.once``). ``only``: the function ids whose totals are wanted (the others
+    recurses there (``model.stack_functions``). ``only``: the function ids whose totals are wanted (the others
     get NaN)."""
     f = flat(profile)
     rows = np.arange(len(f.lengths)) if thread is None else thread_rows(profile, thread)
@@ -257,16 +288,17 @@ def function_sums(profile: Profile, metrics: tuple, thread: str | None = None,
     for m, w in ws.items():
         out["self_" + m] = np.bincount(leaf_fn[keep], weights=w[leaf_rows[keep]], minlength=nfn)
     if totals:
-        once = f.once()
-        fn, row_of = f.fn[once], f.rows()[once]     # a frame per (stack, function)
-        if thread is not None:
-            hit = in_view[row_of]
-            fn, row_of = fn[hit], row_of[hit]
-        for m, w in ws.items():
-            total = np.bincount(fn, weights=w[row_of], minlength=nfn)
+        total = {m: np.zeros(nfn) for m in ws}
+        for fn, row_of in stack_functions(f.fn, f.lengths):   # (function, row) once per stack
+            if thread is not None:
+                hit = in_view[row_of]
+                fn, row_of = fn[hit], row_of[hit]
+            for m, w in ws.items():
+                total[m] += np.bincount(fn, weights=w[row_of], minlength=nfn)
+        for m in ws:
             if only is not None:
-                total[np.setdiff1d(np.arange(nfn), only)] = np.nan
-            out["total_" + m] = total
+                total[m][np.setdiff1d(np.arange(nfn), only)] = np.nan
+            out["total_" + m] = total[m]
     return out
 
 
