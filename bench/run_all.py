@@ -43,6 +43,7 @@ BENCHES = {
     "bench_perf_maps": (["--write"], ["--write", "--seconds", "2", "--runs", "1"]),
     "bench_frozen": ([], ["200000"]),
     "bench_record_signals": ([], ["--runs", "6"]),
+    "bench_long_session": (["--unbounded"], ["--cells", "30", "--every", "10", "--live", "5"]),
 }
 
 
