@@ -14,9 +14,8 @@ The candidate and its baseline alternate, several repetitions; the figures are m
 --parsers (issue 27 item 2) instead loads distinct.speedscope.json: 1,000,000 samples over 8 threads,
 each sample a different stack (depth uniform in 12-38, 10 roots, 5,000 frames), and times the
 JSON parsers side by side with profmagic.load, each in its own fresh child: json.loads, orjson.loads,
-msgspec.json.decode (untyped, and typed to speedscope's shape with samples as tuples), and
-profmagic.load with msgspec hidden (its standard-library fallback). A parser that is not installed is
-left out (PYTHONPATH may point at a directory holding it). Writes the section "Reading at parser speed".
+msgspec.json.decode (untyped, and typed to speedscope's shape with samples as tuples). A parser
+that is not installed is left out (PYTHONPATH may point at a directory holding it). Writes the section "Reading at parser speed".
 Baselines: json.loads(open(f, 'rb').read()) for speedscope; open(f, 'rb').read().split(b'\\n') for folded.
 --scale F scales both inputs (bench/run_all.py --quick uses 0.05). Writes its section of bench/RESULTS.md
 through bench/results.py unless --no-write.
@@ -40,7 +39,7 @@ DISTINCT = os.path.join(DATA, "distinct.speedscope.json")
 N_DISTINCT = 1_000_000
 CHROME = os.path.join(DATA, "distinct.trace.json")
 GECKO = os.path.join(DATA, "distinct.gecko.json")
-FORMAT_STACKS = 20_000
+FORMAT_STACKS = 5_000
 FOLDED = os.path.join(DATA, "big.folded")
 N_SAMPLES, N_FRAMES, N_THREADS = 1_000_000, 5_000, 8
 N_FOLDED = 200_000
@@ -190,8 +189,6 @@ CHILD = {
                      "class Sh(msgspec.Struct):\n frames: list[Fr]\n"
                      "class Doc(msgspec.Struct):\n profiles: list[Pr]\n shared: Sh\n"
                      "t=time.perf_counter()\ndoc=msgspec.json.decode(open(P,'rb').read(), type=Doc)\n",
-    "profmagic.load, stdlib": "sys.modules['msgspec']=None\nimport profmagic\n"
-                              "t=time.perf_counter()\nprof=profmagic.load(P)\n",
 }
 MODULE = {"orjson.loads": "orjson", "msgspec.json.decode": "msgspec", "msgspec typed": "msgspec"}
 
@@ -330,7 +327,7 @@ def parsers(args) -> None:
                            capture_output=True, text=True).stdout
     print(facts, end="")
     others = [k for k in ("orjson.loads", "msgspec.json.decode", "msgspec typed") if installed(MODULE[k])]
-    others += ["profmagic.load", "profmagic.load, stdlib"]
+    others += ["profmagic.load"]
     r = compare("distinct", DISTINCT, "json.loads", args.reps, others)
     subprocess.run([sys.executable, __file__, "--child", "generate-formats", *scale], check=True)
     generic = [k for k in others if k != "msgspec typed"]

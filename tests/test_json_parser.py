@@ -1,43 +1,15 @@
-"""The JSON parsing under the readers (issue 27 item 2): msgspec when it is installed, the standard
-library for whatever msgspec refuses (so the same documents and the same errors, byte offsets
-included), and speedscope's samples parsed by numpy into one array, only distinct stacks made tuples."""
+"""Reading JSON at parser speed (issue 27 item 2): errors name byte offsets in every JSON reader,
+large files included; speedscope's samples are parsed by numpy into one array, interned by a checked
+hash, and only distinct stacks become tuples; whatever that path cannot vouch for goes to json.loads."""
 from __future__ import annotations
 
 import json
-import os
 import random
-import subprocess
-import sys
 
-import numpy as np
 import pytest
 
-import profmagic
 from profmagic import ProfileFormatError
-from profmagic.formats import _common, chrome_trace, gecko, speedscope
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def test_msgspec_parses():
-    import msgspec.json   # a main dependency (pyproject.toml)
-    assert _common._decode is msgspec.json.decode
-
-
-# What msgspec refuses goes to json.loads: NaN, numbers past a double, UTF-16, a UTF-8 BOM, lone
-# surrogates; and what both read must come out the same (integers past 64 bits included).
-DOCS = [b'{"a": [1, 2.5, -0.0, 1e400, 1e-400, "\\u00e9", null, true, false]}', b"[NaN, Infinity, -Infinity]",
-        b"123456789012345678901234567890", b'{"a": 1, "a": 2}', b'["\\ud800", "\\udfff\\ud800"]',
-        '\ufeff{"x": "é"}'.encode(), '{"x": "é🔥"}'.encode("utf-16"), b" [ ] ", b'{"k": "\\u0000"}',
-        b"[0.1, 0.30000000000000004, 5e-324, 1.7976931348623157e308, 9007199254740993, -9223372036854775809]"]
-
-
-@pytest.mark.parametrize("data", DOCS, ids=range(len(DOCS)))
-def test_parse_json_gives_what_json_loads_gives(data):
-    got, want = _common.parse_json(data), json.loads(data)
-    assert repr(got) == repr(want)
-    assert type(got) is type(want)
-
+from profmagic.formats import chrome_trace, gecko, speedscope
 
 BAD = '{"name": "é🔥", "profiles": [1, 2,, 3]}'.encode()
 
@@ -63,50 +35,6 @@ def test_invalid_json_in_a_big_speedscope_file_names_the_byte_offset():
         speedscope.read(data, source="big.json")
     assert e.value.offset == data.index(b"[,1") + 1
     assert f"line 1, byte offset {e.value.offset}: invalid JSON: Expecting value" in str(e.value)
-
-
-# A child without msgspec: the package missing is a state the machine cannot be put in for one test,
-# so the child blocks its import (sys.modules[...] = None makes `import msgspec` raise ImportError).
-CHILD = """
-import json, sys
-if sys.argv[1] == "without":
-    sys.modules["msgspec"] = None
-import profmagic
-from profmagic.formats import _common
-data = open(sys.argv[2], "rb").read()
-p = profmagic.load(data)
-out = {"msgspec": _common._decode is not None, "stacks": [list(s) for s in p.stacks["stack"]],
-       "samples": p.stacks["samples"].tolist(), "threads": p.threads, "time": p.samples["time"].tolist()}
-try:
-    profmagic.load(data[:-1] + b",")
-except profmagic.ProfileFormatError as e:
-    out["error"] = str(e)
-print(json.dumps(out))
-"""
-
-
-def test_without_msgspec_the_standard_library_reads_the_same(tmp_path):
-    rng = random.Random(5)
-    pool = [[rng.randrange(300) for _ in range(rng.randrange(1, 30))] for _ in range(500)]
-    samples = [rng.choice(pool) for _ in range(60_000)]
-    doc = {"$schema": speedscope.SCHEMA,
-           "shared": {"frames": [{"name": f"f{i}é", "file": "m.py", "line": i} for i in range(300)]},
-           "profiles": [{"type": "sampled", "name": n, "unit": "milliseconds", "samples": samples[k::2],
-                         "weights": [rng.choice((1, 2.5)) for _ in samples[k::2]]} for k, n in enumerate("AB")]}
-    f = tmp_path / "p.speedscope.json"
-    f.write_bytes(json.dumps(doc, ensure_ascii=False).encode())
-    assert f.stat().st_size > speedscope._MIN_FAST
-    got = {}
-    for mode in ("with", "without"):
-        out = subprocess.run([sys.executable, "-c", CHILD, mode, str(f)], capture_output=True, text=True, cwd=ROOT)
-        assert out.returncode == 0, out.stderr[-2000:]
-        got[mode] = json.loads(out.stdout)
-    assert got["with"].pop("msgspec") is True and got["without"].pop("msgspec") is False
-    assert got["with"] == got["without"]
-    assert got["with"]["threads"] == ["A", "B"] and sum(got["with"]["samples"]) == 60_000
-    size = f.stat().st_size   # the last "}" became ",": a name is expected at the end
-    assert f"byte offset {size}: invalid JSON: Expecting property name enclosed in double quotes" \
-        in got["with"]["error"]
 
 
 # -- speedscope samples through numpy -------------------------------------------------------------

@@ -38,22 +38,9 @@ def decode(data: bytes) -> str:
     return data.decode("utf-8", errors="surrogateescape")
 
 
-try:   # a parser in C: the same objects as json.loads, in less time (bench/RESULTS.md, issue 27)
-    from msgspec import DecodeError as _DecodeError
-    from msgspec.json import decode as _decode
-except ImportError:   # without it the standard library parses: the same documents, the same errors
-    _decode = None
-
-
 def parse_json(data: bytes):
-    """The parsed document, or ValueError. msgspec parses when it is installed; whatever it refuses
-    (NaN, numbers past a double, UTF-16, a BOM, lone surrogates, invalid JSON) goes to ``json.loads``,
-    so the result and the error are the standard library's."""
-    if _decode is not None:
-        try:
-            return _decode(data)
-        except _DecodeError:
-            pass
+    """The parsed document, or ValueError. The standard library's parser: orjson and msgspec were
+    measured beside it (bench/RESULTS.md, issue 27) and took as much memory or more on our files."""
     return json.loads(data)
 
 

@@ -304,15 +304,17 @@ def _chunk_frames(chunk: bytes, skip: int, nframes: int):
     width = np.diff(pos)[num] - 1
     if len(width):
         wmax = int(width.max())
-        if wmax > 10 or ((width > 1) & (c[ends - width + 1] == 48)).any():   # "01" is no JSON number
+        if wmax > 9 or ((width > 1) & (c[ends - width + 1] == 48)).any():   # "01" is no JSON number
             return None
-        val = (c[ends] - np.uint8(48)).astype(np.int64)
+        val = np.subtract(c[ends], 48, dtype=np.int32)
         for j in range(1, wmax):
-            val += np.where(width > j, c[ends - j] - np.uint8(48), 0).astype(np.int64) * 10 ** j
+            digit = np.subtract(np.where(width > j, c[ends - j], 48), 48, dtype=np.int32)
+            digit *= 10 ** j
+            val += digit
         if int(val.max()) >= nframes:
             return None
     else:
-        val = np.zeros(0, np.int64)
+        val = np.zeros(0, np.int32)
     # A sample's tokens are "[", a comma between each two of its numbers, "]".
     o, e = opening.nonzero()[0], closing.nonzero()[0]
     lengths = np.where(num[o], e - o, 0)
@@ -324,9 +326,11 @@ def _chunk_frames(chunk: bytes, skip: int, nframes: int):
     np.cumsum(lengths[:-1], out=first[1:])
     pw, inv = _powers(len(val) + 1)
     total = np.zeros(len(val) + 1, np.uint64)
-    np.cumsum((val.astype(np.uint64) + np.uint64(1)) * pw[:len(val)], out=total[1:])
+    mixed = np.add(val, 1, dtype=np.uint64, casting="unsafe")
+    mixed *= pw[:len(val)]
+    np.cumsum(mixed, out=total[1:])
     h = (total[first + lengths] - total[first]) * inv[first] + lengths.astype(np.uint64) * _MIX_LEN
-    return val.astype(np.int32), lengths, h
+    return val, lengths, h
 
 
 _TOKEN = np.full(256, 2, np.int8)
@@ -334,10 +338,17 @@ _TOKEN[ord("[")], _TOKEN[ord("]")], _TOKEN[ord(",")] = 1, -1, 0
 _BASE = 0x2545F4914F6CDD1D   # odd: it has an inverse modulo 2**64
 _MIX_LEN = np.uint64(0x9E3779B97F4A7C15)
 def _powers(n: int):
-    """(B**k, B**-k) modulo 2**64 for k < n."""
-    steps = np.full((2, n), [[_BASE], [pow(_BASE, -1, 1 << 64)]], np.uint64)
-    steps[:, 0] = 1
-    return np.cumprod(steps, axis=1, dtype=np.uint64)
+    """(B**k, B**-k) modulo 2**64 for k < n, by doubling (numpy's cumprod is slow on uint64)."""
+    out = np.empty((2, max(n, 1)), np.uint64)
+    out[:, 0] = 1
+    b = np.array([[_BASE], [pow(_BASE, -1, 1 << 64)]], np.uint64)   # B**s, B**-s
+    s = 1
+    while s < n:
+        m = min(s, n - s)
+        np.multiply(out[:, :m], b, out=out[:, s:s + m])
+        b = b * b
+        s *= 2
+    return out
 _BLOCK = 1 << 22   # frames handled at once when checking and building stacks
 
 
