@@ -498,10 +498,10 @@ def sandwich(profile: Profile, fns: np.ndarray, metric: str, thread: str | None 
     w, _ = metric_weights(profile, metric)
     f = flat(profile)
     hit = f.having(fns)
-    row_of = f.rows()[hit]
-    outermost = np.r_[True, row_of[1:] != row_of[:-1]] if len(hit) else np.zeros(0, bool)
-    first = np.full(len(f.lengths), -1, np.int64)                  # depth of the outermost occurrence
-    first[row_of[outermost]] = hit[outermost] - f.starts[row_of[outermost]]
+    # Each row's first hit at or after its start: its outermost occurrence, if before its end.
+    j = np.searchsorted(hit, f.starts)
+    at = hit[np.minimum(j, len(hit) - 1)] if len(hit) else np.zeros(len(f.starts), np.int64)
+    first = np.where((j < len(hit)) & (at < f.starts + f.lengths), at - f.starts, -1)   # its depth, or -1
     rows = np.flatnonzero(first >= 0)
     if thread is not None:
         rows = np.intersect1d(rows, thread_rows(profile, thread))
