@@ -16,7 +16,10 @@ PLOTLY_MIME = "application/vnd.plotly.v1+json"
 def bundle(fig, static_html: str | None = None) -> dict:
     """The mime bundle of ``fig``; ``static_html`` is its twin for viewers without plotly
     (nbconvert, GitHub)."""
-    doc = fig.to_json()
+    try:
+        doc = fig.to_json()
+    except (TypeError, ValueError):   # plotly's orjson engine refuses lone surrogates; json escapes them
+        doc = fig.to_json(engine="json")
     out = {PLOTLY_MIME: json_value(doc, json.loads(doc)), "text/plain": "<plotly figure>"}
     if static_html is not None:
         out["text/html"] = text(static_html)
