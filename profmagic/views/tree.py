@@ -141,9 +141,14 @@ def flat(profile: Profile) -> Flat:
 def _flat(profile: Profile) -> Flat:
     stacks = profile.stacks["stack"].to_numpy()
     lengths = np.fromiter(map(len, stacks), dtype=np.int64, count=len(stacks))
-    fids = np.fromiter(itertools.chain.from_iterable(stacks), dtype=np.int32, count=int(lengths.sum()))
-    fn = function_ids(profile).astype(np.int32)[fids] if len(fids) else np.zeros(0, np.int32)
-    return Flat(fn, np.cumsum(lengths) - lengths, lengths)
+    ends = np.cumsum(lengths)
+    fn = np.empty(int(ends[-1]) if len(ends) else 0, np.int32)
+    table = function_ids(profile).astype(np.int32)
+    frames = itertools.chain.from_iterable(stacks)
+    for a in range(0, len(fn), 1 << 20):   # frame ids to function ids a piece at a time: one frame-wide array
+        b = min(a + (1 << 20), len(fn))
+        fn[a:b] = table[np.fromiter(itertools.islice(frames, b - a), dtype=np.int32, count=b - a)]
+    return Flat(fn, ends - lengths, lengths)
 
 
 def build(fn: np.ndarray, base: np.ndarray, n: np.ndarray, weights: dict, rows: np.ndarray | None = None,
