@@ -72,45 +72,37 @@ class Raw:
 _READ_ONLY_FRAME = "a Profile's frames are read-only: change a copy (df.copy()), or make a new Profile (replace)"
 
 
-class FrozenDict(dict):
+class _Frozen:
+    """What FrozenDict and FrozenList share: every change refused; copies are the object itself."""
+    __slots__ = ()
+
+    def _refuse(self, *a, **kw):
+        raise TypeError("a Profile's meta is read-only: use Meta.replace / Profile.with_meta")
+
+    def __reduce__(self):   # pickle rebuilds it whole, never item by item
+        base = dict if isinstance(self, dict) else list
+        return (type(self), (base(self),))
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+
+class FrozenDict(_Frozen, dict):
     """A dict that refuses every change (meta's nested values). Still a dict, so json writes it as
     one; ``dict(d)`` is an ordinary, changeable copy."""
     __slots__ = ()
-
-    def _refuse(self, *a, **kw):
-        raise TypeError("a Profile's meta is read-only: use Meta.replace / Profile.with_meta")
-
-    __setitem__ = __delitem__ = __ior__ = _refuse
-    clear = pop = popitem = setdefault = update = _refuse
-
-    def __reduce__(self):   # copy, deepcopy and pickle rebuild it whole, never item by item
-        return (FrozenDict, (dict(self),))
-
-    def __copy__(self):
-        return self
-
-    def __deepcopy__(self, memo):
-        return self
+    __setitem__ = __delitem__ = __ior__ = _Frozen._refuse
+    clear = pop = popitem = setdefault = update = _Frozen._refuse
 
 
-class FrozenList(list):
+class FrozenList(_Frozen, list):
     """A list that refuses every change; equal to the list it was made from, and json writes it as one."""
     __slots__ = ()
-
-    def _refuse(self, *a, **kw):
-        raise TypeError("a Profile's meta is read-only: use Meta.replace / Profile.with_meta")
-
-    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
-    append = extend = insert = remove = pop = clear = sort = reverse = _refuse
-
-    def __reduce__(self):
-        return (FrozenList, (list(self),))
-
-    def __copy__(self):
-        return self
-
-    def __deepcopy__(self, memo):
-        return self
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _Frozen._refuse
+    append = extend = insert = remove = pop = clear = sort = reverse = _Frozen._refuse
 
 
 def freeze(v):
