@@ -9,7 +9,7 @@ import re
 import numpy as np
 
 from profmagic.model import Profile, StackBuilder
-from profmagic.transforms import _key_frames
+from profmagic.transforms.merge import _key_frames
 
 # Leaf functions (libc/kernel entry points) where a thread sleeps or blocks.
 BLOCKING = {

@@ -113,7 +113,11 @@ def data_uri(data: bytes, mime: str = "application/octet-stream") -> str:
 
 def _beside(d: Download, directory: str) -> str:
     """Write ``d`` (or copy its file) into ``directory`` as its name with a content hash, once; the name."""
-    digest = hashlib.sha256(d.data if d.data is not None else d.path.encode()).hexdigest()[:10]
+    if d.data is not None:
+        digest = hashlib.sha256(d.data).hexdigest()[:10]
+    else:
+        with open(d.path, "rb") as f:
+            digest = hashlib.file_digest(f, "sha256").hexdigest()[:10]
     head, dot, ext = d.filename.partition(".")
     out = f"{head}-{digest}{dot}{ext}"
     target = os.path.join(directory, out)
@@ -129,7 +133,7 @@ def _beside(d: Download, directory: str) -> str:
 def link_html(d: Download, beside: str | None = None) -> str:
     """One download: an <a download> link with its size, or what stands in for it."""
     e = html.escape
-    cls = "profmagic-" + ("raw" if d.kind == "raw" else d.kind.replace("_", "-"))
+    cls = "profmagic-" + d.kind.replace("_", "-")
     opens = f" — {e(d.opens)}" if d.opens else ""
     if d.data is None and d.path is None:
         return f"{e(d.label)}: {e(d.note)}"

@@ -304,8 +304,8 @@ def _is_set(v) -> bool:
 
 
 def _field_value(name: str, v):
-    if name in _META_MAPPINGS:
-        return freeze(dict(v or {}))
+    if name in _META_MAPPINGS:   # frozen by Meta.__post_init__
+        return dict(v or {})
     if name == "warnings":
         return tuple(v or ())
     if name in ("rate", "requested_rate", "duration", "cell_wall", "cell_cpu") and v is not None:
@@ -999,8 +999,7 @@ def _check_columns(stacks: pd.DataFrame) -> None:
 
 def _check_stacks(frames: pd.DataFrame, stacks: pd.DataFrame) -> None:
     """New stacks (or frames) given to ``replace`` fit together: the columns a Profile needs, and
-    every frame id of every stack a row of ``frames``."""
-    _check_columns(stacks)
+    every frame id of every stack a row of ``frames`` (``replace`` checked the columns)."""
     col = stacks["stack"].to_numpy()
     n = sum(map(len, col))
     fids = np.fromiter(itertools.chain.from_iterable(col), dtype=np.int64, count=n)

@@ -10,12 +10,11 @@ from .model import Profile
 def standalone(profile: Profile, title: str | None = None) -> str:
     """The page, as text that encodes to UTF-8 (names are kept; lone surrogates shown as escapes)."""
     from . import downloads, report
-    from .downloads import encodable
     # The notebook report's downloads; a file too large for a link says how to make it (the page
     # writes no file beside itself).
     links = downloads.links_html(profile, beside=None, export_large=True)
     title = title or f"profmagic · {profile.describe()}"
-    return encodable("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+    return downloads.encodable("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
             f"<title>{html.escape(title)}</title>"
             "<meta name='viewport' content='width=device-width, initial-scale=1'>"
             "<style>body{margin:16px;font-family:sans-serif}"

@@ -95,7 +95,7 @@ def _collect_spill(session: str, secret: str, skip=(), dask_worker=None) -> dict
     out = {}
     for n in names:
         m = re.fullmatch(r"[0-9a-f]{12}-(\d{1,10})\.json\.z", n)
-        if m and int(m.group(1)) not in set(skip):
+        if m and int(m.group(1)) not in skip:
             p = os.path.join(d, n)
             try:
                 out[f"{socket.gethostname()}:{n}"] = channel.read_own(p, channel.MAX_PAYLOAD)

@@ -17,7 +17,6 @@ import numpy as np
 
 from ..errors import ProfileFormatError
 from ..model import METRICS, Profile, Raw
-from ._common import carried_meta  # noqa: F401  (meta a file carries, checked field by field)
 from .registry import Format
 
 # Module names, most specific first. A format whose module is missing is skipped.

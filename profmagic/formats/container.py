@@ -281,7 +281,7 @@ _META_NUMBERS = ("primary_started", "secondary_started", "time_started_unix")
 
 def _combine_meta(m, source: str) -> dict:
     """The manifest's meta, each field a combine uses of its type."""
-    from . import carried_meta
+    from ._common import carried_meta
     m = carried_meta(m, source, f"{MANIFEST}: meta")
     for k in _META_NUMBERS:
         if m.get(k) is not None and not _number(m[k]):

@@ -128,7 +128,7 @@ def read(data: bytes, source: str = "<input>", metric: str | None = None,
         "target": doc.get("target_description"),
         "process_cpu_time": doc.get("cpu_time"),
     }
-    from . import carried_meta
+    from ._common import carried_meta
     meta.update(carried_meta({k: v for k, v in ext.items() if k not in ("thread_labels", "threads", "metric")},
                              source, EXT))
     for row in ext.get("threads") or ():

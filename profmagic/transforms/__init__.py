@@ -19,7 +19,7 @@ from .cell import (EXEC_ENTRY, Cell, cell_names, cell_thread, clocks, hide_profm
                    named_files, native_to_cell, only_users_threads, to_cell, trim_native_to_cell, trim_to_cell)
 from .cpu_split import split_cpu_at_stack_changes
 from .memory import MEMORY_SLOWS, align_names, time_and_memory
-from .merge import _key_frames, combine_idle, merge_runs, merge_thread_sources
+from .merge import combine_idle, merge_runs, merge_thread_sources
 from .ops import (calibrate, cell_threads, drop_idle_threads, drop_kernel_threads, focus, group_processes,
                   keep_threads, name_threads, prune, regroup, relabel_threads, rename_files)
 from .pipeline import CELL_ONLY, FINAL, PROCESSORS
@@ -29,5 +29,4 @@ __all__ = ["CELL_ONLY", "EXEC_ENTRY", "FINAL", "MEMORY_SLOWS", "PROCESSORS", "Ce
            "drop_idle_threads", "drop_kernel_threads", "focus", "group_processes", "hide_profmagic", "keep_threads",
            "live_thread_names", "merge_runs", "merge_thread_sources", "name_threads", "named_files",
            "native_to_cell", "only_users_threads", "prune", "regroup", "relabel_threads", "rename_files",
-           "split_cpu_at_stack_changes", "time_and_memory", "to_cell", "trim_native_to_cell", "trim_to_cell",
-           "_key_frames"]
+           "split_cpu_at_stack_changes", "time_and_memory", "to_cell", "trim_native_to_cell", "trim_to_cell"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 import os
 
-from ..downloads import large_export, links_html  # noqa: F401  (large_export: the widget's Raw tab)
+from ..downloads import links_html
 from ..model import MEMORY_METRICS, METRIC_LABELS, Profile
 
 
