@@ -417,7 +417,6 @@ def record_command(args, command: list[str], guard: _Guard) -> int:
     the command is killed before its first line) are CliError/ProfilerError, status 2. Once it has
     run, a recording that failed or holds nothing is an empty profile that says why, and the status
     is the command's."""
-    from . import launch
     from .session import CommandTarget, Session, make_options
     target = CommandTarget(command, own_group=not _terminal_delivers_sigint())
     s = Session(args.backend, make_options(rate=args.rate, mode=args.mode, native=args.native, timing=args.timing),
@@ -439,8 +438,7 @@ def record_command(args, command: list[str], guard: _Guard) -> int:
         if progress is not None:
             progress.stop()
         s.close()
-    status = launch.exit_status(target.rc)
-    guard.running = None    # from here a signal stops record: the profile is being written
+    status = target.status   # _wait set guard.running = None: from here a signal stops record
     for w in (p.meta.warnings if not p.sample_count else ()):   # why the profile is empty
         print(f"profmagic: {escape(' '.join(str(w).split()))}", file=sys.stderr)
     try:

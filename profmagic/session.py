@@ -453,9 +453,8 @@ class PidsTarget:
         backend = backends.AUTO[0] if requested == "auto" else requested
         mod = backends.get(backend) if backend in backends.MODULES else None
         if mod is None or not mod.CAPS.attach:
-            can = [n for n in backends.names() if backends.get(n).CAPS.attach]
             raise ProfilerError(f"backend {backend} runs inside the profiled process and cannot attach to "
-                                f"another one; use one of: {', '.join(can)}")
+                                f"another one; use one of: {', '.join(attachers())}")
         for pid in self.pids:
             if pid == os.getpid():
                 raise ProfilerError(f"{pid} is this process; use %%profile (or profmagic.profile()) for it")
@@ -785,7 +784,7 @@ def children_profile(records: dict, t0: float, *, parent: tuple | None = None, c
     ``cell_filename``, a forked child's stacks are cut above the cell. One process and no parent:
     its profile as it is, unlabelled."""
     from .formats import children
-    label = label or (lambda pid, name: multi.process_label(pid, name))
+    label = label or multi.process_label
     parts, labels, infos, unreadable, first_error = [], [], [], {}, None
     last_image = dict(sorted(records))   # pid -> its last image (exec)
     for (pid, image), data in sorted(records.items()):
