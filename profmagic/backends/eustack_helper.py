@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
-import threading
 import time
 from typing import NamedTuple
 from urllib.parse import quote
@@ -235,7 +235,36 @@ def _state(pid: int) -> bytes | None:
 EXEC_WAIT = 2.0   # seconds a resumed launcher may take to exec its command
 
 
-def sample(pid: int, interval: float, stop: threading.Event,
+class Stop:
+    """A stop request that a signal handler may make. Not threading.Event: its set() takes a lock
+    that wait() holds for a moment, so a handler that ran inside wait() deadlocked the helper (the
+    recorder then waited its 120 s). Here the handler sets a flag, and Python's wakeup fd ends the
+    sleep early."""
+
+    def __init__(self):
+        self.flag = False
+        self.r, w = os.pipe()
+        os.set_blocking(self.r, False)
+        os.set_blocking(w, False)
+        signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+
+    def set(self, *_) -> None:
+        self.flag = True
+
+    def is_set(self) -> bool:
+        return self.flag
+
+    def wait(self, seconds: float) -> None:
+        if not self.flag and seconds > 0:
+            try:
+                select.select([self.r], [], [], seconds)
+                while os.read(self.r, 512):
+                    pass
+            except (BlockingIOError, InterruptedError):
+                pass
+
+
+def sample(pid: int, interval: float, stop: Stop,
            wait_exec: bool = False) -> tuple[list[Snapshot], float, str | None]:
     """Snapshot ``pid`` every ``interval`` s until ``stop`` (or the target is gone): eu-stack, the
     Python stacks around it and each thread's facts. Returns (snapshots, duration, error).
@@ -376,9 +405,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--wait-exec", action="store_true", help="the target is a stopped launcher that will exec")
     a = ap.parse_args(argv)
-    stop = threading.Event()
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    stop = Stop()
+    signal.signal(signal.SIGINT, stop.set)
+    signal.signal(signal.SIGTERM, stop.set)
     _die_with_parent()
     sched = raise_priority()
     t0_wall = time.time()
