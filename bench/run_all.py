@@ -40,6 +40,7 @@ BENCHES = {
                                          "--skip-dense"]),
     "bench_perf": (["--write"], ["--write", "--rounds", "1", "--skip", "names"]),
     "bench_pyspy_clock": ([], ["--recordings", "1"]),
+    "bench_pyspy_error": ([], ["--recordings", "1", "--seconds", "1"]),
     "bench_perf_maps": (["--write"], ["--write", "--seconds", "2", "--runs", "1"]),
     "bench_frozen": ([], ["200000"]),
     "bench_record_signals": ([], ["--runs", "6"]),

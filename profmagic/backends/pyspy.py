@@ -54,6 +54,7 @@ CAPS = Capabilities(clocks=("wall", "cpu"), weights="nominal", inside=False, att
 READY = b"Sampling process"
 START_TIMEOUT = 20.0
 MIN_RUN = 0.05
+POLL = 0.0005   # s: how often py-spy's threads are counted until its sampling thread appears
 TIMED = "timed (py-spy chrometrace)"
 CALIBRATED = "calibrated to the cell (speedscope)"
 NOMINAL = "1/rate per sample (speedscope; not calibrated)"
@@ -161,6 +162,8 @@ class Recorder:
         self.output: str | None = None
         self.status = b""
         self.spawned_at = self.ready_at = 0.0   # time.monotonic()
+        self.began_at: float | None = None     # just before py-spy started its sampling thread
+        self.sigint_at: float | None = None    # when it was told to stop, still sampling
         self.started_at: float | None = None   # the recorded code's run, time.monotonic()
         self.ended_at: float | None = None
         self.known: dict[int, dict] = {}      # pthread id -> what is known of the thread
@@ -212,13 +215,24 @@ class Recorder:
         fd = self.proc.stdout.fileno()
         line = b""
         deadline = time.monotonic() + START_TIMEOUT
+        tasks = f"/proc/{self.proc.pid}/task"
+        alone = self.spawned_at   # the last moment py-spy was seen with one thread
         while b"\n" not in line:
             left = deadline - time.monotonic()
             if left <= 0:
                 reap(self.proc, signal.SIGKILL)
                 raise ProfilerError(f"py-spy did not start sampling within {START_TIMEOUT:.0f} s; "
                                     "use --backend sampler")
-            ready, _, _ = select.select([fd], [], [], left)
+            if self.began_at is None:   # its timed trace counts from just before its sampling thread starts
+                now = time.monotonic()
+                try:
+                    if len(os.listdir(tasks)) > 1:
+                        self.began_at = alone
+                    else:
+                        alone = now
+                except OSError:
+                    self.began_at = alone
+            ready, _, _ = select.select([fd], [], [], left if self.began_at is not None else min(left, POLL))
             if ready:
                 chunk = os.read(fd, 4096)
                 if not chunk:
@@ -268,6 +282,7 @@ class Recorder:
             wait = self.ready_at + MIN_RUN - time.monotonic()
             if wait > 0:
                 time.sleep(wait)
+            self.sigint_at = time.monotonic() if proc.poll() is None else None
             proc.send_signal(signal.SIGINT)
             out, err = proc.communicate(timeout=30)
         except subprocess.TimeoutExpired:
@@ -294,7 +309,8 @@ class Recorder:
         if self.options.pid != os.getpid():
             self._threads_at_stop()
         end = stop_at if self.ended_at is None else min(self.ended_at, stop_at)
-        meta["reader_options"] = trace_options(data, status, self.known, (self.spawned_at, self.ready_at),
+        meta["reader_options"] = trace_options(data, status, self.known,
+                                               (self.spawned_at, self.ready_at, self.began_at, self.sigint_at),
                                                self.started_at, end, float(self.options.rate))
         return Capture(data, "chrome_trace", meta)
 
@@ -355,18 +371,21 @@ def recorder(options: Options):
     return PairRecorder(options) if options.mode == "both" else Recorder(options)
 
 
-def trace_options(data: bytes, status: str, known: dict, clock: tuple[float, float], started_at: float | None,
+def trace_options(data: bytes, status: str, known: dict, clock: tuple, started_at: float | None,
                   ended_at: float, rate: float) -> dict:
     """``chrome_trace.read`` options for py-spy's timed trace: thread labels (pthread id -> native id
-    and name), the window of the recorded code's run and the ends of threads that ended, on the
+    and name), the window of the recorded code's run and the ends and starts of threads, on the
     trace's clock, and the effective rate (py-spy's own sample count over the seconds its threads
     were sampled) that turns each stretch's length into a sample count.
 
-    ``clock``: (when py-spy was started, when it said it samples), time.monotonic(). Its timestamps
-    count from a moment just after its start; its first sample comes after it says it samples, by up
-    to a sampling interval (its timer waits an exponential delay first) plus however long it waits
-    for a core. Both put a moment on the trace too late, never too early (bench/bench_pyspy_clock.py
-    measures it): the earlier of the two is taken."""
+    ``clock``: time.monotonic() of when py-spy was started, when it said it samples, when it was
+    last seen with one thread (or None) and when it was sent SIGINT while sampling (or None).
+    py-spy 0.4 stamps with CLOCK_MONOTONIC (Rust's Instant) counted from when it made its recorder,
+    just before it starts its sampling thread, and closes the slices still open with the moment it
+    writes, after SIGINT (chrometrace.rs, main.rs record_samples, sampler.rs). So each of these
+    puts a moment on the trace too late, never too early: the earliest is taken. Through the start
+    alone it was off by up to 27 ms under load (py-spy's own start-up);
+    bench/bench_pyspy_error.py measures what is left."""
     from ..threads import thread_label
     opts: dict = {"metric": "wall", "weigh": "interval", "rate": rate}
     labels = {str(i): {"label": thread_label(k.get("tid"), k.get("name")), "tid": k.get("tid"), "name": k.get("name")}
@@ -386,10 +405,12 @@ def trace_options(data: bytes, status: str, known: dict, clock: tuple[float, flo
         return opts
     first = min(ts.values())
 
-    spawned_at, ready_at = clock
+    spawned_at, ready_at, began_at, sigint_at = (tuple(clock) + (None, None))[:4]
+    zero = max(t for t in (spawned_at, began_at, None if sigint_at is None else sigint_at - last * 1e-6)
+               if t is not None)   # the latest moment the trace's 0 is known to follow
 
     def on_trace(t: float) -> float:   # time.monotonic() -> the trace's microseconds
-        return min(first + (t - ready_at) * 1e6, (t - spawned_at) * 1e6)
+        return min(first + (t - ready_at) * 1e6, (t - zero) * 1e6)
 
     lo = on_trace(started_at) if started_at is not None else first
     hi = on_trace(ended_at)
@@ -397,6 +418,12 @@ def trace_options(data: bytes, status: str, known: dict, clock: tuple[float, flo
     ends = {str(i): on_trace(k["end"]) for i, k in known.items() if k.get("end") is not None}
     if ends:
         opts["ends"] = ends
+    # py-spy's first sample of a thread comes an exponential wait after the thread began, or after the
+    # recorded code began (more when py-spy gets no core): without this, that time was lost (0.4-1% of
+    # a 2 s run here; bench/RESULTS.md, "py-spy's timed error, traced to its cause").
+    starts = {str(i): on_trace(k["start"]) for i, k in known.items() if k.get("start") is not None}
+    if starts:
+        opts["starts"] = starts
     m = _COUNTS.search(status.encode())
     sampled = sum(max(0.0, min(last, float(ends.get(str(tid), last))) - t0) for tid, t0 in ts.items()) * 1e-6
     if m and int(m.group(1)) and sampled > 0:

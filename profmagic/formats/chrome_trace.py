@@ -212,7 +212,7 @@ def _walk_slices(marks, where_of, source, end_ts, tree: StackTree):
 
 def read(data: bytes, source: str = "<input>", metric: str = "wall", weigh: str = "interval",
          rate: float | None = None, labels: dict | None = None, window: tuple | list | None = None,
-         ends: dict | None = None) -> Profile:
+         ends: dict | None = None, starts: dict | None = None) -> Profile:
     """A Profile from Chrome trace JSON.
 
     metric: where the seconds go, "wall" or "cpu". weigh: "interval" (seconds from timestamps) or
@@ -226,12 +226,15 @@ def read(data: bytes, source: str = "<input>", metric: str = "wall", weigh: str 
 
     window: (start, end) in the trace's microseconds: the stretches are cut to it and sample times
     count from its start (either may be None). ends: tid (or its string) -> the microsecond that
-    thread ended, when the recorder knows it (a trace has no event for a thread's exit)."""
+    thread ended, when the recorder knows it (a trace has no event for a thread's exit). starts: the
+    same for when each thread was known alive: its first stretch is drawn back to it (or to the
+    window's start), since a sampler's first sample of a thread comes after the thread began (py-spy:
+    an exponential wait, more when it gets no core; bench/bench_pyspy_error.py)."""
     if metric not in ("wall", "cpu"):
         raise ValueError(f"metric must be 'wall' or 'cpu', not {metric!r}")
     if weigh not in ("interval", "count"):
         raise ValueError(f"weigh must be 'interval' or 'count', not {weigh!r}")
-    return _build(parse(data, source), data, source, metric, weigh, rate, labels, window, ends)
+    return _build(parse(data, source), data, source, metric, weigh, rate, labels, window, ends, starts)
 
 
 def parse(data: bytes, source: str = "<input>") -> _Trace:
@@ -359,7 +362,8 @@ def parse(data: bytes, source: str = "<input>") -> _Trace:
                   other, unclosed, open_at_end)
 
 
-def _build(tr: _Trace, data: bytes, source: str, metric: str, weigh: str, rate, labels, window, ends) -> Profile:
+def _build(tr: _Trace, data: bytes, source: str, metric: str, weigh: str, rate, labels, window, ends,
+           starts=None) -> Profile:
     """The Profile of a parsed trace: threads labelled, stretches cut to ``window`` and weighed (see ``read``)."""
     b = StackBuilder()
     for k in tr.frames:   # in order, each distinct: frame i of the trace is the builder's frame i
@@ -416,6 +420,9 @@ def _build(tr: _Trace, data: bytes, source: str, metric: str, weigh: str, rate, 
         got = _cut(stretches[tkey], lo, _end_of(ends, tid, hi))
         if not got:
             continue
+        begun = _begun(starts, tid, lo)
+        if begun is not None and begun < got[0][0]:
+            got[0] = (begun, got[0][1], got[0][2])
         a = np.fromiter((g[0] for g in got), np.float64, len(got))
         z = np.fromiter((g[1] for g in got), np.float64, len(got))
         local: dict = {}
@@ -490,6 +497,14 @@ def _end_of(ends, tid, hi):
     if mine is None:
         return hi
     return mine if hi is None else min(mine, hi)
+
+
+def _begun(starts, tid, lo):
+    """Since when the thread is known alive inside the window (None: not known)."""
+    mine = None if not starts else starts.get(tid, starts.get(str(tid)))
+    if mine is None:
+        return None
+    return mine if lo is None else max(mine, lo)
 
 
 def _cut(got, lo, hi):
