@@ -18,6 +18,8 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
+from . import uncertainty
+
 KINDS = ("python", "native", "kernel", "other")
 TIME_METRICS = ("wall", "cpu")
 # Memory (memray): bytes alive at the high-water mark (or, in leaks mode, at the end), every byte
@@ -890,6 +892,8 @@ class Profile:
         ``total`` in ``metric``; when the profile measured both wall and CPU time, also ``wall``,
         ``cpu`` and ``off_cpu`` (totals) and ``self_wall``, ``self_cpu``, ``self_off_cpu``.
         Total counts once per stack even when the function recurses; self goes to the leaf.
+        ``self_lo``, ``self_hi``, ``total_lo``, ``total_hi``: the 95% interval of self and total in
+        ``metric`` (``profmagic.uncertainty``; equal to the figure where it is exact).
         """
         metric = metric or self.metric
         fn_of_frame = self.function_ids()
@@ -919,6 +923,12 @@ class Profile:
         if metric in INTEGER_METRICS and np.all(out["total"] == np.round(out["total"])):
             out["self"] = out["self"].astype(np.int64)
             out["total"] = out["total"].astype(np.int64)
+        # 95% intervals from how the weights were sampled (profmagic.uncertainty, docs/uncertainty.md)
+        key_fn = np.concatenate([f for f, _ in pairs]) if pairs else np.zeros(0, np.int64)
+        key_row = np.concatenate([r for _, r in pairs]) if pairs else np.zeros(0, np.int64)
+        bounds = uncertainty.function_intervals(self, metric, fn, lengths, key_fn, key_row, selfw, total)
+        for c, v in zip(("self_lo", "self_hi", "total_lo", "total_hi"), bounds):
+            out[c] = v[ids]
         if "wall" in self.metrics and "cpu" in self.metrics:
             for m in ("wall", "cpu", "off_cpu"):
                 s_m, t_m = sums(m)

@@ -25,8 +25,9 @@ def _row(table, name):
 
 
 def diff_trace(fig):
-    """The differential icicle shown (the one with a colour bar that is visible)."""
-    tr = [t for t in fig.data if t.type == "icicle" and t.marker.showscale and t.visible is not False]
+    """The differential icicle shown (the visible one whose hover gives a change)."""
+    tr = [t for t in fig.data if t.type == "icicle" and "change:" in (t.hovertemplate or "")
+          and t.visible is not False]
     assert len(tr) == 1
     return tr[0]
 
@@ -43,7 +44,7 @@ def _nodes(fig):
             out.append(label[i])
             i = parent[i]
         return tuple(reversed(out))
-    return {path(i): (v, c) for i, v, c in zip(ids, tr.values, tr.marker.colors)}
+    return {path(i): (v, c[3]) for i, v, c in zip(ids, tr.values, tr.customdata)}
 
 
 def test_exact_deltas_and_one_sided_functions():
@@ -82,8 +83,12 @@ def test_differential_icicle_shape_from_after_and_vanished_frames_shown():
     assert n[root + ("main", "new")] == (7, 7)       # new: red (positive)
     assert n[root + ("main", "old")] == (3, -3)      # gone: still drawn, blue (negative)
     tr = diff_trace(c.figure)
-    assert tr.branchvalues == "total" and tr.marker.colorscale  # diverging scale, 0 in the middle
-    assert tr.marker.cmid == 0
+    assert tr.branchvalues == "total"
+    # Coloured where the change is outside both runs' noise, grey where it is within it.
+    colour = {path: c for path, c in zip(_nodes(c.figure), tr.marker.colors)}
+    status = {path: cd[4] for path, cd in zip(_nodes(c.figure), tr.customdata)}
+    for path in colour:
+        assert (colour[path] == "#d0d0d0") == status[path].endswith("within noise"), (path, colour, status)
     # Children never outgrow their parent (plotly drops the whole figure if they do).
     vals = dict(zip(tr.ids, tr.values))
     kids: dict = {}
@@ -192,7 +197,7 @@ def test_before_after_at_one_scale_with_a_normalise_switch_and_change_colours_in
     before = profmagic.load("main;slow 150\nmain;other 9\n")
     after = profmagic.load("main;slow 4\nmain;other 9\n")
     c = profmagic.compare(before, after)
-    panels = [t for t in c.figure.data if t.type == "icicle" and not t.marker.showscale]
+    panels = [t for t in c.figure.data if t.type == "icicle" and "change:" not in (t.hovertemplate or "")]
     width = [t.domain.x[1] - t.domain.x[0] for t in panels]
     assert width[1] / width[0] == pytest.approx(13 / 159)          # the time ratio: one scale
     norm = next(b for b in c.figure.layout.updatemenus[0].buttons if b.label == "normalised")

@@ -182,7 +182,9 @@ def test_function_ids(name):
 @pytest.mark.parametrize("metric", ["wall", "cpu", "samples", "off_cpu"])
 def test_functions(name, metric):
     p = PROFILES[name]
-    pd.testing.assert_frame_equal(p.functions(metric), ref_functions(p, metric), check_exact=True)
+    got = p.functions(metric)   # its 95% intervals are tests/test_uncertainty.py's
+    got = got.drop(columns=[c for c in ("self_lo", "self_hi", "total_lo", "total_hi") if c in got])
+    pd.testing.assert_frame_equal(got, ref_functions(p, metric), check_exact=True)
 
 
 @pytest.mark.parametrize("name,metric,thread", CASES)

@@ -8,19 +8,25 @@ per-function change table.
   their ``before`` width, so nothing is dropped. It is in the live figure and in the static twin.
 - The table sorts by the change of self time; functions with no self time on either side (callers
   that only pass time through) are left out of the display, never out of ``table``.
+- A change is coloured only when it lies outside the two runs' combined 95% uncertainty
+  (``profmagic.uncertainty``, docs/uncertainty.md); one within it is grey and says "within noise".
+  The table's ``noise`` is that combined half-width and ``significant`` says which side of it the
+  change of total lies.
 
 Nodes merge by function (name, file); threads are merged; boilerplate is folded. Unknown (NaN)
 weights are counted and said, never drawn as zeros.
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
 import plotly.graph_objects as go
 
 from .. import boilerplate as B
-from ..analysis import deltas
+from .. import uncertainty as U
+from ..analysis import deltas, match_key
 from ..model import MEMORY_METRICS, Profile
 from ..multi import common_metric
 from . import colours as C
@@ -48,16 +54,32 @@ class DiffTree:
     W: np.ndarray
     gone: int        # subtrees found in before only
     folded: int      # nodes folded into (other)
+    HA: np.ndarray = None   # 95% half-widths of A and B (profmagic.uncertainty)
+    HB: np.ndarray = None
 
     @property
     def change(self) -> np.ndarray:
         return self.B - self.A
 
+    @property
+    def significant(self) -> np.ndarray:
+        """Changes outside the two runs' combined uncertainty."""
+        if self.HA is None:
+            return np.ones(len(self.A), bool)
+        return U.significant(self.change, -self.HA, self.HA, -self.HB, self.HB)
+
     def scaled(self, a: float, b: float) -> "DiffTree":
         """Before divided by ``a`` and after by ``b`` (normalised to each total)."""
         A, B_ = self.A / (a or 1.0), self.B / (b or 1.0)
+        HA = None if self.HA is None else self.HA / (a or 1.0)
+        HB = None if self.HB is None else self.HB / (b or 1.0)
         return DiffTree(self.parent, self.depth, self.labels, self.where, A, B_,
-                        _widths(self.parent, self.depth, A, B_)[0], self.gone, self.folded)
+                        _widths(self.parent, self.depth, A, B_)[0], self.gone, self.folded, HA, HB)
+
+    def colours(self, lim: float) -> list[str]:
+        """A change colour where the change is significant, grey where it is within noise."""
+        sig = self.significant
+        return [C.change_colour(x, lim) if s else C.GREY for x, s in zip(self.change.tolist(), sig.tolist())]
 
 
 class Comparison(ComparisonView):
@@ -72,6 +94,8 @@ class Comparison(ComparisonView):
         wb, self.unknown_after = T.metric_weights(self.after, metric)
         self.total_before, self.total_after = float(wa.sum()), float(wb.sum())
         self._w = (wa, wb)
+        self.warnings = U.not_comparable(self.before, self.after)
+        self._half = [self._function_halves(p) for p in (self.before, self.after)]
         self.unit = "share of total" if normalize else UNITS.get(metric, "s")
         self.table = self._table(normalize)
         self._min_share, self._max_nodes = min_share, max_nodes
@@ -83,7 +107,39 @@ class Comparison(ComparisonView):
             wa = wa / self.total_before if self.total_before else wa
             wb = wb / self.total_after if self.total_after else wb
         t = deltas(self.before, self.after, wa, wb, self.labels)
-        return t[(t["file"] != B.FOLDED_FILE)].reset_index(drop=True)
+        t = t[(t["file"] != B.FOLDED_FILE)].reset_index(drop=True)
+        keys = [match_key(n, f) for n, f in zip(t["name"], t["file"])]
+        h = [np.array([half.get(k, 0.0) for k in keys], np.float64) for half in self._half]
+        if normalize:
+            h = [h[0] / (self.total_before or 1.0), h[1] / (self.total_after or 1.0)]
+        t["noise"] = np.sqrt(h[0] ** 2 + h[1] ** 2)
+        t["significant"] = U.significant(t["delta_total"], -h[0], h[0], -h[1], h[1])
+        return t
+
+    def _function_halves(self, p: Profile) -> dict:
+        """Per function key (``analysis.match_key``), the 95% half-width of its total."""
+        if self.metric not in ("wall", "cpu", "off_cpu", "samples") + MEMORY_METRICS:
+            return {}
+        f = p.functions(self.metric)
+        half = ((f["total_hi"] - f["total_lo"]) / 2).to_numpy(np.float64)
+        out: dict = {}
+        for n, fl, v in zip(f["name"], f["file"], half):
+            k = match_key(n, fl)
+            out[k] = float(np.hypot(out.get(k, 0.0), v))
+        return out
+
+    def _node_halves(self, u, i: int, p: Profile) -> np.ndarray:
+        """The 95% half-width of every node of the union tree ``u`` in profile ``i``."""
+        index = {match_key(n, f): j for j, (n, f) in enumerate(zip(u.names, u.files))}
+        ft = T.function_table(p)
+        local = np.full(int(ft.index.max()) + 1 if len(ft) else 0, -1, np.int64)
+        for fid, n, f in zip(ft.index, ft["name"], ft["file"]):
+            local[fid] = index[match_key(n, f)]
+        fl = T.flat(p)
+        total = u.trees[i].total
+        lo, hi = U.node_intervals(p, self.metric, local[fl.fn], fl.starts, fl.lengths, u.parent, u.key, u.depth,
+                                  total)
+        return (hi - lo) / 2
 
     def shown_table(self, normalize: bool | None = None):
         """The table as displayed: functions with self time on some side (pass-through callers
@@ -101,8 +157,9 @@ class Comparison(ComparisonView):
         where = [u.where(n) for n in kept] + [""] * len(sel.holders)
         parent = sel.parents(u.parent)
         depth = np.concatenate([u.depth[sel.kept], u.depth[sel.holders] + 1])
+        ha, hb = (self._node_halves(u, i, p) for i, p in enumerate((self.before, self.after)))
         return DiffTree(parent, depth, labels, where, sel.take(u.trees[0].total), sel.take(u.trees[1].total),
-                        sel.take(width), n_gone, len(u.parent) - len(sel.kept))
+                        sel.take(width), n_gone, len(u.parent) - len(sel.kept), sel.take(ha), sel.take(hb))
 
     def _diff_trace(self, d: DiffTree, normalize: bool, visible: bool) -> go.Icicle:
         if normalize:
@@ -111,6 +168,7 @@ class Comparison(ComparisonView):
         lim = float(np.max(np.abs(D))) if len(D) and np.max(np.abs(D)) > 0 else 1.0
         status = np.where(d.A <= 0, f"only in {self.labels[1]}", np.where(d.B <= 0, f"only in {self.labels[0]}",
                                                                           "in both"))
+        status = np.char.add(status.astype(str), np.where(d.significant, " · significant", " · within noise"))
         custom = np.empty((len(D), 5), dtype=object)
         custom[:, 0] = [esc(w, 80) for w in d.where]
         custom[:, 1] = d.A.tolist()
@@ -122,9 +180,7 @@ class Comparison(ComparisonView):
             branchvalues="total", labels=[esc(x) for x in d.labels], customdata=custom,
             hovertemplate=self._hover(normalize), sort=True, textinfo="label", visible=visible,
             domain={"x": [0, 1], "y": DIFF_Y},
-            marker=dict(colors=D.tolist(), colorscale=C.change_scale(), cmid=0, cmin=-lim, cmax=lim,
-                        showscale=True, colorbar=dict(title=dict(text="change"), thickness=12, len=0.3,
-                                                      y=sum(DIFF_Y) / 2)),
+            marker=dict(colors=d.colours(lim)),
             tiling=dict(orientation="v", pad=0))
 
     def _hover(self, normalize: bool) -> str:
@@ -188,6 +244,7 @@ class Comparison(ComparisonView):
     def title(self) -> str:
         what = "normalised to each total" if self.normalize else metric_label(self.metric)
         more = "red more, blue less" if self.metric in MEMORY_METRICS else "red slower, blue faster"
+        more += ", grey within noise"
         return f"Differential icicle: {self.labels[1]} vs {self.labels[0]} · {what} · {more}"
 
     def summary(self) -> str:
@@ -198,6 +255,12 @@ class Comparison(ComparisonView):
         for lab, n in ((self.labels[0], self.unknown_before), (self.labels[1], self.unknown_after)):
             if n:
                 s += f"; {lab}: {n} stacks with unknown {self.metric} left out"
+        sig = self.table.loc[self.table["significant"], "name"].tolist()
+        s += (f"; significant (outside both runs' 95% noise): {', '.join(map(str, sig[:8]))}"
+              + (f" and {len(sig) - 8} more" if len(sig) > 8 else "") if sig else
+              "; no function changed by more than both runs' 95% noise")
+        for w in self.warnings:
+            s += f"; not comparable: {w}"
         return s
 
     def __repr__(self) -> str:
@@ -216,8 +279,9 @@ class Comparison(ComparisonView):
         unit = hover_unit(self.metric)
         spec = "{:+.2%}" if self.normalize else "{:+.4g}" + unit
         tips = [f"{lab}\n{w}\n{self.labels[0]}: {a:.4g} · {self.labels[1]}: {b:.4g} · change {spec.format(x)}"
-                for lab, w, a, b, x in zip(d.labels, d.where, d.A, d.B, D)]
-        return I.draw(t, d.labels, tips, [C.change_colour(x, lim) for x in D], width=width,
+                f" · {'significant' if s else 'within noise'}"
+                for lab, w, a, b, x, s in zip(d.labels, d.where, d.A, d.B, D, d.significant)]
+        return I.draw(t, d.labels, tips, d.colours(lim), width=width,
                       css="profmagic-icicle profmagic-diff")
 
     def _parts(self) -> tuple[str, str, str]:
@@ -260,4 +324,11 @@ def compare(a: Profile, b: Profile, normalize: bool = False, metric: str | None 
     for name, p in zip(labels, (a, b)):
         if metric not in p.metrics:
             raise ValueError(f"{name} has no {metric_label(metric)}; it has {', '.join(p.metrics)}")
-    return Comparison(a, b, metric, normalize, tuple(labels), min_share, max_nodes, boilerplate)
+    ra, rb = a.meta.get("rate"), b.meta.get("rate")
+    if metric == "samples" and ra and rb and abs(ra - rb) > 0.1 * max(ra, rb):
+        raise ValueError(f"sample counts at different rates are not comparable ({float(ra):.4g} Hz against "
+                         f"{float(rb):.4g} Hz); compare a time metric instead")
+    c = Comparison(a, b, metric, normalize, tuple(labels), min_share, max_nodes, boilerplate)
+    for w in c.warnings:
+        warnings.warn(f"{labels[0]} and {labels[1]} are not comparable: {w}", stacklevel=2)
+    return c

@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 import os
 
+from .. import uncertainty
 from ..downloads import links_html
 from ..model import MEMORY_METRICS, METRIC_LABELS, Profile
 
@@ -40,8 +41,21 @@ def notes(profile: Profile) -> list[str]:
     return out
 
 
+def resolution(profile: Profile) -> str:
+    """How sure the figures are, in words (``uncertainty.resolution``); empty for an empty profile."""
+    if profile.is_empty:
+        return ""
+    try:
+        return uncertainty.resolution(profile)
+    except (KeyError, ValueError):   # a metric without weights: nothing to resolve
+        return ""
+
+
 def header_html(profile: Profile) -> str:
     lines = [f"<b>{escape(profile.describe())}</b>"]
+    res = resolution(profile)
+    if res:
+        lines.append(f"<span class='profmagic-resolution' style='color:#444'>{escape(res)}</span>")
     lines += [f"<span style='color:#b45309'>⚠ {escape(n)}</span>" for n in notes(profile)]
     return ("<div class='profmagic-header' style='font-family:sans-serif;font-size:13px'>" + "<br>".join(lines)
             + "</div>")

@@ -1,0 +1,333 @@
+"""How sure each figure is: 95% intervals for function and call-path totals, from how the backend
+sampled (docs/uncertainty.md has the model and its derivation).
+
+- ``timed``: samples carry measured intervals and come in time order (``Profile.samples``): the
+  sampler, perf, eu-stack, py-spy in its timed format. A total misses only where its stack changed,
+  by part of the interval around each change.
+- ``counted``: a total is a sample count times a nominal or calibrated time per sample (calibrated
+  py-spy, pyinstrument, any profile without time-ordered samples): the binomial rule on the count.
+- ``exact``: every call or allocation recorded (cProfile, memray, memory metrics): no interval.
+
+Knows numpy and pandas only; the model and the views hand it their arrays (``fn``: a function id
+per frame, stacks laid end to end; ``lengths``: frames per stack row).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+Z = 1.959963984540054   # two-sided 95% of a normal
+EXACT, TIMED, COUNTED = "exact", "timed", "counted"
+EXACT_BACKENDS = ("cprofile", "memray")
+EXACT_METRICS = ("bytes", "allocated", "allocations")
+WIDE = 2.0   # points: a resolution wider than this comes with how to narrow it
+_P = np.uint64(0x9E3779B97F4A7C15)   # path hash multiplier (odd: a bijection mod 2**64)
+
+
+def kind(profile, metric: str | None = None) -> str:
+    """How ``metric``'s weights were made: EXACT, TIMED or COUNTED (module docstring)."""
+    m = profile.meta
+    metric = metric or profile.metric
+    backend = str(m.get("backend") or m.get("format") or "")
+    if metric in EXACT_METRICS or backend in EXACT_BACKENDS or m.get("format") == "pstats":
+        return EXACT
+    if not profile.sample_count and "calls" in profile.stacks:
+        return EXACT
+    if metric == "samples":
+        return COUNTED
+    timing = str(m.get("timing") or "")
+    if timing.startswith(("calibrated", "1/rate")) or backend == "pyinstrument":
+        return COUNTED
+    return TIMED if _timeline(profile, metric) is not None else COUNTED
+
+
+def _timeline(profile, metric: str):
+    """(time, stack row, thread code, weight) sorted by thread then time, or None when the profile
+    keeps no time order for ``metric``."""
+    s = profile.samples
+    if s is None or not len(s) or "time" not in s:
+        return None
+    if metric == "off_cpu":
+        if "wall" not in s or "cpu" not in s:
+            return None
+        w = np.clip(s["wall"].to_numpy(np.float64) - s["cpu"].to_numpy(np.float64), 0, None)
+    elif metric in s:
+        w = s[metric].to_numpy(np.float64)
+    else:
+        return None
+    t = s["time"].to_numpy(np.float64)
+    if np.isnan(t).any() or np.isnan(w).all():
+        return None
+    th = s["thread"].cat.codes.to_numpy(np.int64)
+    r = s["stack"].to_numpy(np.int64)
+    # A row may stand for a run of samples (py-spy's timed format writes one where a stack
+    # changes): its samples share its weight.
+    c = np.maximum(np.nan_to_num(s["samples"].to_numpy(np.float64), nan=1.0), 1.0) if "samples" in s else None
+    order = np.lexsort((t, th))
+    return t[order], r[order], th[order], np.nan_to_num(w[order]), None if c is None else c[order]
+
+
+def transitions(profile, metric: str, rows: np.ndarray | None = None):
+    """The stack changes of a timed profile: distinct (from row, to row) pairs (-1: nothing, at a
+    thread's first and last sample), with the summed variance and summed width of the intervals
+    the changes fell in. ``rows``: only these stack rows' samples count. None for an untimed one."""
+    tl = _timeline(profile, metric)
+    if tl is None:
+        return None
+    t, r, th, w, c = tl
+    if rows is not None:
+        keep = np.zeros(len(profile.stacks), bool)
+        keep[np.asarray(rows, np.int64)] = True
+        k = keep[r]
+        t, r, th, w = t[k], r[k], th[k], w[k]
+        c = None if c is None else c[k]
+    if not len(r):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), np.zeros(0)
+    same = th[1:] == th[:-1]
+    # The interval a change fell in: the sampling interval on either side of it (a sample's weight
+    # is the time since the previous sample for some backends, to the next for others, and a
+    # late tick moves time from one to the other), or the gap between the two timestamps.
+    period = w if c is None else w / c
+    g = np.maximum(period[1:], period[:-1])
+    if c is None and metric == "wall":
+        g = np.maximum(g, t[1:] - t[:-1])
+    change = same & (r[1:] != r[:-1])
+    first = np.r_[True, ~same]
+    last = np.r_[~same, True]
+    # A change's moment lies somewhere in the interval g it fell in: an offset in [0, g], mean square
+    # g²/3. Offsets are not taken to cancel between a run's entry and exit: a tick delayed behind a
+    # thread holding the GIL sees the change at one end of its interval, every time.
+    A = np.concatenate([r[:-1][change], np.full(int(first.sum()), -1), r[last]])
+    B = np.concatenate([r[1:][change], r[first], np.full(int(last.sum()), -1)])
+    G = np.concatenate([g[change], period[first], period[last]])
+    V = np.concatenate([g[change], period[first], period[last]]) ** 2 / 3
+    code = (A + 1) * (len(profile.stacks) + 1) + (B + 1)
+    u, inv = np.unique(code, return_inverse=True)
+    n = len(profile.stacks) + 1
+    return u // n - 1, u % n - 1, np.bincount(inv, V, len(u)), np.bincount(inv, G, len(u))
+
+
+def _half(V: np.ndarray, G: np.ndarray) -> np.ndarray:
+    """95% half-width from summed variance, never more than the summed widths (a hard bound)."""
+    return np.minimum(Z * np.sqrt(V), G)
+
+
+def _explode(X: np.ndarray, start: np.ndarray, count: np.ndarray):
+    """For pairs whose row is X (-1: none): (pair index, position) of every item of row X."""
+    c = np.where(X >= 0, count[np.maximum(X, 0)], 0)
+    idx = np.repeat(np.arange(len(X)), c)
+    off = np.arange(int(c.sum())) - np.repeat(np.cumsum(c) - c, c)
+    return idx, start[np.maximum(X, 0)][idx] + off
+
+
+def _timed_functions(profile, metric, tr, nfn, key_fn, key_row, leaf):
+    A, B, V, G = tr
+    nrows = len(profile.stacks)
+    keys = key_row.astype(np.int64) * max(nfn, 1) + key_fn
+    if len(keys) > 1 and (keys[1:] < keys[:-1]).any():
+        o = np.argsort(keys, kind="stable")
+        keys, key_fn, key_row = keys[o], key_fn[o], key_row[o]
+    start = np.searchsorted(key_row, np.arange(nrows + 1))
+    count = np.diff(start)
+    tv, tg = np.zeros(nfn), np.zeros(nfn)
+    for X, Y in ((A, B), (B, A)):   # functions on one side of a change and not on the other
+        idx, pos = _explode(X, start, count)
+        f, y = key_fn[pos], Y[idx]
+        probe = y * max(nfn, 1) + f
+        j = np.minimum(np.searchsorted(keys, probe), max(len(keys) - 1, 0))
+        moved = (y < 0) | (keys[j] != probe) if len(keys) else np.ones(len(f), bool)
+        tv += np.bincount(f[moved], V[idx][moved], nfn)
+        tg += np.bincount(f[moved], G[idx][moved], nfn)
+    la, lb = np.where(A >= 0, leaf[np.maximum(A, 0)], -1), np.where(B >= 0, leaf[np.maximum(B, 0)], -1)
+    sv, sg = np.zeros(nfn), np.zeros(nfn)
+    for L in (la, lb):
+        k = (la != lb) & (L >= 0)
+        sv += np.bincount(L[k], V[k], nfn)
+        sg += np.bincount(L[k], G[k], nfn)
+    return _half(sv, sg), _half(tv, tg)
+
+
+def per_sample(profile, metric: str) -> tuple[float, float]:
+    """(weight per sample, samples) for the counting rule: the profile's time (or ``metric``) over
+    its sample count."""
+    n = float(profile.sample_count)
+    base = "wall" if "wall" in profile.metrics and metric in ("wall", "cpu", "off_cpu") else metric
+    tot = float(np.nansum(profile.weights(base).to_numpy(np.float64))) if base != "samples" else n
+    return (tot / n if n else 0.0), n
+
+
+def counted(value: np.ndarray, unit: float, n: float) -> tuple[np.ndarray, np.ndarray]:
+    """Wilson's 95% interval for a count k = value / unit of n samples, as (lo, hi) in value's unit."""
+    value = np.asarray(value, np.float64)
+    if not n or not unit:
+        return value.copy(), value.copy()
+    p = np.clip(value / unit / n, 0.0, 1.0)
+    z2 = Z * Z
+    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = Z / (1 + z2 / n) * np.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
+    return np.maximum(centre - half, 0.0) * n * unit, (centre + half) * n * unit
+
+
+def function_intervals(profile, metric: str, fn: np.ndarray, lengths: np.ndarray, key_fn: np.ndarray,
+                       key_row: np.ndarray, self_w: np.ndarray, total_w: np.ndarray):
+    """Per function id: (self_lo, self_hi, total_lo, total_hi). ``key_fn``/``key_row``: every
+    distinct (function, stack row) pair (``model.stack_functions``); ``self_w``/``total_w``: the
+    functions' self and total in ``metric``."""
+    k = kind(profile, metric)
+    nfn = len(total_w)
+    if k == EXACT:
+        return self_w.copy(), self_w.copy(), total_w.copy(), total_w.copy()
+    if k == COUNTED:
+        unit, n = per_sample(profile, metric)
+        return (*counted(self_w, unit, n), *counted(total_w, unit, n))
+    leaf = np.full(len(lengths), -1, np.int64)
+    nonempty = lengths > 0
+    if len(fn):
+        leaf[nonempty] = fn[np.cumsum(lengths)[nonempty] - 1]
+    hs, ht = _timed_functions(profile, metric, transitions(profile, metric), nfn, np.asarray(key_fn, np.int64),
+                              np.asarray(key_row, np.int64), leaf)
+    return (np.maximum(self_w - hs, 0.0), self_w + hs, np.maximum(total_w - ht, 0.0), total_w + ht)
+
+
+# -- call paths (icicle boxes) ------------------------------------------------------------------------
+def _prefix_hashes(fn: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Per frame, a hash of its stack's function path from the root to it (uint64)."""
+    h = np.zeros(len(fn), np.uint64)
+    alive = np.flatnonzero(lengths > 0)
+    pos = starts[alive].astype(np.int64)
+    prev = np.zeros(len(alive), np.uint64)
+    d = 0
+    with np.errstate(over="ignore"):
+        while len(alive):
+            prev = prev * _P + fn[pos].astype(np.uint64) + np.uint64(1)
+            h[pos] = prev
+            d += 1
+            more = lengths[alive] > d
+            alive, pos, prev = alive[more], pos[more] + 1, prev[more]
+    return h
+
+
+def node_hashes(parent: np.ndarray, key: np.ndarray, depth: np.ndarray) -> np.ndarray:
+    """Per tree node (parents before children), the hash of its function path; 0 at the root, and
+    for nodes whose key is no function (the root, an "(other)")."""
+    h = np.zeros(len(parent), np.uint64)
+    order = np.argsort(depth, kind="stable")
+    bad = np.zeros(len(parent), bool)
+    with np.errstate(over="ignore"):
+        for d in np.unique(depth[order])[1:] if len(order) else []:
+            n = np.flatnonzero(depth == d)
+            h[n] = h[parent[n]] * _P + np.maximum(key[n], 0).astype(np.uint64) + np.uint64(1)
+            bad[n] = bad[parent[n]] | (key[n] < 0)
+    h[bad] = 0
+    return h
+
+
+def node_intervals(profile, metric: str, fn: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
+                   parent: np.ndarray, key: np.ndarray, depth: np.ndarray, total: np.ndarray,
+                   rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per node of a call tree over ``fn`` (its keys are ``fn``'s values): (lo, hi) of its total.
+    "(other)" nodes and the root get the counting rule (timed) or their own total (exact)."""
+    k = kind(profile, metric)
+    total = np.asarray(total, np.float64)
+    if k == EXACT:
+        return total.copy(), total.copy()
+    unit, n = per_sample(profile, metric)
+    lo, hi = counted(total, unit, n)
+    if k == COUNTED:
+        return lo, hi
+    tr = transitions(profile, metric, rows)
+    A, B, V, G = tr
+    H = _prefix_hashes(fn, starts, lengths)
+    ln = lengths.astype(np.int64)
+    # Common path length of each change's two stacks: the nodes below it moved.
+    both = np.flatnonzero((A >= 0) & (B >= 0))
+    common = np.zeros(len(A), np.int64)
+    live, d = both, 0
+    while len(live):
+        a, b = A[live], B[live]
+        ok = (ln[a] > d) & (ln[b] > d)
+        live, a, b = live[ok], a[ok], b[ok]
+        same = H[starts[a] + d] == H[starts[b] + d]
+        live = live[same]
+        d += 1
+        common[live] = d
+    hv, hg = [], []
+    for X in (A, B):
+        c = np.where(X >= 0, ln[np.maximum(X, 0)] - common, 0)
+        idx = np.repeat(np.arange(len(X)), c)
+        off = np.arange(int(c.sum())) - np.repeat(np.cumsum(c) - c, c)
+        pos = starts[np.maximum(X, 0)][idx] + common[idx] + off
+        hv.append((H[pos], V[idx], G[idx]))
+    hs = np.concatenate([x[0] for x in hv])
+    u, inv = np.unique(hs, return_inverse=True)
+    sv = np.bincount(inv, np.concatenate([x[1] for x in hv]), len(u))
+    sg = np.bincount(inv, np.concatenate([x[2] for x in hv]), len(u))
+    nh = node_hashes(parent, key, depth)
+    j = np.minimum(np.searchsorted(u, nh), max(len(u) - 1, 0))
+    found = (u[j] == nh) if len(u) else np.zeros(len(nh), bool)
+    h = np.where(found, _half(sv[j] if len(u) else 0.0, sg[j] if len(u) else 0.0), 0.0)
+    real = nh != 0
+    lo = np.where(real, np.maximum(total - h, 0.0), lo)
+    hi = np.where(real, total + h, hi)
+    return lo, hi
+
+
+def below(value, lo, hi) -> np.ndarray:
+    """Figures smaller than their own uncertainty (the interval's half-width)."""
+    value = np.asarray(value, np.float64)
+    return (value > 0) & ((np.asarray(hi) - np.asarray(lo)) / 2 >= value)
+
+
+# -- differences --------------------------------------------------------------------------------------
+def significant(change, lo_a, hi_a, lo_b, hi_b) -> np.ndarray:
+    """Whether each change (b − a) lies outside the two runs' combined 95% uncertainty: |change|
+    over the root sum of squares of the two half-widths (independent runs)."""
+    ha = (np.asarray(hi_a, np.float64) - np.asarray(lo_a, np.float64)) / 2
+    hb = (np.asarray(hi_b, np.float64) - np.asarray(lo_b, np.float64)) / 2
+    return np.abs(np.asarray(change, np.float64)) > np.sqrt(ha * ha + hb * hb)
+
+
+def not_comparable(a, b) -> list[str]:
+    """Why two profiles' figures cannot be compared (empty when they can): different clocks (mode),
+    or rates more than 2x apart in a counted profile, whose totals scale with its rate."""
+    out = []
+    ma, mb = a.meta.get("mode"), b.meta.get("mode")
+    if ma and mb and ma != mb and "both" not in (ma, mb):
+        out.append(f"the runs measured different clocks ({ma} against {mb})")
+    ra, rb = a.meta.get("rate"), b.meta.get("rate")
+    if ra and rb and max(ra, rb) > 2 * min(ra, rb) and COUNTED in (kind(a, a.metric), kind(b, b.metric)):
+        out.append(f"their rates differ more than 2x ({float(ra):.4g} Hz against {float(rb):.4g} Hz)")
+    return out
+
+
+# -- the header's sentence ----------------------------------------------------------------------------
+def resolution(profile, metric: str | None = None, functions=None) -> str:
+    """The resolution in words, e.g. "±1.9 points at 95% for a 25% share (360 samples)", and how to
+    narrow it where it is wide. ``functions``: ``profile.functions(metric)``, when already made."""
+    metric = metric or profile.metric
+    k = kind(profile, metric)
+    if k == EXACT:
+        return "Exact: every call or allocation was recorded, so these figures carry no sampling error"
+    n = int(round(profile.sample_count))
+    rate = profile.meta.get("rate")
+    how = (f"; to narrow it, raise --rate (now {float(rate):.4g} Hz) or profile a longer run"
+           if rate else "; to narrow it, sample faster or profile a longer run")
+    if not n:
+        return "No samples: no resolution"
+    if k == COUNTED:
+        pts = 100 * Z * np.sqrt(0.25 * 0.75 / n)
+        return (f"Resolution: ±{pts:.2g} points at 95% for a 25% share ({n:,} samples, each a count)"
+                + (how if pts > WIDE else ""))
+    f = profile.functions(metric) if functions is None else functions
+    total = float(np.nansum(profile.weights(metric).to_numpy(np.float64)))
+    if not total or not len(f):
+        return f"Resolution: no {metric} time to resolve ({n:,} samples)"
+    tl = _timeline(profile, metric)
+    per = tl[3] if tl is None or tl[4] is None else tl[3] / tl[4]
+    g = float(np.median(per[per > 0])) if tl is not None and (per > 0).any() else 0.0
+    once = 100 * min(Z * np.sqrt(2 / 3), 2.0) * g / total
+    half = (f["total_hi"] - f["total_lo"]).to_numpy(np.float64) / 2 / total * 100
+    i = int(np.argmax(half))
+    wide = float(half[i])
+    return (f"Resolution: ±{once:.2g} points at 95% for a function entered once, more for one entered "
+            f"often (widest here: ±{wide:.2g} points, {f['name'].iloc[i]}) ({n:,} timed samples)"
+            + (how if wide > WIDE else ""))
