@@ -17,8 +17,9 @@ Measured with perf 6.1 on this machine kind:
   kernel charged each in it (schedstat at both ends; the switch records also count time a VM's
   host stole from the core): see ``formats/perf_sched.py``.
   Tracepoints need root/CAP_PERFMON or perf_event_paranoid -1, and tracefs: refused, one message
-  says which and names eu-stack. Each switch costs a stack copy: a thread switching thousands of
-  times a second slows more than under eu-stack (bench/RESULTS.md).
+  says which and names eu-stack. Each switch costs a stack copy: 32 KB where the unwind reaches
+  the thread's root, 4 KB where it ends at the innermost Python frame anyway (``switch_stack()``;
+  ``meta["cost"]`` says which ran). A thread switching thousands of times a second slows (bench/RESULTS.md).
 * Python frames, by what the target interpreter allows (``meta["python_mode"]``):
   ``perf_jit`` (3.13 started with ``-X perf_jit``): ``perf record -k 1`` + ``perf inject --jit``
   give mixed Python and C stacks. CPython buffers its ``/tmp/jit-PID.dump``, so code jitted
@@ -71,6 +72,14 @@ SCHED_SCRIPT = ["-F", SCRIPT_FIELDS + ",trace", "--show-switch-events", "--show-
 # and two exec()s: with perf's default 8 KB the unwind stopped at task_step_impl, before the cell's
 # PyEval_EvalCode (which trim_native_to_cell cuts at); 32 KB reached _start.
 STACK_BYTES = 32768
+# User stack copied at each sched_switch (--mode wall/both). Measured on a thread handing a token back
+# and forth (bench/bench_perf.py): most of perf's cost there is this copy, 32 KB per switch. A
+# trampoline stack in another process ends at its innermost Python frame (perf has no unwind info
+# for the trampolines), which 2 KB reached from a lock's futex wait; 4 KB leaves room for deeper C
+# below it. Elsewhere (perf_jit, our own trampolines' jitdump, 3.11) the unwind goes to the root and
+# keeps the full copy. ``switch_stack=N`` (bytes) asks for another size.
+SHALLOW_SWITCH_STACK = 4096
+SWITCH_STACK_MAX = 65528   # perf's limit: a multiple of 8 below 64 KB
 # Ring buffer per CPU (4 KB pages): with 32 KB per sample perf's default 512 KB holds 16 samples, and
 # perf, starved of a core on a loaded machine, drops what it cannot drain in time (PERF_RECORD_LOST).
 MMAP_PAGES = 1024
@@ -179,6 +188,8 @@ class Recorder:
         self.offcpu = options.mode in ("wall", "both")
         self.jitdump: JitDump | None = None
         self.jit_entries = 0
+        self.switch_stack = STACK_BYTES
+        self.switch_stack_why = ""
 
     def _ctl(self, cmd: str, exited_ok: bool = False) -> float:
         """Write a control command and wait for perf's ack; returns when it was acknowledged.
@@ -249,7 +260,11 @@ class Recorder:
             events = ["-e", f"cpu-clock/period={10 ** 9 // rate},name=cpu-clock/"]
             # sched_wakeup's stack serves only to tell a wakeup in an interrupt (a timer's) from one by
             # the running thread: its kernel part is enough, so no user stack copy for it.
-            events += ["-e", "sched:sched_switch", "-e", "sched:sched_wakeup/call-graph=fp/"]
+            self.switch_stack, self.switch_stack_why = switch_stack(o.extra.get("switch_stack"), self.mode,
+                                                                    self.jitdump is not None)
+            switch = ("sched:sched_switch" if self.switch_stack == STACK_BYTES
+                      else f"sched:sched_switch/call-graph=dwarf,stack-size={self.switch_stack}/")
+            events += ["-e", switch, "-e", "sched:sched_wakeup/call-graph=fp/"]
             events += ["--switch-events", "-k", "CLOCK_MONOTONIC"]
         else:
             events = ["-e", "cpu-clock", "-F", str(rate)] + (
@@ -311,6 +326,11 @@ class Recorder:
         if self.offcpu:
             from ..formats.perf_sched import header_line
             data = header_line(self.window[0], self.window[1], self.options.pid, self.alive, charged).encode() + data
+            switches = res.stdout.count(b" sched:sched_switch:")
+            meta.update(switch_stack=self.switch_stack, stack_bytes=STACK_BYTES,
+                        cost=(f"perf copied {_kb(STACK_BYTES)} of user stack per cpu-clock sample and "
+                              f"{_kb(self.switch_stack)} at each of {switches:,} context switches "
+                              f"(sched_switch; {self.switch_stack_why})"))
             meta.update(events=["cpu-clock", *SCHED_EVENTS], mode=self.options.mode,
                         metric_note=("wall = on-CPU (cpu-clock samples) + off-CPU (sched_switch: each stretch "
                                      "off a core goes to the stack the thread left it in)"))
@@ -344,6 +364,25 @@ class Recorder:
             except OSError:
                 pass
         self.tmp.close()
+
+
+def _kb(n: int) -> str:
+    return f"{n // 1024} KB" if n % 1024 == 0 else f"{n:,} bytes"
+
+
+def switch_stack(asked, mode: str, jitdump: bool) -> tuple[int, str]:
+    """Bytes of user stack perf copies at each sched_switch, and why that many."""
+    if asked is not None:
+        if isinstance(asked, bool) or not isinstance(asked, int) or not 8 <= asked <= SWITCH_STACK_MAX \
+                or asked % 8:
+            raise ProfilerError(f"switch_stack={asked!r}: perf copies a multiple of 8 bytes of stack, from 8 to "
+                                f"{SWITCH_STACK_MAX} (default {STACK_BYTES}; {SHALLOW_SWITCH_STACK} where the "
+                                "unwind ends at the innermost Python frame)")
+        return asked, "switch_stack asked"
+    if mode == "trampoline" and not jitdump:
+        return SHALLOW_SWITCH_STACK, ("the unwind ends at the innermost Python frame, perf's trampoline in another "
+                                      "process: a larger copy would add no frame")
+    return STACK_BYTES, "the unwind goes on to the thread's root"
 
 
 def _threads(pid: int) -> dict[int, str]:
