@@ -54,8 +54,10 @@ def stem(profile: Profile) -> str:
 def frame_count(profile: Profile) -> int:
     """The frames a writer walks (what its time grows with): of every sample in time order when the
     profile has them, else of every stack."""
+    from .views.memo import cached
+    known = cached(profile, "flat")   # a view's stacks laid flat already know their lengths
     stacks = profile.stacks["stack"].to_numpy()
-    depth = np.fromiter(map(len, stacks), dtype=np.int64, count=len(stacks))
+    depth = known.lengths if known is not None else np.fromiter(map(len, stacks), dtype=np.int64, count=len(stacks))
     if profile.samples is not None and len(depth):
         return int(depth[profile.samples["stack"].to_numpy(dtype=np.int64)].sum())
     return int(depth.sum())

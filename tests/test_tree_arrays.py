@@ -319,3 +319,30 @@ def test_stack_functions_in_pieces(piece):
     lengths = np.array([len(path) for path in pth])
     got = [(int(f), int(r)) for fs, rs in stack_functions(fn, lengths, piece) for f, r in zip(fs, rs)]
     assert got == [(g, r) for r, path in enumerate(pth) for g in sorted(set(path))]
+
+
+def test_flat_from_marshal_and_one_by_one():
+    """``flat`` reads the stack tuples through marshal's bytes; a stack marshal writes otherwise
+    (an int object that is no plain int, a tuple subclass) is read one frame at a time, with the
+    same result, and a frame id over 2**31 is never read as a 5-byte record."""
+    p = make(5, nstacks=3000, maxdepth=30, empty=True)   # 3000 stacks: blocks of 1024 and a short one
+    stacks = p.stacks["stack"].tolist()
+    table = p.function_ids()
+    want_fn = np.array([table[i] for st in stacks for i in st], np.int32)
+    want_len = np.array([len(st) for st in stacks])
+    f = T._flat(p)
+    assert f.fn.tolist() == want_fn.tolist() and f.lengths.tolist() == want_len.tolist()
+    assert f.starts.tolist() == (np.cumsum(want_len) - want_len).tolist()
+    got = T._marshalled(stacks)
+    assert np.concatenate(got[0]).tolist() == [i for st in stacks for i in st]
+
+    class Stack(tuple):
+        pass
+
+    for odd in ((np.int64(1), 2), Stack((1, 2)), (True, 2), (1, (2, 3)), (1, 2 ** 40), (1, -2 ** 40)):
+        assert T._marshalled(stacks[:5] + [odd] + stacks[5:9]) is None, odd
+    odd = Profile(p.frames, p.stacks.assign(stack=pd.Series([tuple(np.int64(i) for i in st) for st in stacks],
+                                                          dtype=object)), None, {"backend": "synthetic"}, None, "wall")
+    assert T._marshalled(odd.stacks["stack"].tolist()) is None
+    g = T._flat(odd)
+    assert g.fn.tolist() == want_fn.tolist() and g.lengths.tolist() == want_len.tolist()

@@ -23,6 +23,14 @@ def memo(profile, key, build: Callable):
     return cache[key]
 
 
+def cached(profile, key):
+    """What ``memo`` holds for ``(profile, key)``, or None when nothing computed it yet."""
+    try:
+        return _MEMO.get(profile, {}).get(key)
+    except TypeError:
+        return None
+
+
 def functions(profile, metric: str, rows=None, thread=None):
     """``profile.functions(metric)`` (of the stack rows ``rows`` of ``thread``, when given), once."""
     if thread is None:

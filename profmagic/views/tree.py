@@ -6,6 +6,7 @@ always smaller than its children's ids.
 from __future__ import annotations
 
 import itertools
+import marshal
 import os
 from dataclasses import dataclass, field
 
@@ -140,15 +141,58 @@ def flat(profile: Profile) -> Flat:
 
 def _flat(profile: Profile) -> Flat:
     stacks = profile.stacks["stack"].to_numpy()
+    table = function_ids(profile).astype(np.int32)
+    got = _marshalled(stacks.tolist())
+    if got is not None:
+        frames, lengths = got
+        ends = np.cumsum(lengths)
+        fn = np.empty(int(ends[-1]) if len(ends) else 0, np.int32)
+        at = 0
+        for part in frames:   # frame ids to function ids a piece at a time: one frame-wide array
+            fn[at:at + len(part)] = table[part]
+            at += len(part)
+        return Flat(fn, ends - lengths, lengths)
     lengths = np.fromiter(map(len, stacks), dtype=np.int64, count=len(stacks))
     ends = np.cumsum(lengths)
     fn = np.empty(int(ends[-1]) if len(ends) else 0, np.int32)
-    table = function_ids(profile).astype(np.int32)
     frames = itertools.chain.from_iterable(stacks)
-    for a in range(0, len(fn), 1 << 20):   # frame ids to function ids a piece at a time: one frame-wide array
+    for a in range(0, len(fn), 1 << 20):
         b = min(a + (1 << 20), len(fn))
         fn[a:b] = table[np.fromiter(itertools.islice(frames, b - a), dtype=np.int32, count=b - a)]
     return Flat(fn, ends - lengths, lengths)
+
+
+_REC = 5   # marshal (version 2) writes a tuple as "(" and a 4-byte count, an int below 2**31 as "i" and 4 bytes
+
+
+def _marshalled(stacks: list) -> tuple[list, np.ndarray] | None:
+    """(frame ids in pieces, frames per stack) of a list of tuples of ints, read from marshal's bytes
+    of a block of stacks at a time: about twice as fast as pulling the ints one by one (np.fromiter).
+    None when anything is not a plain tuple of ints below 2**31 (the caller reads them one by one)."""
+    parts, lens = [], []
+    block = 1024
+    for a in range(0, len(stacks), block):
+        chunk = stacks[a:a + block]
+        try:
+            b = marshal.dumps(chunk, 2)
+        except ValueError:   # a tuple subclass, a numpy integer: not marshal's own types
+            return None
+        r = (len(b) - _REC) // _REC
+        if len(b) != _REC * (r + 1) or b[0] != 0x5B or int.from_bytes(b[1:5], "little") != len(chunk):
+            return None
+        code = np.ndarray((r,), np.uint8, b, _REC, (_REC,))
+        val = np.ndarray((r,), "<i4", b, _REC + 1, (_REC,))
+        head = code == 0x28
+        at = np.flatnonzero(head)
+        n = val[at]
+        # Each record is a tuple's head or an int, and the heads sit where the counts say: nothing
+        # of another size (a long int, a bool, a nested tuple) shifted the records.
+        if len(at) != len(chunk) or int(np.count_nonzero(code == 0x69)) != r - len(at) or \
+                (len(at) and (at[0] != 0 or (np.diff(at) != n[:-1] + 1).any() or at[-1] + n[-1] + 1 != r)):
+            return None
+        parts.append(val[~head])
+        lens.append(n)
+    return parts, (np.concatenate(lens).astype(np.int64) if lens else np.zeros(0, np.int64))
 
 
 def build(fn: np.ndarray, base: np.ndarray, n: np.ndarray, weights: dict, rows: np.ndarray | None = None,
@@ -168,26 +212,35 @@ def build(fn: np.ndarray, base: np.ndarray, n: np.ndarray, weights: dict, rows: 
     the rows, and the other metrics' totals are summed up the tree from it.
     """
     names = list(weights)
-    rows = np.arange(len(n), dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
-    ws = [np.asarray(weights[m], dtype=np.float64)[rows] for m in names]
+    full = [np.asarray(weights[m], dtype=np.float64) for m in names]
+    n, base = np.asarray(n), np.asarray(base)
+    # Row-wide arrays are int32 where they fit (fresh memory is costly: half the bytes, half the faults).
+    ix = np.int64 if max(len(fn), len(n)) >= 1 << 30 else np.int32
     span = int(fn.max()) + 1 if len(fn) else 1
-    length = np.asarray(n)[rows]
-    last = np.zeros(len(rows), np.int64)    # each row's last node; -1 - its parent's for a row into a node of no weight
+    view = None if rows is None else np.asarray(rows, dtype=np.int64)
+    last = np.zeros(len(n), ix)   # each row's last node; -1 - its parent's for a row into a node of no weight
     parent, key, folded = [np.array([-1])], [np.array([ROOT])], [np.array([0])]
-    total0 = [np.array([ws[0].sum()])]
+    total0 = [np.array([full[0].sum() if view is None else full[0][view].sum()])]
     bounds = [0, 1]                         # level d's nodes are ids bounds[d]..bounds[d+1]-1
-    live = np.flatnonzero(length > 0)       # rows still descending (positions in ``rows``)
-    first = np.asarray(base)[rows].astype(np.int64)
-    pos = first[live]
-    left = length[live]                     # their frames from this level on
-    node = np.zeros(len(live), np.int64)    # their node at the level above (level-local id)
-    w0 = ws[0][live]
+    live = np.flatnonzero(n > 0) if view is None else view[n[view] > 0]   # rows still descending
+    live = live.astype(ix)
+    left = n[live].astype(ix)               # their frames from this level on
+    node = np.zeros(len(live), ix)          # their node at the level above (level-local id)
+    w0 = full[0][live]
+    pos = base[live]
+    small = np.uint16 if span <= 1 << 16 else fn.dtype   # function ids read ahead, in as few bytes as they fit
     d = 0
     while len(live):
         if d % AHEAD == 0:   # the next AHEAD frames of each live row, read row by row
-            ahead, at = _ahead(fn, pos, left, step), np.arange(len(live))
-        # pandas' hash factorize: ~8x faster than np.unique's sort when a level has few nodes
-        inv, uniq = pd.factorize(node * span + ahead[d % AHEAD][at])
+            ahead, at = _ahead(fn, pos, left, step, small), np.arange(len(live), dtype=ix)
+            del pos
+        k = node.astype(np.int64)
+        k *= span
+        k += ahead[d % AHEAD][at]
+        # pandas' hash factorize: ~8x faster than np.unique's sort when a level has few nodes;
+        # the hint keeps its table small while a level has few nodes (it grows when needed)
+        inv, uniq = pd.factorize(k, size_hint=min(len(k), 4 * (bounds[-1] - bounds[-2]) + 1024))
+        del k
         level = np.bincount(inv, weights=w0, minlength=len(uniq))
         start = bounds[-2]
         if cut > 0 and (level < cut).any():
@@ -213,20 +266,33 @@ def build(fn: np.ndarray, base: np.ndarray, n: np.ndarray, weights: dict, rows: 
             total0.append(level)
             here = inv
             go_on = left > 1
+        del inv
         bounds.append(bounds[-1] + len(total0[-1]))
-        end = ~go_on
-        last[live[end]] = np.where(here[end] >= 0, bounds[-2] + here[end], -1 - (start + node[end]))
-        live, left, node, w0, at = live[go_on], left[go_on] - 1, here[go_on], w0[go_on], at[go_on]
+        end = np.flatnonzero(~go_on)
+        h = here[end]
+        last[live[end]] = np.where(h >= 0, bounds[-2] + h, -1 - (start + node[end].astype(np.int64)))
+        del end, h
+        live, left, w0, at = live[go_on], left[go_on], w0[go_on], at[go_on]
+        node = here[go_on].astype(ix)
+        left -= 1
+        del here, go_on
         d += 1
         if d % AHEAD == 0:
-            pos = first[live] + step * d
+            del ahead
+            pos = base[live] + step * d
     parent_a = np.concatenate(parent).astype(np.int64)
     size = len(parent_a)
+    if view is not None:
+        last = last[view]
     ended = last >= 0
+    every = bool(ended.all())
     gone = np.flatnonzero(~ended)
     sums = {}
-    for m, w in zip(names, ws):
-        own = np.bincount(last[ended], weights=w[ended], minlength=size)
+    for m, w in zip(names, full):
+        if view is not None:
+            w = w[view]
+        own = np.bincount(last, weights=w, minlength=size) if every else \
+            np.bincount(last[ended], weights=w[ended], minlength=size)
         if m == names[0]:
             sums[m] = (np.concatenate(total0), own)
         else:   # a row into a node of no weight (which vanished) still counts in the node's ancestors
@@ -253,10 +319,10 @@ AHEAD = 8   # levels of frames read at once: a row's next frames share a cache l
             # one frame of every row per level missed the cache at every frame of a large profile
 
 
-def _ahead(fn: np.ndarray, pos: np.ndarray, left: np.ndarray, step: int) -> np.ndarray:
+def _ahead(fn: np.ndarray, pos: np.ndarray, left: np.ndarray, step: int, dtype=None) -> np.ndarray:
     """``out[j, i] = fn[pos[i] + step * j]`` for j < AHEAD (repeating a row's last frame past its
     end), a block of rows at a time so that a row's frames are read while in the cache."""
-    out = np.empty((AHEAD, len(pos)), dtype=fn.dtype)
+    out = np.empty((AHEAD, len(pos)), dtype=fn.dtype if dtype is None else dtype)
     end = pos + step * (left - 1)
     clip = np.minimum if step > 0 else np.maximum
     block = 8192
