@@ -18,6 +18,8 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
+from .reasons import REASONS
+
 from . import uncertainty
 
 KINDS = ("python", "native", "kernel", "other")
@@ -738,6 +740,10 @@ class Profile:
             samples.insert(1, "thread", st["thread"].take(sid).to_numpy() if len(sid) else
                            pd.Categorical([], categories=st["thread"].cat.categories))
             samples["thread"] = pd.Categorical(samples["thread"], categories=st["thread"].cat.categories)
+        if "reason" in st:   # why off-CPU (reasons.py): one categorical, in stacks and samples alike
+            st["reason"] = pd.Categorical(st["reason"], categories=REASONS)
+        if samples is not None and "reason" in samples:
+            samples["reason"] = pd.Categorical(samples["reason"], categories=REASONS)
         m = Meta.of(meta)
         if unknown:
             m = m.replace(unknown={**unknown, **m.unknown})

@@ -355,8 +355,13 @@ app 11/11 10.800000: PERF_RECORD_SWITCH IN
 
 
 def _by_stack(p):
-    return {(t, tuple(p.frames.at[f, "name"] for f in st)): (round(w, 6), round(c, 6))
-            for t, st, w, c in zip(p.stacks["thread"], p.stacks["stack"], p.stacks["wall"], p.stacks["cpu"])}
+    """(thread, frame names) -> (wall, cpu), summed over the rows of each reason (perf_sched's reason column)."""
+    out = {}
+    for t, st, w, c in zip(p.stacks["thread"], p.stacks["stack"], p.stacks["wall"], p.stacks["cpu"]):
+        k = (t, tuple(p.frames.at[f, "name"] for f in st))
+        w0, c0 = out.get(k, (0.0, 0.0))
+        out[k] = (w0 + w, c0 + c)
+    return {k: (round(w, 6), round(c, 6)) for k, (w, c) in out.items()}
 
 
 def test_sched_records_give_wall_and_cpu_per_thread():

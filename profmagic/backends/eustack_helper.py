@@ -45,7 +45,8 @@ def _read(path: str) -> str | None:
 
 
 def thread_facts(pid: int, tid: str) -> dict | None:
-    """state, comm, run_ns (schedstat, else utime+stime), wchan and syscall of one thread."""
+    """state, comm, run_ns (schedstat, else utime+stime), wait_ns (schedstat's run-queue time, or
+    None), wchan and syscall of one thread."""
     base = f"/proc/{pid}/task/{tid}/"
     stat = _read(base + "stat")
     if stat is None:
@@ -54,8 +55,10 @@ def thread_facts(pid: int, tid: str) -> dict | None:
     comm = stat[stat.find("(") + 1:close]
     fields = stat[close + 2:].split()
     sched = _read(base + "schedstat")
+    wait_ns = None
     if sched:
         run_ns = int(sched.split()[0])
+        wait_ns = int(sched.split()[1])
     else:
         run_ns = (int(fields[11]) + int(fields[12])) * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
     wchan = (_read(base + "wchan") or "").strip() or "0"
@@ -67,7 +70,8 @@ def thread_facts(pid: int, tid: str) -> dict | None:
         syscall = _SYSCALLS.get(n, str(n)) if n >= 0 else "none"
     else:
         syscall = sc[0]
-    return {"state": fields[0], "comm": comm, "run_ns": run_ns, "wchan": wchan, "syscall": syscall}
+    return {"state": fields[0], "comm": comm, "run_ns": run_ns, "wait_ns": wait_ns, "wchan": wchan,
+            "syscall": syscall}
 
 
 _FRAME = re.compile(rb"^#(\d+)\s+0x([0-9a-fA-F]+)")
@@ -283,6 +287,7 @@ def sample(pid: int, interval: float, stop: Stop,
         f = thread_facts(pid, tid)
         if f:
             last_run[tid] = f["run_ns"]
+            last_run[(tid, "runq")] = f["wait_ns"] or 0
     snaps: list[Snapshot] = []
     t0 = time.monotonic()
     next_t = t0
@@ -343,6 +348,9 @@ def _facts(pid: int, stacks: dict, last_run: dict, in_syscall: SyscallCheck) -> 
         if f:
             f["cpu_ns"] = f["run_ns"] - last_run.get(tid, 0)
             last_run[tid] = f["run_ns"]
+            if f["wait_ns"] is not None:   # run-queue time since the last snapshot: waiting for a core
+                f["runq_ns"] = f["wait_ns"] - last_run.get((tid, "runq"), 0)
+                last_run[(tid, "runq")] = f["wait_ns"]
             insys = in_syscall(stacks[tid][0]) if stacks[tid] else None
             if insys is not None:
                 f["insys"] = int(insys)
@@ -377,7 +385,8 @@ def write_capture(path: str, pid: int, snaps: list[Snapshot], header: str) -> No
             comm = re.sub(r"\s", "_", f["comm"]) or "?"
             lines.append(f"TID {tid}: state={f['state']} cpu_ns={f['cpu_ns']} comm={comm} "
                          f"wchan={f['wchan']} syscall={f['syscall']}"
-                         + (f" insys={f['insys']}" if "insys" in f else ""))
+                         + (f" insys={f['insys']}" if "insys" in f else "")
+                         + (f" runq_ns={f['runq_ns']}" if "runq_ns" in f else ""))
             n = 0
             for i, ad in enumerate(addrs):
                 key = ad - 1 if i else ad

@@ -18,7 +18,7 @@ import threading
 import time
 from time import perf_counter
 
-from .. import awaits
+from .. import awaits, reasons
 from ..errors import ProfilerError
 from ..model import Raw
 from ..sampling import Codes, ThreadClock, code_name, every
@@ -40,12 +40,41 @@ def available() -> tuple[bool, str]:
     return True, "built-in sampler: samples every Python thread from inside the process; needs no ptrace"
 
 
+READ_REASONS = True   # read /proc for each sample's reason (bench/bench_sampler.py turns it off to compare)
+FEW_OFF = 0.1         # an interval at most this share off-CPU is ``cpu``: no /proc read
+
+
 class _Thread(ThreadClock):
-    __slots__ = ("label",)
+    __slots__ = ("label", "proc", "off", "seen")
 
     def __init__(self, ident: int, native_id: int | None, label: str):
         super().__init__(ident, native_id)
         self.label = label
+        self.proc = reasons.ProcReader(os.getpid(), native_id) if native_id is not None and READ_REASONS else None
+        self.off = 0.0          # off-CPU seconds since the last run-queue read
+        self.seen = None        # (leaf frame's code, instruction, reason) of the last /proc read
+
+    def reason(self, f, wall: float, cpu: float) -> tuple[str, float]:
+        """Why this interval was off-CPU (reasons.py): run-queue time (schedstat), else the state,
+        wchan and system call now and the leaf Python call. A thread still in the same wait
+        (same leaf instruction, no CPU used) keeps its reason without a read. Returns (reason,
+        run-queue seconds since the last read)."""
+        off = wall - cpu if cpu == cpu else 0.0
+        self.off += max(off, 0.0)   # the run-queue time read next covers these intervals too
+        if off <= FEW_OFF * wall:
+            return reasons.CPU, 0.0
+        if self.proc is None:
+            leaf = reasons.python_leaf(f)
+            return reasons.classify(function=leaf[0], call=leaf[1]), 0.0
+        last = self.seen
+        if last is not None and last[0] is f.f_code and last[1] == f.f_lasti and cpu < 0.05 * wall \
+                and last[2] != reasons.UNKNOWN:
+            return last[2], 0.0
+        runq = self.proc.runq_delta()
+        r = reasons.sampled_reason(self.off, runq, self.proc.facts(), reasons.python_leaf(f))
+        self.off = 0.0
+        self.seen = (f.f_code, f.f_lasti, r)
+        return r, runq
 
 
 class Recorder:
@@ -104,7 +133,13 @@ class Recorder:
                 stack = [self._codes.code(c) for c in chain] + [b.frame(awaits.AWAIT, None, None, "other")]
             else:
                 stack = self._codes.stack(f)
-            b.add(b.stack(st.label, stack), samples=1, time=t, wall=wall, cpu=st.delta())
+            cpu = st.delta()
+            if READ_REASONS:
+                r, runq = st.reason(f, wall, cpu)
+                b.add(b.stack(st.label, stack, reason=r), samples=1, time=t, wall=wall, cpu=cpu,
+                      columns={"reason": r, "runq": runq})
+            else:
+                b.add(b.stack(st.label, stack), samples=1, time=t, wall=wall, cpu=cpu)
         self.ticks += 1
 
     def _run(self) -> None:
@@ -167,6 +202,11 @@ class Recorder:
             "cell_thread": cell,
             "python": sys.version.split()[0],
             "pid": self.options.pid,
+            "reasons": {"from": "each thread's run-queue time (schedstat), its state, wchan and system call "
+                                "(/proc) and its leaf Python call, read at each pass where it was off-CPU "
+                                "(reasons.RULES)" if READ_REASONS else None,
+                        "cannot_see": "native frames (a futex under a call it cannot name is 'unknown'); "
+                                      "what a thread did between passes"},
             "note": ("wall = time since the previous sampling pass; cpu = the thread's CPU clock over "
                      "it, split with the previous sample where the stack changed; CPU used by a thread "
                      "after the last pass before it ended is not seen"),
@@ -182,6 +222,9 @@ class Recorder:
         self._join()
         self._builder = None
         self._codes.clear()
+        for st in self._threads.values():
+            if st.proc is not None:
+                st.proc.close()
         self._threads.clear()
 
 

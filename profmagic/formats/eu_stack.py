@@ -44,6 +44,7 @@ from urllib.parse import unquote
 
 import numpy as np
 
+from .. import reasons
 from ..threads import thread_label
 from ..errors import ProfileFormatError
 from ..model import Profile, Raw, StackBuilder
@@ -219,6 +220,30 @@ def _weigh(blocks: list, fids: list, snap_times: list[float], interval: float | 
         for i in share:
             cpu[i] += d * (wall[i] / total if total else 1.0 / len(share))
     return {"wall": wall, "cpu": cpu, "cpu_delta": delta, "on_cpu": on_cpu}
+
+
+def _reasons(blocks: list, on_cpu: list, source: str) -> tuple[list, np.ndarray]:
+    """Each block's reason (reasons.py; ``cpu`` for a thread caught running) and run-queue seconds
+    since its thread's previous snapshot (the recorder's ``runq_ns``; 0 without it)."""
+    out, runq, cache = [], np.zeros(len(blocks)), {}
+    for i, (bl, on) in enumerate(zip(blocks, on_cpu)):
+        q = bl.facts.get("runq_ns")
+        if q is not None:
+            if not q.lstrip("-").isdigit():
+                raise ProfileFormatError(f"runq_ns={q!r} is not an integer", source=source, line=bl.line)
+            runq[i] = max(int(q), 0) / 1e9
+        if on:
+            out.append(reasons.CPU)
+            continue
+        state, f = bl.facts.get("state"), bl.facts
+        key = (tuple(fr[3] for fr in bl.frames[:64]), state, f.get("wchan"), f.get("syscall"))
+        hit = cache.get(key)
+        if hit is None:   # state R: woken between the unwind and the read, which says nothing of the wait
+            hit = cache[key] = reasons.classify(None if state == "R" else state, f.get("wchan"),
+                                                reasons.syscall_name(f.get("syscall")),
+                                                frames=[(fr[0], "native") for fr in bl.frames[:64]])
+        out.append(hit)
+    return out, runq
 
 
 class Block(NamedTuple):
@@ -468,17 +493,24 @@ def read(data: bytes, source: str = "<input>", raw_names: bool = False, fold: bo
     snap_times = sorted({bl.time for bl in blocks})
     duration = _seconds(header.get("duration") or "0", "duration=", source, 1) or None
     w = _weigh(blocks, fids, snap_times, interval, source)
-    sids = [b.stack(labels[bl.tid], f, on_cpu=on) for bl, f, on in zip(blocks, fids, w["on_cpu"])]
+    why, runq = _reasons(blocks, w["on_cpu"], source)
+    sids = [b.stack(labels[bl.tid], f, on_cpu=on, reason=r) for bl, f, on, r in zip(blocks, fids, w["on_cpu"], why)]
     b.add_samples(sids, time=[bl.time for bl in blocks], wall=w["wall"], cpu=w["cpu"],
                   columns={"state": [bl.facts.get("state", "?") for bl in blocks],
                            "on_cpu": np.asarray(w["on_cpu"], dtype=bool),
-                           "cpu_delta": np.asarray(w["cpu_delta"], dtype=np.float64)})
+                           "cpu_delta": np.asarray(w["cpu_delta"], dtype=np.float64),
+                           "reason": why, "runq": runq})
     # The header's other facts, typed (what this read computes is not taken from the file).
     out.update({k: v for k, v in text_meta(header, source, 1).items()
                 if k not in ("interval", "duration", "snapshots", "rate", "format", "source", "backend", "metrics")})
     out.update(interval=interval, duration=duration, snapshots=len(snap_times),
                rate=len(snap_times) / duration if duration else None, metrics=["wall", "cpu"],
                wall_attribution="each sample weighs the time since its thread's previous snapshot",
+               reasons={"from": "a thread caught off-CPU: its native leaf frames, and its state, wchan and system "
+                                "call read just after the unwind (reasons.RULES); run-queue time from schedstat"
+                                + ("" if any("runq_ns" in bl.facts for bl in blocks) else " (not in this capture)"),
+                        "cannot_see": "the Python leaf call; a thread that woke between the unwind and the "
+                                      "/proc read, where the two disagree ('unknown')"},
                cpu_attribution=("each snapshot's CPU delta (schedstat run_ns) goes to the end of its "
                                 "interval if that stack is mostly seen in state R and not in a timed wait, "
                                 "else to the start if that one is; else it is shared by the thread's "

@@ -33,7 +33,11 @@ order:
   with plain ``perf record -e cpu-clock`` too: about one per 80 sleeps of a thread busy 30 ms and
   asleep 20 ms, which gave the sleep 10 ms of CPU each.
 * ``sched:sched_wakeup`` fires in the thread that wakes another (only threads of the process are
-  recorded): the off-CPU interval it ends gets ``woken_by``.
+  recorded): the off-CPU interval it ends gets ``woken_by``, and from the wakeup to the switch-in
+  the thread was runnable, waiting for a core: that part is a sample of its own, reason ``core``.
+* Each sample has a ``reason`` (profmagic/reasons.py): ``cpu`` on a core; off-CPU, from the
+  switch-out state (``R``: preempted, ``core``) and the switch-out stack's kernel and native leaf
+  frames; ``unknown`` for the labelled rows.
 * ``PERF_RECORD_FORK``/``EXIT`` bound threads born or ended during the recording.
 
 So every thread's wall is the time it existed in the recording, its CPU what the kernel charged
@@ -50,6 +54,7 @@ from urllib.parse import quote, unquote
 
 import numpy as np
 
+from .. import reasons
 from ..errors import ProfileFormatError
 from ..model import Profile, Raw, StackBuilder
 from ._perf_common import SideBand
@@ -115,7 +120,7 @@ def header_facts(text: str, source: str = "<input>") -> dict:
 class _Thread:
     """One thread's walk through its events."""
     __slots__ = ("label", "start", "end", "on", "since", "chunks", "last_sample", "switch", "out",
-                 "woken_by", "seen", "on_cpu", "on_rows")
+                 "woken_by", "woken_at", "seen", "on_cpu", "on_rows")
 
     def __init__(self, label: str, start: float):
         self.label = label
@@ -128,6 +133,7 @@ class _Thread:
         self.switch = None          # (row, state) of the sched_switch just before a switch-out
         self.out = None             # (row, state) of the current off-CPU stretch
         self.woken_by = None
+        self.woken_at = None        # when a recorded sched_wakeup made it runnable again
         self.seen = False
         self.on_cpu = 0.0           # on-CPU seconds in the recording, and the output samples holding them
         self.on_rows: set[int] = set()
@@ -142,12 +148,15 @@ class Timeline:
         self.charged = charged or {}            # tid -> CPU seconds the kernel charged in the recording
         self.threads: dict[int, _Thread] = {}
         self.sid, self.time, self.wall, self.cpu, self.state, self.woken_by = [], [], [], [], [], []
+        self.reason: list[str] = []
         self.labelled: dict[str, int] = {}      # label -> frame id
         self.label_rows: dict[int, tuple] = {}  # row -> (label, thread)
         self.lost = self.inconsistent = self.carried = 0
 
     # -- output ---------------------------------------------------------------------------
-    def _add(self, sid: int, t: float, wall: float, cpu: float, state: str, woken_by: str | None = None) -> None:
+    def _add(self, sid: int, t: float, wall: float, cpu: float, state: str, woken_by: str | None = None,
+             reason: str = reasons.CPU) -> None:
+        self.reason.append(reason)
         self.sid.append(sid)
         self.time.append(t)
         self.wall.append(wall)
@@ -164,7 +173,7 @@ class Timeline:
         return sid
 
     def _uncovered(self, th: _Thread, label: str, t: float, seconds: float, cpu: float = 0.0) -> None:
-        self._add(self._label_row(th, label), t, seconds, cpu, "?")
+        self._add(self._label_row(th, label), t, seconds, cpu, "?", reason=reasons.CPU if cpu else reasons.UNKNOWN)
 
     def _on_cpu_until(self, th: _Thread, t: float, out_row: int | None) -> None:
         if t > th.since:
@@ -176,8 +185,12 @@ class Timeline:
             return
         if th.out is None:
             self._uncovered(th, OFF_BEFORE, th.since, t - th.since)
+        elif th.woken_at is not None and th.since < th.woken_at < t and th.out[2] != reasons.CORE:
+            # Woken, then runnable until it got a core: that part is waiting for a core.
+            self._add(th.out[0], th.since, th.woken_at - th.since, 0.0, th.out[1], th.woken_by, th.out[2])
+            self._add(th.out[0], th.woken_at, t - th.woken_at, 0.0, th.out[1], th.woken_by, reasons.CORE)
         else:
-            self._add(th.out[0], th.since, t - th.since, 0.0, th.out[1], th.woken_by)
+            self._add(th.out[0], th.since, t - th.since, 0.0, th.out[1], th.woken_by, th.out[2])
 
     # -- events -----------------------------------------------------------------------------
     def thread(self, tid: int) -> _Thread:
@@ -204,8 +217,8 @@ class Timeline:
             self._uncovered(th, LOST, th.since, t - th.since)
         else:                       # on-CPU since the last IN (or since it entered the recording)
             self._on_cpu_until(th, t, th.switch[0] if th.switch else None)
-        th.out = th.switch or (self._label_row(th, NO_STACK), "?")
-        th.switch, th.on, th.since, th.woken_by = None, False, t, None
+        th.out = th.switch or (self._label_row(th, NO_STACK), "?", reasons.UNKNOWN)
+        th.switch, th.on, th.since, th.woken_by, th.woken_at = None, False, t, None, None
 
     def switch_in(self, tid: int, t: float) -> None:
         th = self.thread(tid)
@@ -240,18 +253,25 @@ class Timeline:
         th.chunks, th.since, th.last_sample = [], t, len(self.sid)
         self._add(row, t, cpu, cpu, ON_CPU_STATE)
 
-    def switch_sample(self, tid: int, row: int, trace: str) -> None:
-        """sched_switch: the stack (and prev_state) the thread is about to leave its core in."""
+    def switch_sample(self, tid: int, row: int, trace: str, reason_of=None) -> None:
+        """sched_switch: the stack (and prev_state) the thread is about to leave its core in;
+        ``reason_of(state)`` says why (reasons.py), from that state and the stack's leaf frames."""
         th = self.thread(tid)
         th.seen = True
         m = _PREV_STATE.search(trace)
-        th.switch = (row, m.group(1) if m else "?")
+        state = m.group(1) if m else "?"
+        th.switch = (row, state, reason_of(state) if reason_of else reasons.UNKNOWN)
 
-    def wakeup(self, waker_tid: int, trace: str) -> None:
+    def wakeup(self, waker_tid: int, trace: str, t: float | None = None, by_waker: bool = True) -> None:
+        """sched_wakeup: the wakee is runnable from ``t``; ``by_waker``: the running thread woke it
+        (not an interrupt, a timer's)."""
         m = _WAKEE.search(trace)
         wakee = self.threads.get(int(m.group(1))) if m else None
         if wakee is not None and wakee.on is False and int(m.group(1)) != waker_tid:
-            wakee.woken_by = self.thread(waker_tid).label
+            if by_waker:
+                wakee.woken_by = self.thread(waker_tid).label
+            if t is not None and wakee.woken_at is None:
+                wakee.woken_at = t
 
     # -- the end ------------------------------------------------------------------------------
     def finish(self, alive: dict[int, str]) -> None:
@@ -298,10 +318,19 @@ class Timeline:
 
     def add_to(self, b: StackBuilder) -> None:
         order = np.argsort(np.asarray(self.time), kind="stable")
-        b.add_samples(np.asarray(self.sid, dtype=np.int64)[order], time=np.asarray(self.time)[order],
+        # Each (stack row, reason) is a row of its own, with a reason column (filterable as thread is).
+        rows: dict[tuple, int] = {}
+        sids = []
+        for sid, r in zip(self.sid, self.reason):
+            hit = rows.get((sid, r))
+            if hit is None:   # the builder's own row: its thread and frames, now with the reason
+                hit = rows[(sid, r)] = b.stack(b._stack_thread[sid], b._stack_frames[sid], reason=r)
+            sids.append(hit)
+        b.add_samples(np.asarray(sids, dtype=np.int64)[order], time=np.asarray(self.time)[order],
                       wall=np.asarray(self.wall)[order], cpu=np.asarray(self.cpu)[order],
                       columns={"state": np.asarray(self.state, dtype=object)[order],
-                               "woken_by": np.asarray(self.woken_by, dtype=object)[order]})
+                               "woken_by": np.asarray(self.woken_by, dtype=object)[order],
+                               "reason": np.asarray(self.reason, dtype=object)[order]})
 
 
 def read(text: str, records: list, b: StackBuilder, data: bytes, source: str, row_of, thread_name,
@@ -322,6 +351,17 @@ def read(text: str, records: list, b: StackBuilder, data: bytes, source: str, ro
         labels[r.tid] = r.thread   # a thread that execs is one thread, named by its comm after the exec
         who[r.tid] = (r.pid, r.comm)
     tl = Timeline(b, facts.get("start", min(times)), facts.get("end", max(times)), labels, facts.get("cpu"))
+    why: dict[tuple, str] = {}
+
+    def reason_of(r):   # why a thread left its core: its state and its stack's leaf frames (reasons.py)
+        def of(state: str) -> str:
+            key = (id(r.leaf_first), state)
+            hit = why.get(key)
+            if hit is None:
+                hit = why[key] = reasons.classify(state, frames=[(frame_names.get(f, ""), b._frames[f][3])
+                                                                 for f in r.leaf_first[:64]])
+            return hit
+        return of
     for r in records:
         if not r.time > 0:
             continue
@@ -338,9 +378,9 @@ def read(text: str, records: list, b: StackBuilder, data: bytes, source: str, ro
             carried = r.leaf_first and frame_names.get(r.leaf_first[0], "").startswith(SWITCH_IN_LEAF)
             tl.cpu_sample(r.tid, r.time, None if carried else row_of(r))
         elif r.event == SWITCH_EVENT:
-            tl.switch_sample(r.tid, row_of(r), r.trace)
-        elif r.event in WAKEUP_EVENTS and not any(_IN_IRQ.search(frame_names.get(f, "")) for f in r.leaf_first):
-            tl.wakeup(r.tid, r.trace)  # (a wakeup in an interrupt, a timer's, is not the running thread's doing)
+            tl.switch_sample(r.tid, row_of(r), r.trace, reason_of(r))
+        elif r.event in WAKEUP_EVENTS:   # (a wakeup in an interrupt, a timer's, is not the running thread's doing)
+            tl.wakeup(r.tid, r.trace, r.time, not any(_IN_IRQ.search(frame_names.get(f, "")) for f in r.leaf_first))
     tl.finish({tid: thread_name(comm, facts.get("pid"), tid) for tid, comm in (facts.get("threads") or {}).items()})
     if not tl.sid:
         raise ProfileFormatError("no cpu-clock sample or context switch inside the recording",
@@ -352,6 +392,9 @@ def read(text: str, records: list, b: StackBuilder, data: bytes, source: str, ro
     meta = {"event": CPU_EVENT, "window": [tl.start, tl.end], "duration": tl.end - tl.start,
             "lost_events": tl.lost, "inconsistent_switches": tl.inconsistent, "uncovered": tl.uncovered(),
             "carried_samples": tl.carried,
+            "reasons": {"from": "the state at switch-out (sched_switch prev_state) and the switch-out stack's "
+                                "kernel and native leaf frames (reasons.RULES)",
+                        "cannot_see": "Python leaf calls (a futex with no GIL or lock frame is 'unknown')"},
             "metrics": ["wall", "cpu"],
             "wall_attribution": ("each thread's time in the recording: on-CPU time to its cpu-clock samples' "
                                  "stacks, each off-CPU stretch (sched_switch out to the next switch in) to "
