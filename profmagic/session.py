@@ -175,7 +175,12 @@ class Session:
 
     def start(self) -> None:
         self.prepare()
-        self.target.start(self)
+        try:
+            self.target.start(self)
+        except BaseException:
+            with interrupts.deferred():
+                self.close()
+            raise
 
     def _memray(self):
         """backends.memray, once it is known that it can go with this backend (``memory``)."""
@@ -281,7 +286,19 @@ class Session:
 
 
 # -- what is recorded --------------------------------------------------------------------------------
-class CellTarget:
+class _Target:
+    """What the targets share: nothing to refuse beyond the backend's choice, and nothing to add."""
+    kind = ""
+    notes = False
+
+    def check(self, s: Session) -> None:
+        pass
+
+    def after(self, s: Session, p: Profile) -> Profile:
+        return p
+
+
+class CellTarget(_Target):
     """Code run in this process, on the calling thread (the magic, ``profile()``, ``run()``): the
     recorder starts around it, and the processors trim the profile to it."""
     kind = "cell"
@@ -331,16 +348,11 @@ class CellTarget:
         s.recorder = backends.recorder(s.module, backend_options)
         if memray is not None:
             s.recorder = memray.TimeAndMemory(s.name, s.recorder, backend_options)
-        try:
-            if s.cluster is not None:   # first: the workers sample from the code's first moment
-                s.cluster.start()
-            if s.children is not None:
-                s.children.start()
-            s.recorder.start()
-        except BaseException:
-            with interrupts.deferred():
-                s.close()
-            raise
+        if s.cluster is not None:   # first: the workers sample from the code's first moment
+            s.cluster.start()
+        if s.children is not None:
+            s.children.start()
+        s.recorder.start()
         nested.watch()
         self.t_wall = _wall()
         self.t_cpu = _cpu()
@@ -437,7 +449,7 @@ class CellTarget:
         return s._with_workers(p) if s.cluster is not None else p
 
 
-class PidsTarget:
+class PidsTarget(_Target):
     """Processes that run already (``attach()``, ``%profile --pid``, ``record --pid``): one recorder
     per pid from a backend that can attach, all started before any is stopped; one ``process`` each."""
     kind = "pids"
@@ -466,20 +478,12 @@ class PidsTarget:
                                     "native stacks")
         return backends.choose(backend)
 
-    def check(self, s: Session) -> None:
-        pass
-
     def start(self, s: Session) -> None:
-        try:
-            for pid in self.pids:
-                o = replace(s.options, pid=pid, all_threads=True, extra=dict(s.options.extra))
-                rec = backends.recorder(s.module, o)
-                self.recs.append((pid, o, rec, procfs.cmdline(pid)))   # closed even if start fails
-                rec.start()
-        except BaseException:
-            with interrupts.deferred():
-                s.close()
-            raise
+        for pid in self.pids:
+            o = replace(s.options, pid=pid, all_threads=True, extra=dict(s.options.extra))
+            rec = backends.recorder(s.module, o)
+            self.recs.append((pid, o, rec, procfs.cmdline(pid)))   # closed even if start fails
+            rec.start()
         if s.announce:
             d = self.duration
             s.announce(f"recording {len(self.pids)} process(es) with {s.name} at {s.options.rate:g} Hz "
@@ -504,8 +508,6 @@ class PidsTarget:
         return [rec.stop() for _, _, rec, _ in self.recs]
 
     def read(self, s: Session, captures: list) -> Profile:
-        import pandas as pd
-        from .model import make_frames
         mod = s.module
         parts, labels = [], []
         for (pid, o, _, argv), cap in zip(self.recs, captures):
@@ -514,9 +516,8 @@ class PidsTarget:
             except ProfileFormatError:
                 if cap.data:          # a damaged capture is an error; an empty one recorded nothing
                     raise
-                p = Profile(make_frames([], [], [], []), pd.DataFrame({"thread": [], "stack": [], "samples": []}),
-                            meta={"backend": mod.NAME, "message": f"{mod.NAME} recorded nothing for process {pid} "
-                                  "(it never ran on a CPU while recorded, or wrote no samples)"})
+                p = empty(o.mode, f"{mod.NAME} recorded nothing for process {pid} (it never ran on a CPU while "
+                                  "recorded, or wrote no samples)").with_meta(backend=mod.NAME)
             lab = multi.process_label(pid, argv)
             parts.append(multi.with_process(p, lab, {"pid": pid, "argv": argv, "backend": mod.NAME}))
             labels.append(lab)
@@ -546,11 +547,8 @@ class PidsTarget:
             meta["partial"] = f"interrupted after {self.wall:.2f} s"
         return meta
 
-    def after(self, s: Session, p: Profile) -> Profile:
-        return p
 
-
-class CommandTarget:
+class CommandTarget(_Target):
     """A command started for recording (``record -- cmd``, launch.py), from its first line: an
     out-of-process backend attached while it waits at start-up (Python) or stopped before exec
     (any program); or the built-in sampler inside it and every Python it starts (childsampler).
@@ -603,53 +601,45 @@ class CommandTarget:
         raise ProfilerError("no backend here can record a program that is not Python: install perf or eu-stack "
                             "(elfutils)")
 
-    def check(self, s: Session) -> None:
-        pass
-
     def start(self, s: Session) -> None:
         from .launch import Launch, imports_site
         from .tempdirs import TempDir
         o = s.options
+        self.tmp = TempDir("profmagic-record-")
+        if s.module.CAPS.inside:   # the built-in sampler, in the command and every Python it starts
+            from .childsampler import Children
+            self.children = Children(o.rate)
+            self.launch = Launch(self.argv, own_group=self.own_group)
+            self.children.start()
+            self.hidden = (os.path.join(self.tmp.path, ""), os.path.join(self.children.hook_dir, ""))
+            self.launch.start(self.tmp.path)
+            self.go = self.launch.go()
+            return
+        gated = self.python and imports_site(self.argv, self.exe)
+        self.launch = launch = Launch(self.argv, gate=gated, stop_first=not self.python, own_group=self.own_group)
+        log = launch.thread_log = self.tmp.file("threads.jsonl") if gated else None
+        hook = self.tmp.file("hook")
+        os.mkdir(hook)
+        self.hidden = (os.path.join(self.tmp.path, ""),)
         try:
-            self.tmp = TempDir("profmagic-record-")
-            if s.module.CAPS.inside:   # the built-in sampler, in the command and every Python it starts
-                from .childsampler import Children
-                self.children = Children(o.rate)
-                self.launch = Launch(self.argv, own_group=self.own_group)
-                self.children.start()
-                self.hidden = (os.path.join(self.tmp.path, ""), os.path.join(self.children.hook_dir, ""))
-                self.launch.start(self.tmp.path)
-                self.go = self.launch.go()
-                return
-            gated = self.python and imports_site(self.argv, self.exe)
-            self.launch = launch = Launch(self.argv, gate=gated, stop_first=not self.python, own_group=self.own_group)
-            log = launch.thread_log = self.tmp.file("threads.jsonl") if gated else None
-            hook = self.tmp.file("hook")
-            os.mkdir(hook)
-            self.hidden = (os.path.join(self.tmp.path, ""),)
-            try:
-                launch.start(hook)
-            except TimeoutError as e:
-                raise ProfilerError(str(e)) from None
-            if not launch.waiting and launch.proc.poll() is not None:
-                self.rc = launch.close()
-                raise ProfilerError(f"the command ended (exit {self.rc}) before {s.name} could record it")
-            if self.python and not gated:
-                self.note = ("the command's Python imports no sitecustomize (-I, -E or -S), so it could not wait: "
-                             "the recorder attached after it started, and its first moments are missing")
-            o.pid = o.thread_native_id = launch.pid
-            o.all_threads = True
-            o.extra["thread_log"] = log
-            o.extra["wait_exec"] = launch.stop_first   # eu-stack: no snapshot while the launcher execs
-            self.rec = backends.recorder(s.module, o)
-            self.rec.start()
-            self.go = launch.go()
-            if hasattr(self.rec, "bounds"):
-                self.rec.bounds(start=self.go)
-        except BaseException:
-            with interrupts.deferred():
-                s.close()
-            raise
+            launch.start(hook)
+        except TimeoutError as e:
+            raise ProfilerError(str(e)) from None
+        if not launch.waiting and launch.proc.poll() is not None:
+            self.rc = launch.close()
+            raise ProfilerError(f"the command ended (exit {self.rc}) before {s.name} could record it")
+        if self.python and not gated:
+            self.note = ("the command's Python imports no sitecustomize (-I, -E or -S), so it could not wait: "
+                         "the recorder attached after it started, and its first moments are missing")
+        o.pid = o.thread_native_id = launch.pid
+        o.all_threads = True
+        o.extra["thread_log"] = log
+        o.extra["wait_exec"] = launch.stop_first   # eu-stack: no snapshot while the launcher execs
+        self.rec = backends.recorder(s.module, o)
+        self.rec.start()
+        self.go = launch.go()
+        if hasattr(self.rec, "bounds"):
+            self.rec.bounds(start=self.go)
 
     def counter(self):
         """Samples so far for a progress line, or None (a recorder that does not stream them)."""
@@ -740,9 +730,6 @@ class CommandTarget:
         if partial:
             meta["partial"] = "; ".join(partial)
         return meta
-
-    def after(self, s: Session, p: Profile) -> Profile:
-        return p
 
 
 def attachers(native: bool = False) -> list[str]:
