@@ -373,46 +373,23 @@ def _same_as_rep(flat, starts, lengths, ids, rep) -> bool:
     return True
 
 
-_REC = np.dtype([("t", "u1"), ("v", "<i4")])   # marshal's record: a type byte, a 4-byte little-endian int
-
-
 def _tuples(flat, starts, lengths, nframes) -> list:
-    """A root-first tuple per (start, length) of ``flat``, its items shared int objects.
-
-    Made by ``marshal.loads`` from records written here with numpy (version 3, all 5 bytes long):
-    a tuple of the ints 0..nframes-1, each flagged as a reference, then a list of the stacks'
-    tuples whose items are references to those ints. About twice as fast as slicing one tuple of
-    ints per stack in Python. Only this module's arrays go in: frame ids checked below ``nframes``."""
-    import marshal
+    """A root-first tuple per (start, length) of ``flat``, its items shared int objects."""
+    ints = np.arange(nframes).astype(object)
     out: list = []
-    head = np.empty(2 + nframes, _REC)
-    head["t"][:2] = ord("(")
-    head["v"][:2] = (2, nframes)
-    head["t"][2:] = ord("i") | 0x80   # FLAG_REF: the int is the reference of its own index
-    head["v"][2:] = np.arange(nframes)
     cum = np.cumsum(lengths)
     lo = 0
     while lo < len(starts):
         hi = max(int(np.searchsorted(cum, (cum[lo - 1] if lo else 0) + _BLOCK)), lo + 1)
         ln = lengths[lo:hi]
         ends = np.cumsum(ln)
-        s0, k, f = int(starts[lo]), hi - lo, int(ends[-1])
-        if int(starts[hi - 1]) + int(ln[-1]) - s0 == f:   # the rows lie back to back
-            sel = flat[s0:s0 + f]
+        s0 = int(starts[lo])
+        if int(starts[hi - 1]) + int(ln[-1]) - s0 == int(ends[-1]):   # the rows lie back to back
+            sel = flat[s0:s0 + int(ends[-1])]
         else:
-            sel = flat[np.repeat(starts[lo:hi], ln) + (np.arange(f) - np.repeat(ends - ln, ln))]
-        rec = np.empty(len(head) + 1 + k + f, _REC)
-        rec[:len(head)] = head
-        rec["t"][len(head)], rec["v"][len(head)] = ord("["), k
-        body = rec[len(head) + 1:]
-        at = (ends - ln) + np.arange(k)   # each stack's tuple head, its frames after it
-        item = np.ones(k + f, bool)
-        item[at] = False
-        body["t"] = ord("r")
-        body["t"][at] = ord("(")
-        body["v"][at] = ln
-        body["v"][item] = sel
-        out += marshal.loads(rec)[1]
+            sel = flat[np.repeat(starts[lo:hi], ln) + (np.arange(int(ends[-1])) - np.repeat(ends - ln, ln))]
+        items = tuple(ints[sel].tolist())
+        out += map(items.__getitem__, map(slice, (ends - ln).tolist(), ends.tolist()))
         lo = hi
     return out
 
