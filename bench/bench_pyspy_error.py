@@ -9,8 +9,10 @@ format, with ``--idle`` and without, at each rate, quiet and beside N spinning p
 
 Per recording, with the trace put on time.monotonic() as the recorder does (``trace_options``):
 
+* zero: the span ``pyspy.trace_zero`` bounds the trace's zero to, and the error of the one taken
+  against the offset that best fits the truth (the fewest events disagreeing);
 * shift: the smallest lag (an event can only follow the change it shows; below 0 the mapping is early);
-* disagree: events whose function is not the truth's at their timestamp;
+* disagree: events whose function is not the truth's at their timestamp (and with the best-fitting zero);
 * lag: from a change to py-spy's first event showing it (a call no event shows is "missed");
 * gaps: between consecutive events inside one spin call (every sample there is an event, bar a
   repeat of the same line): the longest, and those over 5 intervals (pauses);
@@ -20,6 +22,7 @@ Per recording, with the trace put on time.monotonic() as the recorder does (``tr
   the window; "ends" is what the reading loses at the window's ends (first event late, last cut).
 
 Run:  .venv/bin/python bench/bench_pyspy_error.py [--recordings 3] [--seconds 4] [--load 2] [--no-write]
+      [--json FILE] [--report-from FILE]
 """
 from __future__ import annotations
 
@@ -142,11 +145,11 @@ def analyse(log, cap, rec, rate, idle):
     first = min(float(e["ts"]) for e in doc if e.get("ph") == "B")
 
     last = max(float(e["ts"]) for e in doc)
-    began = rec.began_at if rec.began_at is not None else rec.spawned_at
-    zero = max(rec.spawned_at, began, rec.sigint_at - last * 1e-6 if rec.sigint_at is not None else 0.0)
+    from profmagic.backends import pyspy
+    zlo, zhi, zero = pyspy.trace_zero(rec.clock(), last)
 
-    def to_mono(us):   # the inverse of trace_options' on_trace: the latest of the readings
-        return max(rec.ready_at + (us - first) * 1e-6, zero + us * 1e-6)
+    def to_mono(us):   # the inverse of trace_options' on_trace
+        return zero + us * 1e-6
     changes = [(ns * 1e-9, name) for ns, name in log]
     start, end = changes[0][0], changes[-1][0]
     ev_t = [(to_mono(ts), leaf, line) for ts, leaf, line in evs]
@@ -169,12 +172,12 @@ def analyse(log, cap, rec, rate, idle):
             lags.append((n, seen - t))
     shift = min((lag for _, lag in lags), default=float("nan"))
     # The offset that best puts the events on the truth: how far the mapping is off, as a whole.
-    best = min(((sum(1 for t, leaf, _ in inside if leaf != truth_at(changes, t + d * 1e-4)), d)
-                for d in range(-1000, 1001, 5)), default=(0, 0))
+    best = min(((sum(1 for t, leaf, _ in inside if leaf != truth_at(changes, t + d * 1e-4)), abs(d), d)
+                for d in range(-1000, 1001, 5)), default=(0, 0, 0))[::2]
     offset_ms = best[1] * 1e-1
     halves = [[e for e in inside if (e[0] < (start + end) / 2) == h] for h in (True, False)]
-    offset_halves = [min(((sum(1 for t, leaf, _ in part if leaf != truth_at(changes, t + d * 1e-4)), d)
-                          for d in range(-1000, 1001, 5)), default=(0, 0))[1] * 1e-1 for part in halves]
+    offset_halves = [min(((sum(1 for t, leaf, _ in part if leaf != truth_at(changes, t + d * 1e-4)), abs(d), d)
+                          for d in range(-1000, 1001, 5)), default=(0, 0, 0))[2] * 1e-1 for part in halves]
     disagree = sum(1 for t, leaf, _ in inside if leaf != truth_at(changes, t))
     # Gaps between events inside spin calls.
     gaps = []
@@ -215,7 +218,9 @@ def analyse(log, cap, rec, rate, idle):
         "rate": rate, "idle": idle, "events": len(ev_t), "calls": len(calls),
         "shift_ms": shift * 1e3, "offset_ms": offset_ms, "offset_halves_ms": offset_halves,
         "disagree_at_offset": best[0] / max(1, len(inside)),
-        "began_after_spawn_ms": (began - rec.spawned_at) * 1e3, "zero_after_spawn_ms": (zero - rec.spawned_at) * 1e3,
+        # the trace's zero after py-spy's start: its bounds, the one taken, and where the truth puts it
+        "zero_ms": [(zlo - rec.spawned_at) * 1e3, (zhi - rec.spawned_at) * 1e3, (zero - rec.spawned_at) * 1e3],
+        "zero_true_ms": (zero - rec.spawned_at) * 1e3 + offset_ms,
         "disagree": disagree / max(1, len(inside)),
         "lag_med_ms": statistics.median(l for _, l in lags) * 1e3 if lags else float("nan"),
         "lag_mean_ms": statistics.fmean(l for _, l in lags) * 1e3 if lags else float("nan"),
@@ -248,8 +253,17 @@ def main(argv=None):
     ap.add_argument("--load", type=int, default=2, help="spinning processes for the 'under load' runs")
     ap.add_argument("--json", help="also write every recording's figures here")
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--report-from", metavar="JSON", help="write the section from a --json of an earlier run")
     a = ap.parse_args(argv)
     rates = [float(r) for r in a.rates.split(",")]
+    if a.report_from:
+        with open(a.report_from) as f:
+            saved = json.load(f)
+        text = report(saved["rows"], a, saved["load"], saved["when"])
+        print(text)
+        if not a.no_write:
+            write_section(text)
+        return 0
     load0 = os.getloadavg()[0]
     rows = []
     for loaded in (False, True):
@@ -267,10 +281,12 @@ def main(argv=None):
             for p in procs:
                 p.kill()
                 p.wait()
+    when = time.strftime('%Y-%m-%d %H:%M')
+    load = [load0, os.getloadavg()[0]]
     if a.json:
         with open(a.json, "w") as f:
-            json.dump(rows, f)
-    text = report(rows, a, load0)
+            json.dump({"rows": rows, "load": load, "when": when}, f)
+    text = report(rows, a, load, when)
     print(text)
     if not a.no_write:
         write_section(text)
@@ -282,23 +298,23 @@ def _agg(rs, key, fn=statistics.median):
     return fn(vals) if vals else float("nan")
 
 
-def report(rows, a, load0):
+def report(rows, a, load, when):
     cmd = "cd /work/main && nice -n 19 .venv/bin/python bench/bench_pyspy_error.py"
     if (a.recordings, a.seconds, a.rates, a.load) != (3, 4.0, "100,500", 2):
         cmd += f" --recordings {a.recordings} --seconds {a.seconds:g} --rates {a.rates} --load {a.load}"
     L = ["## py-spy's timed error, traced to its cause (issue 25 item 4)", "",
-         f"Command: `{cmd}` ({time.strftime('%Y-%m-%d %H:%M')}; measured under load from other work on 2 shared "
-         f"cores, load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end; py-spy "
+         f"Command: `{cmd}` ({when}; measured under load from other work on 2 shared "
+         f"cores, load average {load[0]:.1f} at the start, {load[1]:.1f} at the end; py-spy "
          f"{_pyspy_version()}, python {sys.version.split()[0]}). {a.recordings} recordings of {a.seconds:g} s per "
          f"row, the rows interleaved; 'loaded' adds {a.load} spinning processes. The workload thread cycles spin "
          f"{LENGTHS['spin'] * 1e3:g} ms, nap (time.sleep) {LENGTHS['nap'] * 1e3:g} ms, wait (Event.wait) "
          f"{LENGTHS['wait'] * 1e3:g} ms, logging each entry with time.monotonic_ns(). Medians over the recordings; "
          "'worst' columns are over all of them. What each column means: the bench's docstring.", "",
-         "| load | rate | --idle | events | shift (ms) | disagree | lag median / mean / sd (ms) | lag worst (ms) | "
+         "| load | rate | --idle | events | zero: span / taken − truth, worst (ms) | shift (ms) | disagree / at the best zero | lag median / mean / sd (ms) | lag worst (ms) | "
          "missed calls | gap mean / worst (ms) | pauses > 5 intervals | idle events / spin calls unseen | "
          "bunched (< 20 µs apart) / by chance | error spin / nap / wait (pp, worst) | thread seconds vs window % | "
          "first event after start (ms) |",
-         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     groups: dict = {}
     for r in rows:
         groups.setdefault((r["loaded"], r["rate"], r["idle"]), []).append(r)
@@ -310,7 +326,10 @@ def report(rows, a, load0):
         bunched, steps = sum(r["bunched"] for r in rs), sum(r["steps"] for r in rs)
         L.append(
             f"| {'loaded' if loaded else 'quiet'} | {rate:g} Hz | {'yes' if idle else 'no'} | "
-            f"{_agg(rs, 'events'):.0f} | {_agg(rs, 'shift_ms', min):+.1f} | {_agg(rs, 'disagree') * 100:.1f}% | "
+            f"{_agg(rs, 'events'):.0f} | {max(r['zero_ms'][1] - r['zero_ms'][0] for r in rs):.1f} / "
+            f"{max((r['zero_ms'][2] - r['zero_true_ms'] for r in rs), key=abs):+.1f} | "
+            f"{_agg(rs, 'shift_ms', min):+.1f} | {_agg(rs, 'disagree') * 100:.1f}% / "
+            f"{_agg(rs, 'disagree_at_offset') * 100:.1f}% | "
             f"{_agg(rs, 'lag_med_ms'):.1f} / {_agg(rs, 'lag_mean_ms'):.1f} / {_agg(rs, 'lag_sd_ms'):.1f} | "
             f"{_agg(rs, 'lag_max_ms', max):.0f} | {missed}/{calls} | {_agg(rs, 'gap_mean_ms'):.1f} / "
             f"{_agg(rs, 'gap_max_ms', max):.0f} | {sum(r['pauses'] for r in rs)} | "

@@ -28,6 +28,7 @@ def record(rate):
     def worker():
         late["start"] = time.monotonic()
         late["tid"] = threading.get_native_id()
+        late["ident"] = threading.get_ident()
         spin(0.1)
         time.sleep(0.1)
         late["end"] = time.monotonic()
@@ -70,6 +71,13 @@ def test_each_thread_is_counted_from_its_start_not_from_pyspys_first_sample(rate
     # clock the same way, so their difference is exact bar the clock's branch).
     mine = float(st.loc[(st["thread"] == worker).to_numpy(), "wall"].sum())
     assert mine == pytest.approx(late["end"] - late["start"], abs=0.002)
+    # The trace's zero lies between its bounds, and an event never comes before what it shows by more
+    # than the zero's uncertainty: the worker's first event follows its start.
+    doc = json.loads(cap.data)
+    lo_z, hi_z, zero = pyspy.trace_zero(rec.clock(), max(float(e["ts"]) for e in doc))
+    assert rec.spawned_at <= lo_z <= zero <= hi_z <= rec.ready_at and hi_z - lo_z < 0.5
+    first = min(float(e["ts"]) for e in doc if e.get("ph") == "B" and e["tid"] == late["ident"])
+    assert zero + first * 1e-6 >= late["start"] - (hi_z - lo_z) / 2 - 0.001
 
 
 def test_without_starts_the_head_before_the_first_sample_is_lost():

@@ -34,7 +34,7 @@ import subprocess
 import sys
 import time
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -164,6 +164,8 @@ class Recorder:
         self.spawned_at = self.ready_at = 0.0   # time.monotonic()
         self.began_at: float | None = None     # just before py-spy started its sampling thread
         self.sigint_at: float | None = None    # when it was told to stop, still sampling
+        self.began_by: float | None = None     # first seen with its sampling thread
+        self.exited_at: float | None = None    # seen exited, its file written
         self.started_at: float | None = None   # the recorded code's run, time.monotonic()
         self.ended_at: float | None = None
         self.known: dict[int, dict] = {}      # pthread id -> what is known of the thread
@@ -176,6 +178,9 @@ class Recorder:
             self.started_at = start
         if end is not None:
             self.ended_at = end
+
+    def clock(self) -> Clock:
+        return Clock(self.spawned_at, self.ready_at, self.began_at, self.began_by, self.sigint_at, self.exited_at)
 
     def command(self) -> list[str]:
         o = self.options
@@ -227,7 +232,7 @@ class Recorder:
                 now = time.monotonic()
                 try:
                     if len(os.listdir(tasks)) > 1:
-                        self.began_at = alone
+                        self.began_at, self.began_by = alone, now
                     else:
                         alone = now
                 except OSError:
@@ -285,6 +290,7 @@ class Recorder:
             self.sigint_at = time.monotonic() if proc.poll() is None else None
             proc.send_signal(signal.SIGINT)
             out, err = proc.communicate(timeout=30)
+            self.exited_at = time.monotonic()
         except subprocess.TimeoutExpired:
             reap(proc, signal.SIGKILL)
             raise ProfilerError("py-spy did not stop within 30 s of SIGINT") from None
@@ -309,8 +315,7 @@ class Recorder:
         if self.options.pid != os.getpid():
             self._threads_at_stop()
         end = stop_at if self.ended_at is None else min(self.ended_at, stop_at)
-        meta["reader_options"] = trace_options(data, status, self.known,
-                                               (self.spawned_at, self.ready_at, self.began_at, self.sigint_at),
+        meta["reader_options"] = trace_options(data, status, self.known, self.clock(),
                                                self.started_at, end, float(self.options.rate))
         return Capture(data, "chrome_trace", meta)
 
@@ -371,21 +376,49 @@ def recorder(options: Options):
     return PairRecorder(options) if options.mode == "both" else Recorder(options)
 
 
-def trace_options(data: bytes, status: str, known: dict, clock: tuple, started_at: float | None,
+@dataclass
+class Clock:
+    """A py-spy recorder's moments, time.monotonic(); None where not seen."""
+    spawned: float                  # started
+    ready: float                    # said it samples
+    alone: float | None = None      # last seen with one thread
+    threaded: float | None = None   # first seen with its sampling thread
+    sigint: float | None = None     # sent SIGINT while sampling
+    exited: float | None = None     # seen exited, its file written
+
+
+def trace_zero(clock: Clock, last: float) -> tuple[float, float, float]:
+    """When py-spy's timed trace counts from, time.monotonic(): (earliest, latest, the one taken).
+
+    py-spy 0.4 stamps with CLOCK_MONOTONIC (Rust's Instant) counted from when it made its recorder,
+    just before it starts its sampling thread; its first sample comes after it says it samples, and
+    it closes the slices still open with the moment it writes, after SIGINT and before it exits
+    (chrometrace.rs; main.rs record_samples; sampler.rs). ``last``: the trace's last event, µs. So
+    the zero follows its start, the last moment it had one thread and SIGINT minus ``last``, and
+    precedes its sampling thread's first sight, its saying it samples and its exit minus ``last``
+    (each as this process saw it: a moment seen late only widens the span). The middle is taken:
+    off by at most half that span. (Its saying it samples minus its first sample is no bound: this
+    process may read that line after the first sample.) Through its start alone (the old reading) it was off by up to 28
+    ms under load (py-spy's own start-up); bench/RESULTS.md, "py-spy's timed error"."""
+    c = clock
+    lo = max(t for t in (c.spawned, c.alone, None if c.sigint is None else c.sigint - last * 1e-6)
+             if t is not None)
+    hi = min(t for t in (c.threaded, c.ready, None if c.exited is None else c.exited - last * 1e-6)
+             if t is not None)
+    if hi < lo:   # a bound broke (the process changed under py-spy): keep the one that cannot
+        hi = lo
+    return lo, hi, (lo + hi) / 2
+
+
+def trace_options(data: bytes, status: str, known: dict, clock: Clock, started_at: float | None,
                   ended_at: float, rate: float) -> dict:
     """``chrome_trace.read`` options for py-spy's timed trace: thread labels (pthread id -> native id
     and name), the window of the recorded code's run and the ends and starts of threads, on the
     trace's clock, and the effective rate (py-spy's own sample count over the seconds its threads
     were sampled) that turns each stretch's length into a sample count.
 
-    ``clock``: time.monotonic() of when py-spy was started, when it said it samples, when it was
-    last seen with one thread (or None) and when it was sent SIGINT while sampling (or None).
-    py-spy 0.4 stamps with CLOCK_MONOTONIC (Rust's Instant) counted from when it made its recorder,
-    just before it starts its sampling thread, and closes the slices still open with the moment it
-    writes, after SIGINT (chrometrace.rs, main.rs record_samples, sampler.rs). So each of these
-    puts a moment on the trace too late, never too early: the earliest is taken. Through the start
-    alone it was off by up to 27 ms under load (py-spy's own start-up);
-    bench/bench_pyspy_error.py measures what is left."""
+    ``clock``: a ``Clock`` of the recorder's moments; ``trace_zero`` puts the trace on
+    time.monotonic()."""
     from ..threads import thread_label
     opts: dict = {"metric": "wall", "weigh": "interval", "rate": rate}
     labels = {str(i): {"label": thread_label(k.get("tid"), k.get("name")), "tid": k.get("tid"), "name": k.get("name")}
@@ -405,12 +438,10 @@ def trace_options(data: bytes, status: str, known: dict, clock: tuple, started_a
         return opts
     first = min(ts.values())
 
-    spawned_at, ready_at, began_at, sigint_at = (tuple(clock) + (None, None))[:4]
-    zero = max(t for t in (spawned_at, began_at, None if sigint_at is None else sigint_at - last * 1e-6)
-               if t is not None)   # the latest moment the trace's 0 is known to follow
+    zero = trace_zero(clock, last)[2]
 
     def on_trace(t: float) -> float:   # time.monotonic() -> the trace's microseconds
-        return min(first + (t - ready_at) * 1e6, (t - zero) * 1e6)
+        return (t - zero) * 1e6
 
     lo = on_trace(started_at) if started_at is not None else first
     hi = on_trace(ended_at)
