@@ -115,6 +115,9 @@ class ProfileMagics(Magics):
     @argument("--backends", default=None, metavar="A,B,...",
               help="run the cell once per backend (it runs N times) and show them side by side; "
                    "returns a dict backend -> Profile")
+    @argument("--history", action="store_true",
+              help="list the profiled cells' last runs (%%profile --history); each report also says how its "
+                   "cell changed since its last run (profmagic.history)")
     @argument("-o", "--output", default=None, metavar="FILE", help="write the speedscope JSON here")
     @argument("-q", "--quiet", action="store_true", help="no display; the Profile is still returned")
     @argument("--no-live", action="store_true", help="no live view while the cell runs (a status line only)")
@@ -175,6 +178,9 @@ class ProfileMagics(Magics):
                 return None
             args.backends = list(dict.fromkeys(names))
         args.line = cell is None
+        if args.history:
+            from . import history
+            return history.listing()
         if args.pid is not None:
             return self.attach(code, args)
         if not code.strip():
@@ -318,10 +324,12 @@ class ProfileMagics(Magics):
             return None
         profile, error, value, out = got
         shown = profile is not None and not args.quiet
+        last = None if profile is None else _remember(code, profile, self.shell, args.line)
         if error is not None or not args.line:
             if shown:
                 with interrupts.at("showing the report", interrupts.KEPT):
                     out.replace(_view(profile, args.compare))
+                    _show(last)
             if isinstance(error, KeyboardInterrupt):   # the cell's own: the partial report says where it was
                 raise interrupts.note(error, "running the cell", None)
             if error is not None:
@@ -335,7 +343,21 @@ class ProfileMagics(Magics):
                 out.replace(_view(profile, True))
             return quiet(profile)   # the comparison is the display; the Profile is still returned
         out.clear()
+        if shown:
+            _show(last)
         return quiet(profile) if profile is not None and args.quiet else profile
+
+
+def _remember(code: str, profile: Profile, ip, line: bool):
+    """This run in the cell's history (history.py): the last-run line to show, or None."""
+    from . import history
+    return history.after_run(code, profile, max(1, ip.execution_count - 1), line)
+
+
+def _show(last) -> None:
+    if last is not None:
+        from IPython.display import display
+        display(last)
 
 
 class _Report:
@@ -423,6 +445,9 @@ def _load(ipython) -> None:
     from . import kernel
     kernel.remember_threads()
     ipython.register_magics(ProfileMagics)
+    from . import history
+    if history.note_cell not in ipython.events.callbacks["pre_run_cell"]:
+        ipython.events.register("pre_run_cell", history.note_cell)   # the cell id, where the front end gives one
     with interrupts.deferred():   # imports whole, as above
         from .report import warm_up
         warm_up()   # the front end loads its plotly renderer now, not after the first profiled cell
@@ -448,6 +473,9 @@ def _import_backends(args) -> None:
 
 
 def unload_ipython_extension(ipython) -> None:
+    from . import history
+    if history.note_cell in ipython.events.callbacks["pre_run_cell"]:
+        ipython.events.unregister("pre_run_cell", history.note_cell)
     mm = ipython.magics_manager
     for kind in ("line", "cell"):
         if mm.magics[kind].get("profile", None) is not None:
