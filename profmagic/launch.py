@@ -305,11 +305,11 @@ class Launch:
 
     def cpu_seconds(self) -> float | None:
         """User + system CPU seconds the command's process has used so far (a zombie's included)."""
+        from .procfs import stat_fields
         try:
-            with open(f"/proc/{self.proc.pid}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
+            fields = stat_fields(f"/proc/{self.proc.pid}/stat")
             return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        except (OSError, IndexError, ValueError, AttributeError):
+        except (TypeError, IndexError, ValueError, AttributeError):
             return None
 
     def stopped(self) -> str | None:
@@ -364,13 +364,10 @@ def children_of(pid: int) -> set[int]:
         entries = os.listdir("/proc")
     except OSError:
         return out
+    from .procfs import stat_fields
     for name in entries:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                if int(f.read().rsplit(b")", 1)[1].split()[1]) == pid:
-                    out.add(int(name))
-        except (OSError, IndexError, ValueError):
-            continue
+        if name.isdigit():
+            fields = stat_fields(f"/proc/{name}/stat")
+            if fields and len(fields) > 1 and fields[1] == b"%d" % pid:
+                out.add(int(name))
     return out

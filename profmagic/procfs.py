@@ -5,13 +5,21 @@ import os
 import threading
 
 
-def process_state(pid: int) -> str | None:
-    """The process's state letter (``Z`` zombie), or None when it is gone."""
+def stat_fields(path: str) -> list[bytes] | None:
+    """The fields of a /proc ``stat`` file after the command name (which may hold spaces and
+    parentheses): [0] is the state, [1] the parent pid, [11]/[12] utime/stime, [19] the start time.
+    None when the process or thread is gone."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0].decode()
+        with open(path, "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()
     except (OSError, IndexError):
         return None
+
+
+def process_state(pid: int) -> str | None:
+    """The process's state letter (``Z`` zombie), or None when it is gone."""
+    fields = stat_fields(f"/proc/{pid}/stat")
+    return fields[0].decode() if fields else None
 
 
 def ended(pid: int) -> bool:
@@ -80,10 +88,10 @@ def thread_starts() -> dict[int, int]:
     except OSError:
         return out
     for t in tids:
+        fields = stat_fields(f"/proc/self/task/{t}/stat")
         try:
-            with open(f"/proc/self/task/{t}/stat", "rb") as f:
-                out[int(t)] = int(f.read().rsplit(b")", 1)[1].split()[19])
-        except (OSError, ValueError, IndexError):
+            out[int(t)] = int(fields[19])
+        except (TypeError, ValueError, IndexError):
             pass
     return out
 
