@@ -308,3 +308,30 @@ def test_fast_path_declines_what_it_cannot_vouch_for(case):
         assert _fast(data) is None
         with pytest.raises(ProfileFormatError):
             profmagic.load(data)
+
+
+def test_fast_path_many_chunks_blocks_and_profiles(monkeypatch):
+    """Samples split into many text chunks (the hash's powers made once and shared by every chunk of
+    every profile, some chunks needing a longer table than the first), stacks made by marshal in many
+    blocks: the same profile as the plain path, and a stack's items are plain ints."""
+    monkeypatch.setattr(speedscope, "_CHUNK", 64)
+    monkeypatch.setattr(speedscope, "_BLOCK", 50)
+    rng = np.random.default_rng(7)
+    nfr = 300
+    frames = [{"name": f"f{i}", "file": f"m{i % 5}.py", "line": i} for i in range(nfr)]
+    prof = []
+    for t in range(3):
+        n = 40 + 30 * t
+        samples = [[int(x) for x in rng.integers(0, nfr, int(rng.integers(0, 12 + 20 * t)))] for _ in range(n)]
+        samples += samples[:7]   # repeated stacks intern to the first
+        prof.append({"type": "sampled", "name": f"T{t}", "unit": "milliseconds", "startValue": 0, "endValue": 1,
+                     "samples": samples, "weights": [float(x) for x in rng.integers(1, 9, len(samples))]})
+    data = _doc(prof, frames)
+    fast = _fast(data)
+    assert fast is not None
+    plain = speedscope.from_dict(json.loads(data))
+    assert canon(fast) == canon(plain)
+    assert list(fast.samples["stack"].map(fast.stacks["stack"].__getitem__)) == \
+        list(plain.samples["stack"].map(plain.stacks["stack"].__getitem__))
+    assert all(type(x) is int for st in fast.stacks["stack"] for x in st)
+    assert len(fast.stacks) == len(plain.stacks) == len({(r.thread, r.stack) for r in plain.stacks.itertuples()})

@@ -221,7 +221,7 @@ def _cut(data: bytes):
     return b"".join(pieces), blobs
 
 
-def _parse_samples(data: bytes, a: int, b: int, nframes: int):
+def _parse_samples(data: bytes, a: int, b: int, nframes: int, powers: list | None = None):
     """Interned stacks and one stack id per sample for the text ``[..],[..],...`` in data[a:b], or None.
     Numbers are parsed with numpy, 4 MB of text at a time, into one int32 array of frames; samples are
     interned by a hash of their frames, each checked against its class's first sample (a collision
@@ -229,6 +229,7 @@ def _parse_samples(data: bytes, a: int, b: int, nframes: int):
     if nframes >= 1 << 31:
         return None
     flat_parts, len_parts, hash_parts = [], [], []
+    powers = [] if powers is None else powers   # the hash's powers, made once for all chunks (of all arrays)
     pos = a
     first = True
     while pos < b:
@@ -238,7 +239,7 @@ def _parse_samples(data: bytes, a: int, b: int, nframes: int):
         chunk = data[pos:cut + 1]
         pos = cut + 1
         lead = b"[" if first else b","   # a comma between chunks, none before the first
-        got = _chunk_frames(chunk, int(not first), nframes) if chunk[:1] == lead else None
+        got = _chunk_frames(chunk, int(not first), nframes, powers) if chunk[:1] == lead else None
         if got is None:
             if not chunk.translate(None, _INTS):   # no white space: the text is not what we read
                 return None
@@ -249,7 +250,7 @@ def _parse_samples(data: bytes, a: int, b: int, nframes: int):
                 return None
             if not chunk:   # white space after the last "]"
                 continue
-            got = _chunk_frames(chunk, int(not first), nframes) if chunk[:1] == lead else None
+            got = _chunk_frames(chunk, int(not first), nframes, powers) if chunk[:1] == lead else None
             if got is None:
                 return None
         first = False
@@ -274,7 +275,7 @@ def _parse_samples(data: bytes, a: int, b: int, nframes: int):
     return _tuples(flat, starts[rep], lengths[rep], nframes), ids
 
 
-def _chunk_frames(chunk: bytes, skip: int, nframes: int):
+def _chunk_frames(chunk: bytes, skip: int, nframes: int, cache: list | None = None):
     """(frames int32, frames per sample, hash per sample) of ``[1,2],[3],[]`` (from byte ``skip``),
     or None when the text is not exactly that (JSON integers without leading zeros, below ``nframes``)."""
     c = np.frombuffer(chunk, np.uint8, offset=min(skip, len(chunk)))
@@ -325,7 +326,7 @@ def _chunk_frames(chunk: bytes, skip: int, nframes: int):
     # B**-first undoes the offset of the sample in the chunk), plus its length mixed in.
     first = np.zeros(len(lengths), np.int64)
     np.cumsum(lengths[:-1], out=first[1:])
-    pw, inv = _powers(len(val) + 1)
+    pw, inv = _powers(len(val) + 1, cache)
     total = np.zeros(len(val) + 1, np.uint64)
     mixed = np.add(val, 1, dtype=np.uint64, casting="unsafe")
     mixed *= pw[:len(val)]
@@ -338,8 +339,11 @@ _TOKEN = np.full(256, 2, np.int8)
 _TOKEN[ord("[")], _TOKEN[ord("]")], _TOKEN[ord(",")] = 1, -1, 0
 _BASE = 0x2545F4914F6CDD1D   # odd: it has an inverse modulo 2**64
 _MIX_LEN = np.uint64(0x9E3779B97F4A7C15)
-def _powers(n: int):
-    """(B**k, B**-k) modulo 2**64 for k < n, by doubling (numpy's cumprod is slow on uint64)."""
+def _powers(n: int, cache: list | None = None):
+    """(B**k, B**-k) modulo 2**64 for k < n, by doubling (numpy's cumprod is slow on uint64).
+    ``cache``: a list holding the longest table made so far, shared by the chunks of one array."""
+    if cache and cache[0].shape[1] >= n:
+        return cache[0][:, :n]
     out = np.empty((2, max(n, 1)), np.uint64)
     out[:, 0] = 1
     b = np.array([[_BASE], [pow(_BASE, -1, 1 << 64)]], np.uint64)   # B**s, B**-s
@@ -349,6 +353,8 @@ def _powers(n: int):
         np.multiply(out[:, :m], b, out=out[:, s:s + m])
         b = b * b
         s *= 2
+    if cache is not None:
+        cache[:] = [out]
     return out
 _BLOCK = 1 << 22   # frames handled at once when checking and building stacks
 
@@ -373,23 +379,46 @@ def _same_as_rep(flat, starts, lengths, ids, rep) -> bool:
     return True
 
 
+_REC = np.dtype([("t", "u1"), ("v", "<i4")])   # marshal's record: a type byte, a 4-byte little-endian int
+
+
 def _tuples(flat, starts, lengths, nframes) -> list:
-    """A root-first tuple per (start, length) of ``flat``, its items shared int objects."""
-    ints = np.arange(nframes).astype(object)
+    """A root-first tuple per (start, length) of ``flat``, its items shared int objects.
+
+    Made by ``marshal.loads`` from records written here with numpy (version 3, all 5 bytes long):
+    a tuple of the ints 0..nframes-1, each flagged as a reference, then a list of the stacks'
+    tuples whose items are references to those ints. About twice as fast as slicing one tuple of
+    ints per stack in Python. Only this module's arrays go in: frame ids checked below ``nframes``."""
+    import marshal
     out: list = []
+    head = np.empty(2 + nframes, _REC)
+    head["t"][:2] = ord("(")
+    head["v"][:2] = (2, nframes)
+    head["t"][2:] = ord("i") | 0x80   # FLAG_REF: the int is the reference of its own index
+    head["v"][2:] = np.arange(nframes)
     cum = np.cumsum(lengths)
     lo = 0
     while lo < len(starts):
         hi = max(int(np.searchsorted(cum, (cum[lo - 1] if lo else 0) + _BLOCK)), lo + 1)
         ln = lengths[lo:hi]
         ends = np.cumsum(ln)
-        s0 = int(starts[lo])
-        if int(starts[hi - 1]) + int(ln[-1]) - s0 == int(ends[-1]):   # the rows lie back to back
-            sel = flat[s0:s0 + int(ends[-1])]
+        s0, k, f = int(starts[lo]), hi - lo, int(ends[-1])
+        if int(starts[hi - 1]) + int(ln[-1]) - s0 == f:   # the rows lie back to back
+            sel = flat[s0:s0 + f]
         else:
-            sel = flat[np.repeat(starts[lo:hi], ln) + (np.arange(int(ends[-1])) - np.repeat(ends - ln, ln))]
-        items = tuple(ints[sel].tolist())
-        out += map(items.__getitem__, map(slice, (ends - ln).tolist(), ends.tolist()))
+            sel = flat[np.repeat(starts[lo:hi], ln) + (np.arange(f) - np.repeat(ends - ln, ln))]
+        rec = np.empty(len(head) + 1 + k + f, _REC)
+        rec[:len(head)] = head
+        rec["t"][len(head)], rec["v"][len(head)] = ord("["), k
+        body = rec[len(head) + 1:]
+        at = (ends - ln) + np.arange(k)   # each stack's tuple head, its frames after it
+        item = np.ones(k + f, bool)
+        item[at] = False
+        body["t"] = ord("r")
+        body["t"][at] = ord("(")
+        body["v"][at] = ln
+        body["v"][item] = sel
+        out += marshal.loads(rec)[1]
         lo = hi
     return out
 
@@ -416,7 +445,7 @@ def _sampled_fast(blobs, samples, weights, nframes):
     data = blobs["\0data"]
     if isinstance(samples, str):
         a, b, kind = blobs.get(samples, (0, 0, None))
-        got = _parse_samples(data, a, b, nframes) if kind == "samples" else None
+        got = _parse_samples(data, a, b, nframes, blobs.setdefault("\0powers", [])) if kind == "samples" else None
         if got is None:
             return None
         stacks, ids = got
