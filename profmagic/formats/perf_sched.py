@@ -35,6 +35,13 @@ order:
 * ``sched:sched_wakeup`` fires in the thread that wakes another (only threads of the process are
   recorded): the off-CPU interval it ends gets ``woken_by``, and from the wakeup to the switch-in
   the thread was runnable, waiting for a core: that part is a sample of its own, reason ``core``.
+  The waker's stack at the wakeup is the wakeup's own call graph (kernel frames: perf records it
+  with frame pointers) under the user frames of the waker's next stack record (its sched_switch or
+  cpu-clock sample) within ``WAKER_NEAR`` after, else its last one within ``WAKER_NEAR`` before:
+  a wakeup often preempts the waker in the very syscall that woke (``ended`` ``thread``). A wakeup
+  in a timer interrupt ends the wait by ``timeout``, one from a signal's delivery by ``signal``,
+  another interrupt's by ``interrupt``. With ``--system`` (perf.py) every CPU's wakeups are
+  appended: a waker in another process is named ``COMM (pid P)`` (``ended`` ``process``).
 * Each sample has a ``reason`` (profmagic/reasons.py): ``cpu`` on a core; off-CPU, from the
   switch-out state (``R``: preempted, ``core``) and the switch-out stack's kernel and native leaf
   frames; ``unknown`` for the labelled rows.
@@ -74,6 +81,9 @@ _WAKEE = re.compile(r"\bpid=(\d+)")
 _IN_IRQ = re.compile(r"interrupt|irq|hrtimer_wakeup")
 SWITCH_EVENT = "sched:sched_switch"
 WAKEUP_EVENTS = ("sched:sched_wakeup", "sched:sched_waking")
+WAKER_NEAR = 0.002   # seconds: how far a waker's own stack record may be from its wakeup (module docstring)
+_TIMER = re.compile(r"hrtimer_wakeup|it_real_fn|process_timeout|tick_sched|timerfd_tmrproc")
+_SIGNAL = re.compile(r"signal_wake_up|complete_signal")
 CPU_EVENT = "cpu-clock"
 
 
@@ -120,7 +130,7 @@ def header_facts(text: str, source: str = "<input>") -> dict:
 class _Thread:
     """One thread's walk through its events."""
     __slots__ = ("label", "start", "end", "on", "since", "chunks", "last_sample", "switch", "out",
-                 "woken_by", "woken_at", "seen", "on_cpu", "on_rows")
+                 "woken_by", "woken_at", "seen", "on_cpu", "on_rows", "wake")
 
     def __init__(self, label: str, start: float):
         self.label = label
@@ -137,6 +147,7 @@ class _Thread:
         self.seen = False
         self.on_cpu = 0.0           # on-CPU seconds in the recording, and the output samples holding them
         self.on_rows: set[int] = set()
+        self.wake = None            # the wakeup that ended the current off-CPU stretch (Timeline.wakeup)
 
 
 class Timeline:
@@ -149,14 +160,17 @@ class Timeline:
         self.threads: dict[int, _Thread] = {}
         self.sid, self.time, self.wall, self.cpu, self.state, self.woken_by = [], [], [], [], [], []
         self.reason: list[str] = []
+        self.wake: list = []                    # per sample: None or (waker tid, time, pid, label, frames, ended)
+        self.marks: dict[int, list] = {}        # tid -> [(time, stack row)] of its stack records
         self.labelled: dict[str, int] = {}      # label -> frame id
         self.label_rows: dict[int, tuple] = {}  # row -> (label, thread)
         self.lost = self.inconsistent = self.carried = 0
 
     # -- output ---------------------------------------------------------------------------
     def _add(self, sid: int, t: float, wall: float, cpu: float, state: str, woken_by: str | None = None,
-             reason: str = reasons.CPU) -> None:
+             reason: str = reasons.CPU, wake=None) -> None:
         self.reason.append(reason)
+        self.wake.append(wake)
         self.sid.append(sid)
         self.time.append(t)
         self.wall.append(wall)
@@ -187,10 +201,10 @@ class Timeline:
             self._uncovered(th, OFF_BEFORE, th.since, t - th.since)
         elif th.woken_at is not None and th.since < th.woken_at < t and th.out[2] != reasons.CORE:
             # Woken, then runnable until it got a core: that part is waiting for a core.
-            self._add(th.out[0], th.since, th.woken_at - th.since, 0.0, th.out[1], th.woken_by, th.out[2])
-            self._add(th.out[0], th.woken_at, t - th.woken_at, 0.0, th.out[1], th.woken_by, reasons.CORE)
+            self._add(th.out[0], th.since, th.woken_at - th.since, 0.0, th.out[1], th.woken_by, th.out[2], th.wake)
+            self._add(th.out[0], th.woken_at, t - th.woken_at, 0.0, th.out[1], th.woken_by, reasons.CORE, th.wake)
         else:
-            self._add(th.out[0], th.since, t - th.since, 0.0, th.out[1], th.woken_by, th.out[2])
+            self._add(th.out[0], th.since, t - th.since, 0.0, th.out[1], th.woken_by, th.out[2], th.wake)
 
     # -- events -----------------------------------------------------------------------------
     def thread(self, tid: int) -> _Thread:
@@ -218,7 +232,7 @@ class Timeline:
         else:                       # on-CPU since the last IN (or since it entered the recording)
             self._on_cpu_until(th, t, th.switch[0] if th.switch else None)
         th.out = th.switch or (self._label_row(th, NO_STACK), "?", reasons.UNKNOWN)
-        th.switch, th.on, th.since, th.woken_by, th.woken_at = None, False, t, None, None
+        th.switch, th.on, th.since, th.woken_by, th.woken_at, th.wake = None, False, t, None, None, None
 
     def switch_in(self, tid: int, t: float) -> None:
         th = self.thread(tid)
@@ -248,12 +262,13 @@ class Timeline:
             self.carried += 1
             th.since = t
             return
+        self.marks.setdefault(tid, []).append((t, row))
         cpu = sum(c for c, _ in th.chunks)
         th.on_rows.add(len(self.sid))
         th.chunks, th.since, th.last_sample = [], t, len(self.sid)
         self._add(row, t, cpu, cpu, ON_CPU_STATE)
 
-    def switch_sample(self, tid: int, row: int, trace: str, reason_of=None) -> None:
+    def switch_sample(self, tid: int, row: int, trace: str, reason_of=None, t: float | None = None) -> None:
         """sched_switch: the stack (and prev_state) the thread is about to leave its core in;
         ``reason_of(state)`` says why (reasons.py), from that state and the stack's leaf frames."""
         th = self.thread(tid)
@@ -261,17 +276,24 @@ class Timeline:
         m = _PREV_STATE.search(trace)
         state = m.group(1) if m else "?"
         th.switch = (row, state, reason_of(state) if reason_of else reasons.UNKNOWN)
+        if t is not None:
+            self.marks.setdefault(tid, []).append((t, row))
 
-    def wakeup(self, waker_tid: int, trace: str, t: float | None = None, by_waker: bool = True) -> None:
+    def wakeup(self, waker_tid: int, trace: str, t: float | None = None, by_waker: bool = True,
+               waker: tuple | None = None) -> None:
         """sched_wakeup: the wakee is runnable from ``t``; ``by_waker``: the running thread woke it
-        (not an interrupt, a timer's)."""
+        (not an interrupt, a timer's). ``waker``: (pid, label or None for a thread of the process,
+        the wakeup's frame names root first, ended: thread/process/timeout/signal/interrupt)."""
         m = _WAKEE.search(trace)
         wakee = self.threads.get(int(m.group(1))) if m else None
         if wakee is not None and wakee.on is False and int(m.group(1)) != waker_tid:
+            foreign = waker is not None and waker[1] is not None
             if by_waker:
-                wakee.woken_by = self.thread(waker_tid).label
+                wakee.woken_by = waker[1] if foreign else self.thread(waker_tid).label
             if t is not None and wakee.woken_at is None:
                 wakee.woken_at = t
+                if waker is not None:
+                    wakee.wake = (waker_tid, t, waker[0], wakee.woken_by, waker[2], waker[3])
 
     # -- the end ------------------------------------------------------------------------------
     def finish(self, alive: dict[int, str]) -> None:
@@ -316,8 +338,32 @@ class Timeline:
                 per[th] = per.get(th, 0.0) + w
         return out
 
-    def add_to(self, b: StackBuilder) -> None:
+    def waker_stacks(self, b: StackBuilder, names: dict) -> tuple[list, list, list]:
+        """Per sample: the waker's stack at the wakeup (frame names, root first; module docstring),
+        the waker's pid, and how the wait ended."""
+        stacks, pids, ended, done = [], [], [], {}
+        for w in self.wake:
+            if w is None:
+                stacks.append(None), pids.append(None), ended.append(None)
+                continue
+            hit = done.get(id(w))
+            if hit is None:
+                tid, t, pid, _, frames, how = w
+                user = ()
+                if how == "thread":   # the waker's own user frames, from its nearest stack record
+                    marks = self.marks.get(tid, [])
+                    i = int(np.searchsorted([m[0] for m in marks], t))   # (few wakeups: a list per call is fine)
+                    row = (marks[i][1] if i < len(marks) and marks[i][0] - t <= WAKER_NEAR else
+                           marks[i - 1][1] if i > 0 and t - marks[i - 1][0] <= WAKER_NEAR else None)
+                    if row is not None:
+                        user = tuple(names.get(f, "") for f in b._stack_frames[row] if b._frames[f][3] != "kernel")
+                hit = done[id(w)] = (user + frames, pid, how)
+            stacks.append(hit[0]), pids.append(hit[1]), ended.append(hit[2])
+        return stacks, pids, ended
+
+    def add_to(self, b: StackBuilder, names: dict | None = None) -> None:
         order = np.argsort(np.asarray(self.time), kind="stable")
+        stacks, pids, ended = self.waker_stacks(b, names or {})
         # Each (stack row, reason) is a row of its own, with a reason column (filterable as thread is).
         rows: dict[tuple, int] = {}
         sids = []
@@ -330,7 +376,18 @@ class Timeline:
                       wall=np.asarray(self.wall)[order], cpu=np.asarray(self.cpu)[order],
                       columns={"state": np.asarray(self.state, dtype=object)[order],
                                "woken_by": np.asarray(self.woken_by, dtype=object)[order],
-                               "reason": np.asarray(self.reason, dtype=object)[order]})
+                               "reason": np.asarray(self.reason, dtype=object)[order],
+                               "waker_stack": _objects(stacks)[order],
+                               "waker_pid": np.asarray(pids, dtype=object)[order],
+                               "ended": np.asarray(ended, dtype=object)[order]})
+
+
+def _objects(values: list) -> np.ndarray:
+    """An object array of ``values`` as they are (tuples stay elements)."""
+    out = np.empty(len(values), dtype=object)
+    for i, v in enumerate(values):
+        out[i] = v
+    return out
 
 
 def read(text: str, records: list, b: StackBuilder, data: bytes, source: str, row_of, thread_name,
@@ -352,6 +409,9 @@ def read(text: str, records: list, b: StackBuilder, data: bytes, source: str, ro
         who[r.tid] = (r.pid, r.comm)
     tl = Timeline(b, facts.get("start", min(times)), facts.get("end", max(times)), labels, facts.get("cpu"))
     why: dict[tuple, str] = {}
+    pid0 = facts.get("pid")
+    if any(a.time > b.time for a, b in zip(records, records[1:]) if a.time > 0 and b.time > 0):
+        records = sorted(records, key=lambda r: r.time)   # --system: another recording's wakeups appended
 
     def reason_of(r):   # why a thread left its core: its state and its stack's leaf frames (reasons.py)
         def of(state: str) -> str:
@@ -378,9 +438,18 @@ def read(text: str, records: list, b: StackBuilder, data: bytes, source: str, ro
             carried = r.leaf_first and frame_names.get(r.leaf_first[0], "").startswith(SWITCH_IN_LEAF)
             tl.cpu_sample(r.tid, r.time, None if carried else row_of(r))
         elif r.event == SWITCH_EVENT:
-            tl.switch_sample(r.tid, row_of(r), r.trace, reason_of(r))
+            tl.switch_sample(r.tid, row_of(r), r.trace, reason_of(r), r.time)
         elif r.event in WAKEUP_EVENTS:   # (a wakeup in an interrupt, a timer's, is not the running thread's doing)
-            tl.wakeup(r.tid, r.trace, r.time, not any(_IN_IRQ.search(frame_names.get(f, "")) for f in r.leaf_first))
+            names = [frame_names.get(f, "") for f in r.leaf_first]
+            irq = any(_IN_IRQ.search(n) for n in names)
+            foreign = pid0 is not None and r.pid != pid0
+            how = ("timeout" if any(_TIMER.search(n) for n in names) else "interrupt" if irq
+                   else "signal" if any(_SIGNAL.search(n) for n in names) else "process" if foreign else "thread")
+            if foreign and r.tid not in tl.threads:
+                label = None if how in ("timeout", "interrupt") else f"{r.comm} (pid {r.pid})"
+                tl.wakeup(r.tid, r.trace, r.time, label is not None, (r.pid, label, tuple(names[::-1]), how))
+            elif not foreign:
+                tl.wakeup(r.tid, r.trace, r.time, not irq, (r.pid, None, tuple(names[::-1]), how))
     tl.finish({tid: thread_name(comm, facts.get("pid"), tid) for tid, comm in (facts.get("threads") or {}).items()})
     if not tl.sid:
         raise ProfileFormatError("no cpu-clock sample or context switch inside the recording",
@@ -388,7 +457,7 @@ def read(text: str, records: list, b: StackBuilder, data: bytes, source: str, ro
     for tid, th in tl.threads.items():  # also threads seen in no sample: the header's, switch records'
         pid, comm = who.get(tid, (None, None))
         b.thread(th.label, tid=tid, pid=pid, name=comm)
-    tl.add_to(b)
+    tl.add_to(b, frame_names)
     meta = {"event": CPU_EVENT, "window": [tl.start, tl.end], "duration": tl.end - tl.start,
             "lost_events": tl.lost, "inconsistent_switches": tl.inconsistent, "uncovered": tl.uncovered(),
             "carried_samples": tl.carried,
