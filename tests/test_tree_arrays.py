@@ -333,16 +333,20 @@ def test_flat_from_marshal_and_one_by_one():
     f = T._flat(p)
     assert f.fn.tolist() == want_fn.tolist() and f.lengths.tolist() == want_len.tolist()
     assert f.starts.tolist() == (np.cumsum(want_len) - want_len).tolist()
-    got = T._marshalled(stacks)
-    assert np.concatenate(got[0]).tolist() == [i for st in stacks for i in st]
+    ident = np.arange(len(p.frames) + 1, dtype=np.int32)
+    got = T._marshalled(stacks, ident)
+    assert got[0].tolist() == [i for st in stacks for i in st] and got[1].tolist() == want_len.tolist()
+    assert T._marshalled(stacks[:1500] + [st * 40 for st in stacks[1500:]], ident)[0].tolist() == \
+        [i for st in stacks[:1500] + [st * 40 for st in stacks[1500:]] for i in st]   # grows past its guess
+    assert [len(x) for x in T._marshalled([], ident)] == [0, 0]
 
     class Stack(tuple):
         pass
 
     for odd in ((np.int64(1), 2), Stack((1, 2)), (True, 2), (1, (2, 3)), (1, 2 ** 40), (1, -2 ** 40)):
-        assert T._marshalled(stacks[:5] + [odd] + stacks[5:9]) is None, odd
+        assert T._marshalled(stacks[:5] + [odd] + stacks[5:9], ident) is None, odd
     odd = Profile(p.frames, p.stacks.assign(stack=pd.Series([tuple(np.int64(i) for i in st) for st in stacks],
                                                           dtype=object)), None, {"backend": "synthetic"}, None, "wall")
-    assert T._marshalled(odd.stacks["stack"].tolist()) is None
+    assert T._marshalled(odd.stacks["stack"].tolist(), ident) is None
     g = T._flat(odd)
     assert g.fn.tolist() == want_fn.tolist() and g.lengths.tolist() == want_len.tolist()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import marshal
+import mmap
 import os
 from dataclasses import dataclass, field
 
@@ -142,34 +143,39 @@ def flat(profile: Profile) -> Flat:
 def _flat(profile: Profile) -> Flat:
     stacks = profile.stacks["stack"].to_numpy()
     table = function_ids(profile).astype(np.int32)
-    got = _marshalled(stacks.tolist())
+    got = _marshalled(stacks.tolist(), table)
     if got is not None:
-        frames, lengths = got
+        fn, lengths = got
         ends = np.cumsum(lengths)
-        fn = np.empty(int(ends[-1]) if len(ends) else 0, np.int32)
-        at = 0
-        for part in frames:   # frame ids to function ids a piece at a time: one frame-wide array
-            fn[at:at + len(part)] = table[part]
-            at += len(part)
         return Flat(fn, ends - lengths, lengths)
     lengths = np.fromiter(map(len, stacks), dtype=np.int64, count=len(stacks))
     ends = np.cumsum(lengths)
     fn = np.empty(int(ends[-1]) if len(ends) else 0, np.int32)
     frames = itertools.chain.from_iterable(stacks)
-    for a in range(0, len(fn), 1 << 20):
+    for a in range(0, len(fn), 1 << 20):   # frame ids to function ids a piece at a time: one frame-wide array
         b = min(a + (1 << 20), len(fn))
         fn[a:b] = table[np.fromiter(itertools.islice(frames, b - a), dtype=np.int32, count=b - a)]
     return Flat(fn, ends - lengths, lengths)
 
 
+def _lazy(n: int, dtype) -> np.ndarray:
+    """An array of ``n`` items on an anonymous mapping: its pages cost nothing until written, and
+    they are small pages (numpy asks for huge pages on its own big arrays, and a fresh huge page's
+    first touch cost 5-10 ms on the test VM: 0.5-1 s for one array of 50M frames)."""
+    size = max(n, 1) * np.dtype(dtype).itemsize
+    return np.frombuffer(mmap.mmap(-1, size), dtype=dtype, count=n)
+
+
 _REC = 5   # marshal (version 2) writes a tuple as "(" and a 4-byte count, an int below 2**31 as "i" and 4 bytes
 
 
-def _marshalled(stacks: list) -> tuple[list, np.ndarray] | None:
-    """(frame ids in pieces, frames per stack) of a list of tuples of ints, read from marshal's bytes
-    of a block of stacks at a time: about twice as fast as pulling the ints one by one (np.fromiter).
-    None when anything is not a plain tuple of ints below 2**31 (the caller reads them one by one)."""
-    parts, lens = [], []
+def _marshalled(stacks: list, table: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(``table`` of every frame id, frames per stack) of a list of tuples of ints, read from
+    marshal's bytes of a block of stacks at a time: about twice as fast as pulling the ints one by
+    one (np.fromiter), and the lengths come with them. None when anything is not a plain tuple of
+    ints below 2**31 (the caller reads them one by one)."""
+    lens = []
+    fn, at = None, 0
     block = 1024
     for a in range(0, len(stacks), block):
         chunk = stacks[a:a + block]
@@ -183,16 +189,25 @@ def _marshalled(stacks: list) -> tuple[list, np.ndarray] | None:
         code = np.ndarray((r,), np.uint8, b, _REC, (_REC,))
         val = np.ndarray((r,), "<i4", b, _REC + 1, (_REC,))
         head = code == 0x28
-        at = np.flatnonzero(head)
-        n = val[at]
+        pos = np.flatnonzero(head)
+        n = val[pos]
         # Each record is a tuple's head or an int, and the heads sit where the counts say: nothing
         # of another size (a long int, a bool, a nested tuple) shifted the records.
-        if len(at) != len(chunk) or int(np.count_nonzero(code == 0x69)) != r - len(at) or \
-                (len(at) and (at[0] != 0 or (np.diff(at) != n[:-1] + 1).any() or at[-1] + n[-1] + 1 != r)):
+        if len(pos) != len(chunk) or int(np.count_nonzero(code == 0x69)) != r - len(pos) or \
+                (len(pos) and (pos[0] != 0 or (np.diff(pos) != n[:-1] + 1).any() or pos[-1] + n[-1] + 1 != r)):
             return None
-        parts.append(val[~head])
+        k = r - len(pos)
+        if fn is None or at + k > len(fn):   # room for the frames of all stacks at this block's mean, and more
+            more = _lazy(max(2 * (at + k), int(1.25 * (at + k) * len(stacks) / (a + len(chunk)))) + 1024, np.int32)
+            if fn is not None:
+                more[:at] = fn[:at]
+            fn = more
+        fn[at:at + k] = table[val[~head]]
+        at += k
         lens.append(n)
-    return parts, (np.concatenate(lens).astype(np.int64) if lens else np.zeros(0, np.int64))
+    if fn is None:
+        return np.zeros(0, np.int32), np.zeros(0, np.int64)
+    return fn[:at], np.concatenate(lens).astype(np.int64)
 
 
 def build(fn: np.ndarray, base: np.ndarray, n: np.ndarray, weights: dict, rows: np.ndarray | None = None,
