@@ -291,9 +291,28 @@ def python_leaf(frame) -> tuple[str, str | None]:
 
 
 # -- /proc reads (the samplers) -------------------------------------------------------------------
+def _holding_pread():
+    """libc's pread called without releasing the GIL (ctypes.PyDLL), or None. os.pread releases
+    it: a sampler reading /proc handed the GIL to a spinning thread at every read, then saw it
+    running (state R) and waited up to a switch interval to get the GIL back."""
+    try:
+        import ctypes
+        libc = ctypes.PyDLL(None)
+        fn = libc.pread
+        fn.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_long)
+        fn.restype = ctypes.c_ssize_t
+        return fn, ctypes.create_string_buffer(512)
+    except (OSError, AttributeError, ImportError):
+        return None
+
+
+_PREAD = None
+
+
 class ProcReader:
     """One thread's ``/proc/<pid>/task/<tid>/{stat,wchan,syscall,schedstat}``, kept open and
-    re-read with pread (about 2-5 us each here, against 12-15 us for open+read+close)."""
+    re-read with pread, the GIL held (about 2-5 us each here, against 12-15 us for
+    open+read+close)."""
     __slots__ = ("base", "fds", "runq")
 
     def __init__(self, pid: int, tid: int):
@@ -311,6 +330,13 @@ class ProcReader:
             self.fds[name] = fd
         if fd is None:
             return None
+        global _PREAD
+        if _PREAD is None:
+            _PREAD = _holding_pread() or False
+        if _PREAD:
+            fn, buf = _PREAD
+            n = fn(fd, buf, 512, 0)
+            return buf.raw[:n].decode(errors="replace") if n >= 0 else None
         try:
             return os.pread(fd, 512, 0).decode(errors="replace")
         except OSError:
@@ -333,13 +359,13 @@ class ProcReader:
         self.runq = now
         return d * 1e-9
 
-    def facts(self) -> tuple[str | None, str | None, str | None]:
-        """(state, wchan, syscall name) now."""
+    def facts(self) -> tuple[str | None, str | None, str | None, str | None]:
+        """(state, wchan, syscall name, its first argument: a futex's address) now."""
         stat = self._read("stat")
         state = stat[stat.rfind(")") + 2:][:1] if stat else None
         wchan = (self._read("wchan") or "").strip() or None
         sc = (self._read("syscall") or "").split()
-        return state, wchan, syscall_name(sc[0] if sc else None)
+        return state, wchan, syscall_name(sc[0] if sc else None), sc[1] if len(sc) > 1 else None
 
     def close(self) -> None:
         for fd in self.fds.values():
@@ -351,16 +377,27 @@ class ProcReader:
         self.fds.clear()
 
 
+GIL_WORDS: set[str] = set()   # futex addresses a thread between bytecodes waited on: the GIL's (this process)
+
+
 def sampled_reason(off: float, runq: float, facts, leaf) -> str:
     """A sampler interval's reason: ``off`` seconds off-CPU, ``runq`` of them runnable (schedstat),
-    ``facts`` (state, wchan, syscall) read now, ``leaf`` ``python_leaf``'s pair. Nearly all
-    run-queue time, or a thread runnable now, is ``core``; else the state now (the run-queue part
-    goes in the sample's ``runq`` column, which ``split`` counts as ``core``)."""
-    state, wchan, syscall = facts
-    if runq >= 0.9 * off or state == "R":
+    ``facts`` (state, wchan, syscall) read now, ``leaf`` ``python_leaf``'s pair. A futex wait on a word a thread between bytecodes waited on
+    (``GIL_WORDS``) is ``gil`` whatever the call. Nearly all
+    run-queue time is ``core``; else the state now, where ``R`` (woken: it waits for a core or the
+    GIL) leaves the Python leaf to say which, ``core`` when it cannot. The run-queue part goes in
+    the sample's ``runq`` column, which ``split`` counts as ``core``."""
+    state, wchan, syscall = facts[:3]
+    if runq >= 0.9 * off:
         return CORE
-    return classify(state, wchan, syscall,
-                    function=leaf[0] if leaf else None, call=leaf[1] if leaf else None)
+    word = facts[3] if len(facts) > 3 and syscall == "futex" else None
+    if word is not None and leaf and leaf[1] == BETWEEN_BYTECODES:
+        GIL_WORDS.add(word)     # the kernel's futex, and the eval loop between bytecodes: the GIL's word
+    elif word is not None and word in GIL_WORDS and state != "R":
+        return GIL              # the same futex word, under a call (taking the GIL back after it)
+    r = classify(None if state == "R" else state, wchan, syscall,
+                 function=leaf[0] if leaf else None, call=leaf[1] if leaf else None)
+    return CORE if r == UNKNOWN and state == "R" else r   # runnable now, and no name says more
 
 
 # -- the split ------------------------------------------------------------------------------------

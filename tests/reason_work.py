@@ -5,7 +5,9 @@ measured of itself: ``wall``, ``cpu`` and ``core`` (``/proc/self/task/<tid>/sche
 core, time runnable waiting for one) and the seconds of its scenario's reason: ``sleep`` (time in
 ``time.sleep``), ``io`` (in ``os.read`` of a slow pipe), ``lock`` (in ``Lock.acquire`` while another
 thread holds it), each less the run-queue time in those calls, or ``gil`` (two spinning threads: wall - cpu - core).
-``core``: three spinning processes pinned to one core (this thread and two children).
+``core``: three spinning processes pinned to one core (this thread and two children). ``queued``:
+the run-queue time that followed the waits' wake-ups (inside the measured calls; all of ``core``
+for the spinners), which a backend sees only where it sees the wakeup.
 
 As a script (``python reason_work.py SCENARIO SECONDS``) it prints ``ready``, waits for a line on
 stdin (the recorder is attached), runs, prints the result as one JSON line, and waits for another
@@ -32,7 +34,7 @@ def _sched(tid: int) -> tuple[float, float]:
 
 class _Measure:
     def __init__(self, out: dict, reason: str):
-        self.out, self.reason, self.spent = out, reason, 0.0
+        self.out, self.reason, self.spent, self.queued = out, reason, 0.0, 0.0
 
     def __enter__(self):
         self.tid = threading.get_native_id()
@@ -40,25 +42,30 @@ class _Measure:
         return self
 
     def before(self) -> tuple[float, float]:
-        return time.perf_counter(), _sched(self.tid)[1]
+        q = _sched(self.tid)[1]   # read first: its file read may wait for the GIL, which is not the call's time
+        return time.perf_counter(), q
 
     def after(self, mark: tuple[float, float]) -> None:
         """The time since ``before()``, less the run-queue time in it, added to ``spent``. (The
         call between them is made in the workload's own frame: a sampler names the leaf call.)"""
-        self.spent += time.perf_counter() - mark[0] - (_sched(self.tid)[1] - mark[1])
+        t = time.perf_counter()
+        queued = _sched(self.tid)[1] - mark[1]
+        self.spent += t - mark[0] - queued
+        self.queued += queued
 
     def __exit__(self, *exc):
         wall = time.perf_counter() - self.t0
         c1, q1 = _sched(self.tid)
         cpu, core = c1 - self.c0, q1 - self.q0
+        queued = self.queued   # run-queue time after the waits' wake-ups
         if self.reason == "gil":
-            spent = wall - cpu - core
+            spent, queued = wall - cpu - core, core
         elif self.reason == "core":
-            spent = core
+            spent, queued = core, 0.0
         else:   # time in the calls, less the run-queue time in them (their wake-ups)
             spent = self.spent
         self.out[self.tid] = {"name": threading.current_thread().name, "wall": wall, "cpu": cpu, "core": core,
-                              "reason": self.reason, self.reason: spent}
+                              "reason": self.reason, self.reason: spent, "queued": queued}
 
 
 def _spin(out, end):

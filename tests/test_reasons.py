@@ -178,14 +178,22 @@ def _check(p, measured: dict, scenario: str, backend: str):
         want = {reason: m[reason] / m["wall"], "cpu": m["cpu"] / m["wall"]}
         if reason != "core":
             want["core"] = m["core"] / m["wall"]
+        # perf splits a wait from the run-queue time after it only at a wakeup it recorded (one
+        # by a thread of the process): after a timer's, that time stays in the wait's reason.
+        slack = m["queued"] / m["wall"] if backend == "perf" else 0.0
         if scenario in SEES[backend]:
             for r, share in want.items():
-                assert abs(got[r] - share) <= TOLERANCE, (backend, scenario, m["name"], r, str(got.round(3).to_dict()), want)
+                lo, hi = (share - slack, share) if r == "core" and reason != "core" else \
+                    (share, share + slack) if r == reason else (share, share)
+                assert lo - TOLERANCE <= got[r] <= hi + TOLERANCE, (backend, scenario, m["name"], r,
+                                                                   str(got.round(3).to_dict()), want, slack)
         else:
             assert got[reason] == 0 and got["unknown"] >= want[reason] - TOLERANCE, got
 
 
-BACKENDS = [pytest.param("eu-stack", marks=pytest.mark.requires("eu-stack", "ptrace")), "sampler"]
+BACKENDS = [pytest.param("perf", marks=pytest.mark.requires("perf", "perf_event")),
+            pytest.param("eu-stack", marks=pytest.mark.requires("eu-stack", "ptrace")),
+            "sampler"]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

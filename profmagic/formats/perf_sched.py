@@ -350,7 +350,7 @@ class Timeline:
             if hit is None:
                 tid, t, pid, _, frames, how = w
                 user = ()
-                if how == "thread":   # the waker's own user frames, from its nearest stack record
+                if how in ("thread", "process"):   # the waker's own user frames, from its nearest stack record
                     marks = self.marks.get(tid, [])
                     i = int(np.searchsorted([m[0] for m in marks], t))   # (few wakeups: a list per call is fine)
                     row = (marks[i][1] if i < len(marks) and marks[i][0] - t <= WAKER_NEAR else
@@ -445,11 +445,9 @@ def read(text: str, records: list, b: StackBuilder, data: bytes, source: str, ro
             foreign = pid0 is not None and r.pid != pid0
             how = ("timeout" if any(_TIMER.search(n) for n in names) else "interrupt" if irq
                    else "signal" if any(_SIGNAL.search(n) for n in names) else "process" if foreign else "thread")
-            if foreign and r.tid not in tl.threads:
-                label = None if how in ("timeout", "interrupt") else f"{r.comm} (pid {r.pid})"
-                tl.wakeup(r.tid, r.trace, r.time, label is not None, (r.pid, label, tuple(names[::-1]), how))
-            elif not foreign:
-                tl.wakeup(r.tid, r.trace, r.time, not irq, (r.pid, None, tuple(names[::-1]), how))
+            # another process's thread: one the recording follows (a child) has its label, else comm and pid
+            label = f"{r.comm} (pid {r.pid})" if foreign and r.tid not in tl.threads and not irq else None
+            tl.wakeup(r.tid, r.trace, r.time, not irq, (r.pid, label, tuple(names[::-1]), how))
     tl.finish({tid: thread_name(comm, facts.get("pid"), tid) for tid, comm in (facts.get("threads") or {}).items()})
     if not tl.sid:
         raise ProfileFormatError("no cpu-clock sample or context switch inside the recording",
@@ -463,7 +461,9 @@ def read(text: str, records: list, b: StackBuilder, data: bytes, source: str, ro
             "carried_samples": tl.carried,
             "reasons": {"from": "the state at switch-out (sched_switch prev_state) and the switch-out stack's "
                                 "kernel and native leaf frames (reasons.RULES)",
-                        "cannot_see": "Python leaf calls (a futex with no GIL or lock frame is 'unknown')"},
+                        "cannot_see": "Python leaf calls (a futex with no GIL or lock frame is 'unknown'); "
+                                      "the run-queue time after a wakeup it did not record (a timer's, another "
+                                      "process's): that stays in the wait's reason"},
             "metrics": ["wall", "cpu"],
             "wall_attribution": ("each thread's time in the recording: on-CPU time to its cpu-clock samples' "
                                  "stacks, each off-CPU stretch (sched_switch out to the next switch in) to "
