@@ -277,6 +277,15 @@ class Recorder:
         with open(self.tmp.file("perf.err"), "wb") as err:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
                                          **OWN_GROUP)
+        if self.offcpu and o.system:   # every CPU's wakeups, beside the per-process events (perf_sched.py)
+            if (_paranoid() or 0) > 0 and os.geteuid() != 0:
+                raise ProfilerError("--system needs root or perf_event_paranoid <= 0 (perf record -a): "
+                                    f"it is {_paranoid()}. Fix: `sudo sysctl kernel.perf_event_paranoid=0`")
+            with open(self.tmp.file("system.err"), "wb") as err:
+                self.system = subprocess.Popen(
+                    ["perf", "record", "-a", "-e", "sched:sched_wakeup/call-graph=fp/", "-k", "CLOCK_MONOTONIC",
+                     "--no-bpf-event", "--no-buildid-cache", "-o", self.tmp.file("system.data")],
+                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, **OWN_GROUP)
         self.enabled_at = self._ctl("enable")
         if self.offcpu:
             self.window = (time.monotonic(), None)
@@ -300,6 +309,7 @@ class Recorder:
             reap(self.proc, signal.SIGKILL)
             raise ProfilerError("perf did not stop within 60 s of SIGINT") from None
         self.status = self._stderr()
+        system = self._system_wakeups()
         data_file = self.tmp.file("perf.data")
         if not os.path.exists(data_file):
             raise ProfilerError(f"perf wrote no data (exit {rc}): {self.status}")
@@ -326,6 +336,7 @@ class Recorder:
         if self.offcpu:
             from ..formats.perf_sched import header_line
             data = header_line(self.window[0], self.window[1], self.options.pid, self.alive, charged).encode() + data
+            data += system
             switches = res.stdout.count(b" sched:sched_switch:")
             meta.update(switch_stack=self.switch_stack, stack_bytes=STACK_BYTES,
                         cost=(f"perf copied {_kb(STACK_BYTES)} of user stack per cpu-clock sample and "
@@ -336,7 +347,27 @@ class Recorder:
                                      "off a core goes to the stack the thread left it in)"))
         return Capture(data, FORMAT, meta)
 
+    def _system_wakeups(self) -> bytes:
+        """--system: the every-CPU wakeups as perf script text (appended to the per-process one)."""
+        if getattr(self, "system", None) is None:
+            return b""
+        self.system.send_signal(signal.SIGINT)
+        try:
+            self.system.wait(60)
+        except subprocess.TimeoutExpired:
+            reap(self.system, signal.SIGKILL)
+            raise ProfilerError("perf record -a (--system) did not stop within 60 s of SIGINT") from None
+        self.system = None
+        res = subprocess.run(["perf", "script", "-F", SCRIPT_FIELDS + ",trace", "-i", self.tmp.file("system.data")],
+                             capture_output=True)
+        if res.returncode != 0:
+            raise ProfilerError("perf script (--system) failed: " + res.stderr.decode(errors="replace")[-2000:])
+        return res.stdout
+
     def close(self) -> None:
+        if getattr(self, "system", None) is not None:
+            reap(self.system, signal.SIGINT)
+            self.system = None
         if self.proc is not None:
             reap(self.proc, signal.SIGINT)
         for fd in (self.ctl, self.ack):
