@@ -115,6 +115,7 @@ class Options:
     mode: str | None = "wall"     # wall | cpu | both; None: the backend's default_mode
     subprocesses: bool = False
     all_threads: bool = False
+    system: bool = False          # perf --mode both: record every CPU's wakeups (another process's waker)
     pid: int = field(default_factory=os.getpid)          # the process to profile (the kernel)
     thread_native_id: int = field(default_factory=threading.get_native_id)  # the thread that runs the cell
     thread_ident: int = field(default_factory=threading.get_ident)
