@@ -92,6 +92,9 @@ def parser() -> argparse.ArgumentParser:
                    help="py-spy: timed (default: each sample weighs the time to its thread's next sample) or "
                         "calibrated (1/rate per sample: no cell to calibrate to here)")
     r.add_argument("--native", action="store_true", help="py-spy: C/C++ frames too")
+    r.add_argument("--system", action="store_true",
+                   help="perf --mode both: record every CPU's wakeups, to name another process that woke a "
+                        "thread (root or perf_event_paranoid <= 0)")
     r.add_argument("-o", "--output", default=None, metavar="FILE",
                    help=f"where to write the profile, by extension ({_suffix_help()}); "
                         "default profile-<command>-<pid>.speedscope.json")
@@ -419,7 +422,8 @@ def record_command(args, command: list[str], guard: _Guard) -> int:
     is the command's."""
     from .session import CommandTarget, Session, make_options
     target = CommandTarget(command, own_group=not _terminal_delivers_sigint())
-    s = Session(args.backend, make_options(rate=args.rate, mode=args.mode, native=args.native, timing=args.timing),
+    s = Session(args.backend, make_options(rate=args.rate, mode=args.mode, native=args.native, timing=args.timing,
+                                                   system=args.system),
                 target=target)
     s.prepare()
     python = target.python
