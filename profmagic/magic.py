@@ -86,6 +86,9 @@ class ProfileMagics(Magics):
     @argument("--gil", action="store_true", help="only samples holding the GIL (overrides --idle)")
     @argument("--rate", default=100.0, metavar="HZ", help="samples per second (default 100)")
     @argument("--all-threads", action="store_true", help="keep the kernel's own threads too")
+    @argument("--system", action="store_true",
+              help="perf --mode both: record every CPU's wakeups, to name another process that woke a thread "
+                   "(root or perf_event_paranoid <= 0)")
     @argument("--subprocesses", action="store_true", help="profile child processes too")
     @argument("--memory", action="store_true",
               help="record memory with memray beside the time backend, in the same run (wall, CPU and peak "
@@ -274,6 +277,7 @@ class ProfileMagics(Magics):
             options = session.make_options(
                 rate=args.rate, native=args.native, gil=args.gil, mode=mode_of(args),
                 subprocesses=args.subprocesses, all_threads=args.all_threads, cell_filename=cell.filename,
+                system=args.system,
                 rerun=args.rerun, timing=args.timing,
                 **{k: True for k in ("memory", "leaks", "allocated") if getattr(args, k)})
             names = transforms.cell_names(getattr(ip.compile, "_filename_map", {}))
