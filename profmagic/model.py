@@ -1003,6 +1003,11 @@ class Profile:
         st = st.assign(thread=ids)
         return Profile(self.frames, st, samples, self.meta, self.raw, self.metric, threads=table)
 
+    def chain(self, hops: int = 4) -> pd.DataFrame:
+        """Who the cell's thread waited on, and what they did (profmagic/waits.py)."""
+        from . import waits
+        return waits.chain(self, hops)
+
     def __repr__(self) -> str:
         return f"<Profile {self.describe()}; {len(self.threads)} thread(s), {len(self.frames)} frames>"
 
