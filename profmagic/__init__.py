@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from .model import Profile
 
 __all__ = ["load", "save", "Profile", "ProfileFormatError", "ProfilerError", "compare", "profile", "attach",
-           "icicle", "sandwich", "timeline", "to_folded", "to_speedscope", "concat", "register_display",
+           "icicle", "sandwich", "timeline", "waits", "to_folded", "to_speedscope", "concat", "register_display",
            "load_ipython_extension", "__version__"]
 
 
@@ -24,6 +24,9 @@ def __getattr__(name: str):
         import importlib
         model = importlib.import_module(f"{__name__}.model")
         return model if name == "model" else model.Profile
+    if name == "waits":   # the module, callable: profmagic.waits(p) is waits.waits(p)
+        import importlib
+        return importlib.import_module(f"{__name__}.waits")
     if name == "__version__":
         from importlib.metadata import PackageNotFoundError, version
         try:
