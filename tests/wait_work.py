@@ -2,7 +2,7 @@
 ``ready``, waits for ``go`` on stdin, runs, prints one JSON line of what it measured of itself.
 
 * ``event``: the main thread waits on a threading.Event that thread ``wk-setter`` sets after a busy
-  loop in ``busy_until`` (SECONDS/2 each round, twice).
+  loop of SECONDS in ``busy_until`` (its CPU time measured: ``setter_cpu``).
 * ``timeout``: the main thread waits on an Event nobody sets, with a timeout, then computes.
 * ``pipe``: the main thread reads a pipe a child process writes to after a busy loop.
 * ``stdin``: the main thread reads a line the test process writes (its parent: another process).
@@ -23,21 +23,20 @@ def busy_until(end):
 
 
 def event(seconds):
-    rounds, out = 2, {"waited": 0.0}
-    t0 = time.perf_counter()
-    for _ in range(rounds):
-        ev = threading.Event()
-        end = time.perf_counter() + seconds / rounds
+    out = {}
+    ev = threading.Event()
 
-        def setter():
-            busy_until(end)
-            ev.set()
-        th = threading.Thread(target=setter, name="wk-setter")
-        w0 = time.perf_counter()
-        th.start()
-        ev.wait()
-        out["waited"] += time.perf_counter() - w0
-        th.join()
+    def setter():
+        c0 = time.thread_time()
+        busy_until(time.perf_counter() + seconds)
+        out["setter_cpu"] = time.thread_time() - c0
+        ev.set()
+    th = threading.Thread(target=setter, name="wk-setter")
+    t0 = time.perf_counter()
+    th.start()
+    ev.wait()
+    out["waited"] = time.perf_counter() - t0
+    th.join()
     out["wall"] = time.perf_counter() - t0
     return out
 
