@@ -590,6 +590,7 @@ def from_dict(doc, source: str = "<input>", metric: str = "wall", raw: Raw | Non
             if reason is not None and isinstance(runq, list) and len(runq) == len(ids) \
                     and all(x is None or type(x) in (int, float) for x in runq):
                 part["runq"] = np.asarray([np.nan if x is None else x for x in runq], dtype=np.float64)
+            part.update(_waker_ext(prof, pi, len(ids), source))
             s_parts.append(pd.DataFrame(part))
         base += nst
     n = np.concatenate(rows_n) if rows_n else np.zeros(0)
@@ -688,6 +689,40 @@ def _reason_ext(prof: dict, pi: int, n: int, source: str) -> list | None:
     return v if len(v) == n else None
 
 
+# Per-sample wakers (perf --mode both, formats/perf_sched.py): who ended each wait, how, the
+# waker's pid and its stack at the wakeup (frame names, root first).
+WAKER_COLUMNS = {"woken_by": str, "ended": str, "waker_pid": int, "waker_stack": list}
+
+
+def _waker_ext(prof: dict, pi: int, n: int, source: str) -> dict:
+    out = {}
+    ext = ext_block(prof)
+    for k, kind in WAKER_COLUMNS.items():
+        v = ext.get(k)
+        if v is None:
+            continue
+        if not isinstance(v, list) or not all(
+                x is None or (type(x) is kind and (kind is not list or all(isinstance(y, str) for y in x)))
+                for x in v):
+            raise _err(source, f"profiles[{pi}].{EXT}.{k}",
+                       f"expected a list of {'lists of frame names' if kind is list else kind.__name__} or null")
+        if len(v) == n:
+            col = np.empty(n, dtype=object)
+            for i, x in enumerate(v):
+                col[i] = tuple(x) if kind is list and x is not None else x
+            out[k] = col
+    return out
+
+
+def _waker_cols(sm) -> dict:
+    out = {}
+    for k, kind in WAKER_COLUMNS.items():
+        if k in sm:
+            out[k] = [None if x is None or (not isinstance(x, tuple) and pd.isna(x)) else
+                      list(x) if kind is list else kind(x) for x in sm[k].astype(object).tolist()]
+    return out
+
+
 def _by_reason(stacks: list, ids: np.ndarray, reason: list) -> tuple[list, np.ndarray, list]:
     """Rows keyed by (stack, reason): (their stacks, each sample's row, each row's reason)."""
     keys: dict[tuple, int] = {}
@@ -761,6 +796,7 @@ def to_dict(profile: Profile) -> dict:
                 ext["reason"] = _reasons_of(sm["reason"])
             if "runq" in sm:
                 ext["runq"] = _clean(sm["runq"].to_numpy(dtype=np.float64))
+            ext.update(_waker_cols(sm))
         else:
             ids = np.flatnonzero(row_threads == tid)
             w = stacks[primary].to_numpy(dtype=np.float64)[ids] if primary in stacks else np.ones(len(ids))
