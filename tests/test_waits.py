@@ -1,0 +1,142 @@
+"""Wakers and the wait chain (profmagic/waits.py) with the real perf --mode both on workloads that
+measure their own waits (tests/wait_work.py), run as a child at nice 19."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import wait_work
+
+import profmagic
+from profmagic import waits
+from profmagic.backends import perf
+from profmagic.backends.base import Options
+from profmagic.formats import speedscope
+
+SECONDS = 2.0
+TOLERANCE = 0.10
+PERF = pytest.mark.requires("perf", "perf_event")
+
+
+def _python():
+    """A 3.12+ interpreter with -X perf gives perf the Python functions' names (py:: frames)."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    py312 = os.path.join(here, ".venv312", "bin", "python")
+    return [py312, "-X", "perf"] if os.path.exists(py312) else [sys.executable]
+
+
+def _record(scenario: str, system: bool = False):
+    p = subprocess.Popen(["nice", "-n", "19", *_python(), wait_work.__file__, scenario, str(SECONDS)],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        o = Options(pid=p.pid, rate=100, mode="both", system=system)
+        rec = perf.Recorder(o)
+        try:
+            rec.start()
+            p.stdin.write("go\n")
+            p.stdin.flush()
+            if scenario == "stdin":   # this process wakes the child: another process
+                time.sleep(SECONDS / 2)
+                p.stdin.write("wake\n")
+                p.stdin.flush()
+            measured = json.loads(p.stdout.readline())
+            cap = rec.stop()
+        finally:
+            rec.close()
+        return perf.read(cap, o), measured, p.pid
+    finally:
+        p.kill()
+        p.wait()
+
+
+def _label(prof, pid: int, tid: int) -> str:
+    t = prof.thread_table
+    return t["label"][(t["tid"] == tid) & (t["pid"] == pid)].iloc[0]
+
+
+@PERF
+def test_chain_main_waits_on_a_lock_the_busy_thread_releases():
+    p, m, pid = _record("event")
+    c = p.chain()
+    main = _label(p, pid, pid)
+    wall = p.duration
+    assert c["thread"].iloc[0] == main and c["doing"].iloc[0] == "wait"
+    assert c["reason"].iloc[0] == "lock"
+    if _python()[0] != sys.executable:   # Python names: perf sees py:: frames with -X perf
+        assert c["function"].iloc[0].endswith(("wait", "acquire")), c
+        assert c["waker_function"].iloc[0] != ""
+    assert abs(c["share"].iloc[0] - m["waited"] / wall) <= TOLERANCE, (c, m, wall)
+    setter = c["waker"].iloc[0]
+    assert setter != main and setter in p.threads
+    assert c["thread"].iloc[1] == setter and c["doing"].iloc[1] == "cpu"
+    if _python()[0] != sys.executable:
+        assert c["function"].iloc[1] == "busy_until", c
+    assert abs(c["share"].iloc[1] - m["setter_cpu"] / wall) <= TOLERANCE, (c, m, wall)
+    assert len(c) == 2
+    s = waits.sentence(p)
+    assert s.startswith("The cell's thread waited") and setter in s and "a lock or condition" in s
+    # profmagic.waits(p): the frame the chain came from; its shares of the cell's wall
+    w = profmagic.waits(p)
+    mine = w[(w["thread"] == main) & (w["waker"] == setter)]
+    assert mine["seconds"].sum() == pytest.approx(c["seconds"].iloc[0], rel=0.05)
+    assert (w["share"] * wall - w["seconds"]).abs().max() < 1e-9
+
+    # The reasons and wakers survive save and load (speedscope's extension block).
+    back = speedscope.read(speedscope.write(p))
+    for col in ("woken_by", "ended"):
+        a = back.samples[col].astype(object).where(back.samples[col].notna(), None).tolist()
+        b = p.samples[col].astype(object).where(p.samples[col].notna(), None).tolist()
+        assert a == b, col
+    assert back.samples["waker_stack"].tolist() == p.samples["waker_stack"].tolist()
+    again = back.chain()
+    assert again[["thread", "doing", "reason", "function", "waker", "waker_function"]].equals(
+        c[["thread", "doing", "reason", "function", "waker", "waker_function"]])
+
+
+@PERF
+def test_a_wait_that_ends_by_timeout_says_so():
+    """With --system perf sees the timer's wakeup whatever ran on the CPU (an idle one too)."""
+    p, m, pid = _record("timeout", system=True)
+    c = p.chain()
+    assert c["thread"].iloc[0] == _label(p, pid, pid) and c["ended"].iloc[0] == "timeout", c
+    assert c["waker"].iloc[0] == ""
+    assert abs(c["share"].iloc[0] - m["waited"] / p.duration) <= TOLERANCE
+    assert "(ended by timeout)" in waits.sentence(p)
+
+
+@PERF
+def test_system_names_another_process_that_woke_the_thread():
+    p, m, pid = _record("stdin", system=True)
+    c = p.chain()
+    with open("/proc/self/comm") as f:
+        comm = f.read().strip()
+    me = f"{comm} (pid {os.getpid()})"
+    assert c["thread"].iloc[0] == _label(p, pid, pid) and c["reason"].iloc[0] == "io", c
+    assert c["waker"].iloc[0] == me and c["ended"].iloc[0] == "process"
+    assert c["thread"].iloc[1] == me and c["doing"].iloc[1] == "process"
+    assert abs(c["share"].iloc[0] - m["waited"] / p.duration) <= TOLERANCE
+    sm = p.samples[p.samples["woken_by"] == me]
+    assert set(sm["waker_pid"]) == {os.getpid()}
+    assert any("pipe_write" in f for s in sm["waker_stack"] for f in s)   # the write that woke it
+
+
+def test_without_wakers_the_chain_stops_and_says_what_it_needs():
+    """The built-in sampler sees reasons but no wakers."""
+    import threading
+    from profmagic.backends import sampler
+    rec = sampler.Recorder(Options(pid=os.getpid(), rate=100, mode="both"))
+    ev = threading.Event()
+    rec.start()
+    try:
+        ev.wait(0.5)
+        cap = rec.stop()
+    finally:
+        rec.close()
+    p = sampler.read(cap, Options(rate=100, mode="both"))
+    assert not waits.has_wakers(p)
+    w = waits.waits(p)
+    assert set(w["waker"]) <= {""} and w["seconds"].sum() > 0.3
+    assert waits.NO_WAKERS in (waits.sentence(p) or "")
