@@ -45,6 +45,7 @@ BENCHES = {
     "bench_frozen": ([], ["200000"]),
     "bench_record_signals": ([], ["--runs", "6"]),
     "bench_long_session": (["--unbounded"], ["--cells", "30", "--every", "10", "--live", "5"]),
+    "bench_first_icicle": ([], ["--runs", "1", "--apps", "lab"]),
 }
 
 

@@ -203,13 +203,16 @@ def test_show_draws_the_report_of_a_quiet_profile(kernel):
 @pytest.mark.kernel
 def test_load_ext_draws_an_invisible_figure_so_plotly_loads_early(kernel):
     """%load_ext profmagic makes the front end load its plotly renderer then, not after the first
-    profiled cell: one empty 10-pixel figure, with nothing for nbconvert or GitHub to show."""
+    profiled cell: one 10-pixel figure (an icicle of one transparent box, no text), with nothing for
+    nbconvert or GitHub to show."""
     rep = kernel.run("%reload_ext profmagic")
     assert rep.status == "ok", rep.error
     figs = [d for d in rep.data if report.PLOTLY_MIME in d]
     assert len(figs) == 1 and figs[0]["text/html"] == "" and figs[0]["text/plain"] == ""
     fig = figs[0][report.PLOTLY_MIME]
-    assert fig["data"] == [] and fig["layout"]["height"] <= 10 and fig["config"]["staticPlot"] is True
+    assert [(t["type"], t["marker"]["colors"], t["textinfo"]) for t in fig["data"]] == \
+        [("icicle", ["rgba(0,0,0,0)"], "none")]
+    assert fig["layout"]["height"] <= 10 and fig["config"]["staticPlot"] is True
 
 
 def test_partial_and_message_are_shown():
