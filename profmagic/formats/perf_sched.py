@@ -364,12 +364,18 @@ class Timeline:
     def add_to(self, b: StackBuilder, names: dict | None = None) -> None:
         order = np.argsort(np.asarray(self.time), kind="stable")
         stacks, pids, ended = self.waker_stacks(b, names or {})
-        # Each (stack row, reason) is a row of its own, with a reason column (filterable as thread is).
+        # Each (stack row, reason) is a row of its own, with a reason column (filterable as thread is):
+        # a row takes its first sample's reason; another reason makes a twin row. (The builder's
+        # own lists: its rows were made by the parser, before any reason was known.)
+        col = b._extra.setdefault("reason", [])
+        col.extend([None] * (len(b._stack_frames) - len(col)))
         rows: dict[tuple, int] = {}
         sids = []
         for sid, r in zip(self.sid, self.reason):
-            hit = rows.get((sid, r))
-            if hit is None:   # the builder's own row: its thread and frames, now with the reason
+            if col[sid] is None:
+                col[sid] = r
+            hit = sid if col[sid] == r else rows.get((sid, r))
+            if hit is None:
                 hit = rows[(sid, r)] = b.stack(b._stack_thread[sid], b._stack_frames[sid], reason=r)
             sids.append(hit)
         b.add_samples(np.asarray(sids, dtype=np.int64)[order], time=np.asarray(self.time)[order],
