@@ -241,3 +241,12 @@ def test_perf_sched_reasons_from_the_switch_out_state_stack_and_wakeup():
     assert sm["reason"].astype(str).tolist() == ["cpu", "cpu", "sleep", "core"]
     assert p.stacks.groupby("reason", observed=True)["wall"].sum().round(6).to_dict() == {
         "cpu": 1.0, "core": 0.1, "sleep": 0.4, "unknown": 1.5}
+
+
+def test_the_header_says_what_a_backend_cannot_see():
+    from test_perf_script import SCHED_TEXT
+    from profmagic.formats import perf_script
+    from profmagic.views.header import notes
+    p = perf_script.read(SCHED_TEXT, source="sched.txt", meta={"backend": "perf"})
+    (note,) = [n for n in notes(p) if n.startswith("Off-CPU reasons:")]
+    assert note.startswith("Off-CPU reasons: perf cannot see Python leaf calls") and "wakeup it did not record" in note

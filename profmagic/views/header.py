@@ -36,6 +36,9 @@ def notes(profile: Profile) -> list[str]:
         if metric in profile.stacks and not profile.stacks[metric].notna().any():
             why = m.unknown.get(metric) or f"{backend} cannot know it"
             out.append(f"{METRIC_LABELS[metric]}: not measured ({why})")
+    why = m.get("reasons")   # why off-CPU (reasons.py): what this backend cannot see
+    if isinstance(why, dict) and why.get("cannot_see"):
+        out.append(f"Off-CPU reasons: {backend} cannot see {why['cannot_see']}")
     if m.get("cost"):
         out.append(f"Cost: {m['cost']}")
     return out
