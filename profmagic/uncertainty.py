@@ -221,11 +221,46 @@ def node_hashes(parent: np.ndarray, key: np.ndarray, depth: np.ndarray) -> np.nd
     return h
 
 
+def path_halves(profile, metric: str, fn: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
+                rows: np.ndarray | None = None):
+    """For a timed profile: (path hashes, 95% half-width of each path's total, the root's), every
+    call path that moved at some stack change (the others have none); None for an untimed one. ``fn``: the function
+    id (or any key) per frame of the stacks laid end to end; ``rows``: only these stack rows count."""
+    if kind(profile, metric) != TIMED:
+        return None
+    A, B, V, G = transitions(profile, metric, rows)
+    H = _prefix_hashes(fn, starts, lengths)
+    ln = lengths.astype(np.int64)
+    # Common path length of each change's two stacks: the nodes below it moved.
+    common = np.zeros(len(A), np.int64)
+    live, d = np.flatnonzero((A >= 0) & (B >= 0)), 0
+    while len(live):
+        a, b = A[live], B[live]
+        ok = (ln[a] > d) & (ln[b] > d)
+        live, a, b = live[ok], a[ok], b[ok]
+        live = live[H[starts[a] + d] == H[starts[b] + d]]
+        d += 1
+        common[live] = d
+    hs, vs, gs = [], [], []
+    for X in (A, B):
+        c = np.where(X >= 0, ln[np.maximum(X, 0)] - common, 0)
+        idx = np.repeat(np.arange(len(X)), c)
+        off = np.arange(int(c.sum())) - np.repeat(np.cumsum(c) - c, c)
+        hs.append(H[starts[np.maximum(X, 0)][idx] + common[idx] + off])
+        vs.append(V[idx])
+        gs.append(G[idx])
+    u, inv = np.unique(np.concatenate(hs), return_inverse=True)
+    edge = (A < 0) | (B < 0)   # the root moves only where a thread's sampling starts or ends
+    return (u, _half(np.bincount(inv, np.concatenate(vs), len(u)), np.bincount(inv, np.concatenate(gs), len(u))),
+            float(_half(V[edge].sum(), G[edge].sum())))
+
+
 def node_intervals(profile, metric: str, fn: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
                    parent: np.ndarray, key: np.ndarray, depth: np.ndarray, total: np.ndarray,
-                   rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                   rows: np.ndarray | None = None, halves=False) -> tuple[np.ndarray, np.ndarray]:
     """Per node of a call tree over ``fn`` (its keys are ``fn``'s values): (lo, hi) of its total.
-    "(other)" nodes and the root get the counting rule (timed) or their own total (exact)."""
+    The root and "(other)" nodes of a timed profile get the counting rule; nothing of an exact one
+    has an interval. ``halves``: ``path_halves``' result, when already made."""
     k = kind(profile, metric)
     total = np.asarray(total, np.float64)
     if k == EXACT:
@@ -234,41 +269,14 @@ def node_intervals(profile, metric: str, fn: np.ndarray, starts: np.ndarray, len
     lo, hi = counted(total, unit, n)
     if k == COUNTED:
         return lo, hi
-    tr = transitions(profile, metric, rows)
-    A, B, V, G = tr
-    H = _prefix_hashes(fn, starts, lengths)
-    ln = lengths.astype(np.int64)
-    # Common path length of each change's two stacks: the nodes below it moved.
-    both = np.flatnonzero((A >= 0) & (B >= 0))
-    common = np.zeros(len(A), np.int64)
-    live, d = both, 0
-    while len(live):
-        a, b = A[live], B[live]
-        ok = (ln[a] > d) & (ln[b] > d)
-        live, a, b = live[ok], a[ok], b[ok]
-        same = H[starts[a] + d] == H[starts[b] + d]
-        live = live[same]
-        d += 1
-        common[live] = d
-    hv, hg = [], []
-    for X in (A, B):
-        c = np.where(X >= 0, ln[np.maximum(X, 0)] - common, 0)
-        idx = np.repeat(np.arange(len(X)), c)
-        off = np.arange(int(c.sum())) - np.repeat(np.cumsum(c) - c, c)
-        pos = starts[np.maximum(X, 0)][idx] + common[idx] + off
-        hv.append((H[pos], V[idx], G[idx]))
-    hs = np.concatenate([x[0] for x in hv])
-    u, inv = np.unique(hs, return_inverse=True)
-    sv = np.bincount(inv, np.concatenate([x[1] for x in hv]), len(u))
-    sg = np.bincount(inv, np.concatenate([x[2] for x in hv]), len(u))
+    u, half, root = path_halves(profile, metric, fn, starts, lengths, rows) if halves is False else halves
     nh = node_hashes(parent, key, depth)
     j = np.minimum(np.searchsorted(u, nh), max(len(u) - 1, 0))
     found = (u[j] == nh) if len(u) else np.zeros(len(nh), bool)
-    h = np.where(found, _half(sv[j] if len(u) else 0.0, sg[j] if len(u) else 0.0), 0.0)
-    real = nh != 0
-    lo = np.where(real, np.maximum(total - h, 0.0), lo)
-    hi = np.where(real, total + h, hi)
-    return lo, hi
+    h = np.where(found, half[j] if len(u) else 0.0, 0.0)
+    h = np.where(np.asarray(depth) == 0, root, h)
+    real = (nh != 0) | (np.asarray(depth) == 0)
+    return np.where(real, np.maximum(total - h, 0.0), lo), np.where(real, total + h, hi)
 
 
 def below(value, lo, hi) -> np.ndarray:

@@ -201,3 +201,43 @@ def test_significance_rule_and_refusals():
     assert U.not_comparable(a.with_meta(mode="cpu"), a.with_meta(mode="wall")) == [
         "the runs measured different clocks (cpu against wall)"]
     assert U.not_comparable(a, a) == []
+
+
+def _timed_profile():
+    """A timed profile made by hand (a fake only in that no sampler ran: the arithmetic is the point):
+    10 ms samples of main;a, one of main;b, then main;a again."""
+    from profmagic.model import StackBuilder
+    b = StackBuilder()
+    main, fa, fb = b.frame("main", "m.py", 1), b.frame("a", "m.py", 2), b.frame("b", "m.py", 3)
+    sa, sb = b.stack("T", (main, fa)), b.stack("T", (main, fb))
+    sids = [sa] * 30 + [sb] + [sa] * 30
+    b.add_samples(sids, time=0.01 * np.arange(1, 62), wall=np.full(61, 0.01))
+    return b.build(metric="wall", meta={"backend": "sampler", "rate": 100.0})
+
+
+def test_timed_arithmetic_boxes_and_below_resolution():
+    p = _timed_profile()
+    assert U.kind(p) == "timed"
+    f = p.functions()
+    # b: one run, two changes in 10 ms intervals: ±min(1.96·sqrt(2·0.01²/3), 0.02) = ±0.016 s, more than
+    # its 0.01 s: below resolution
+    h = min(U.Z * np.sqrt(2 * 0.01 ** 2 / 3), 0.02)
+    assert f.loc["b", "total"] == pytest.approx(0.01)
+    assert f.loc["b", "total_hi"] == pytest.approx(0.01 + h) and f.loc["b", "total_lo"] == 0.0
+    # a: two runs, four changes, the recording's two edges among them (mean square g²/3 each)
+    ha = min(U.Z * np.sqrt(4 * 0.01 ** 2 / 3), 0.04)
+    assert f.loc["a", "total_hi"] - f.loc["a", "total"] == pytest.approx(ha)
+    # main: on every sample, changes only at the recording's edges
+    assert f.loc["main", "total_hi"] - f.loc["main", "total"] == pytest.approx(min(U.Z * np.sqrt(2 * 1e-4 / 3), 0.02))
+    # The live icicle: each box's interval in its hover numbers; b faded and said to be below resolution
+    from profmagic.views import icicle
+    tr = profmagic.icicle(p).data[0]
+    box = {lab: (c, txt, col) for lab, c, txt, col in zip(tr.labels, tr.customdata, tr.hovertext, tr.marker.colors)}
+    assert "95%" in tr.hovertemplate
+    assert box["b"][0][-2] == 0.0 and box["b"][0][-1] == pytest.approx(0.01 + h, rel=1e-5)
+    assert box["b"][1].endswith("below resolution") and not box["a"][1].endswith("below resolution")
+    assert box["b"][2] == icicle._faded(icicle.Paint.of(p, "wall").colours[p.functions().loc["b", "id"]])
+    svg = icicle.svg(p)
+    assert re.search(r"<title>b\n[^<]*this call path, 95%: 0–0\.026 s · below resolution", svg), svg
+    assert re.search(r"<title>a\n[^<]*this call path, 95%: 0\.577–0\.623 s\n", svg), svg
+    assert "below resolution" not in svg[svg.index("<title>a\n"):][:200]

@@ -15,12 +15,14 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from .. import boilerplate as B
+from .. import uncertainty as U
 from ..model import MEMORY_METRICS, Profile
 from . import colours as C
 from . import esc, fmt, hover_unit, title
 from . import tree as T
-from .memo import functions
+from .memo import functions, memo
 
+RANGED_NODES = T.MAX_NODES // 2   # up to this many boxes, the live hover gives each box's 95% interval
 CLOCK_LABELS = {"wall": "wall", "cpu": "CPU", "off_cpu": "off-CPU"}
 HATCH_MIN = 0.05   # boxes at least this share off-CPU are hatched
 
@@ -44,6 +46,7 @@ class Paint:
     colours: np.ndarray
     clocks: tuple
     fn: dict
+    thread: str | None = None
 
     @property
     def calls(self) -> bool:
@@ -64,7 +67,7 @@ class Paint:
             for m in (metric,) + cl:
                 tot, slf = (f["total"], f["self"]) if m == metric else (f[m], f["self_" + m])
                 fn[m] = (_by_id(size, ids, tot), _by_id(size, ids, slf))
-        return cls(profile, metric, ft, C.by_scheme(ft, colour) if colours is None else colours, cl, fn)
+        return cls(profile, metric, ft, C.by_scheme(ft, colour) if colours is None else colours, cl, fn, thread)
 
 
 def _by_id(size: int, ids: np.ndarray, values) -> np.ndarray:
@@ -118,7 +121,38 @@ def fills(paint: Paint, t: T.Tree) -> list[str]:
     real = t.key >= 0
     out = np.full(len(t), C.GREY, dtype=object)
     out[real] = paint.colours[t.key[real]]
+    below = intervals(paint, t)[2]
+    out[below] = [_faded(c) for c in out[below]]   # smaller than its own uncertainty
     return out.tolist()
+
+
+def intervals(paint: Paint, t: T.Tree) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per node, the 95% interval of its total (``profmagic.uncertainty``) and whether the box is
+    below the resolution (smaller than its own uncertainty)."""
+    p, m, th = paint.profile, paint.metric, paint.thread
+    f = T.flat(p)
+    rows = None if th is None else T.thread_rows(p, th)
+    halves = memo(p, ("path_halves", m, th), lambda: U.path_halves(p, m, f.fn, f.starts, f.lengths, rows))
+    lo, hi = U.node_intervals(p, m, f.fn, f.starts, f.lengths, t.parent, t.key, t.depth, t.total, rows,
+                              **({} if halves is None else {"halves": halves}))
+    return lo, hi, U.below(t.total, lo, hi)
+
+
+def _faded(colour: str) -> str:
+    if not (isinstance(colour, str) and len(colour) == 7 and colour[0] == "#"):
+        return colour
+    return "#" + "".join(f"{int(colour[i:i + 2], 16) + (255 - int(colour[i:i + 2], 16)) * 2 // 3:02x}" for i in (1, 3, 5))
+
+
+def interval_text(paint: Paint, lo: float, hi: float, below: bool) -> str:
+    """" · 95%: lo–hi unit", and " · below resolution" where it is; nothing where the figure is exact."""
+    if not hi > lo:
+        return ""
+    if paint.metric in MEMORY_METRICS:
+        text = f"{fmt(paint.metric, lo)}–{fmt(paint.metric, hi)}"
+    else:
+        text = f"{lo:.3g}–{hi:.3g}{hover_unit(paint.metric)}"
+    return "this call path, 95%: " + text + (" · below resolution" if below else "")
 
 
 def off_share(paint: Paint, t: T.Tree) -> np.ndarray | None:
@@ -149,12 +183,16 @@ def trace(paint: Paint, t: T.Tree, root_label: str, flip: bool = False,
     """A go.Icicle over a (pruned) tree. Labels, hovers and files are escaped."""
     labels, where = names(paint, t, root_label)
     unit = hover_unit(paint.metric)
+    lo, hi, below = intervals(paint, t)
     shown = [c for c in paint.clocks if c in t.extra]
     # Numbers only, so plotly sends them as one typed array (4 bytes a number, no list per node):
     # 0 function id (the report's "show in Sandwich" on click; <0 root/(other)), 1 total, 2 self,
     # 3 samples, 4-5 total and self of the function over all its calls, then per clock shown
     # its total for this box and for all calls of the function.
-    custom = np.empty((len(t), 6 + 2 * len(shown)), dtype=np.float32)
+    # The box's 95% interval (profmagic.uncertainty) as two more numbers, where the figure stays near
+    # its 1 MB budget (tree.MAX_NODES); a larger tree's hover sends readers to the Table tab's intervals.
+    ranged = U.kind(paint.profile, paint.metric) != U.EXACT and len(t) <= RANGED_NODES
+    custom = np.empty((len(t), 6 + 2 * len(shown) + 2 * ranged), dtype=np.float32)
     custom[:, 0] = t.key
     custom[:, 1] = t.total
     custom[:, 2] = t.self
@@ -163,6 +201,8 @@ def trace(paint: Paint, t: T.Tree, root_label: str, flip: bool = False,
     for i, c in enumerate(shown):
         custom[:, 6 + 2 * i] = t.extra[c][0]
         custom[:, 7 + 2 * i] = function_numbers(paint, t, c)[0]
+    if ranged:
+        custom[:, -2], custom[:, -1] = lo, hi
     marker = dict(colors=fills(paint, t), line=dict(width=0.5, color="#fff"))
     share = off_share(paint, t)
     if share is not None:
@@ -176,9 +216,9 @@ def trace(paint: Paint, t: T.Tree, root_label: str, flip: bool = False,
         values=ticks(t, paint.metric),
         branchvalues="total",
         labels=[esc(x) for x in labels],
-        hovertext=[esc(w, 80) for w in where],
+        hovertext=[esc(w, 80) + (" · below resolution" if b else "") for w, b in zip(where, below.tolist())],
         customdata=custom,
-        hovertemplate=_hover(paint.profile.label(paint.metric), paint.metric, unit, shown, paint.calls),
+        hovertemplate=_hover(paint.profile.label(paint.metric), paint.metric, unit, shown, paint.calls, ranged),
         marker=marker,
         tiling=dict(orientation="v", pad=0, **({"flip": "y"} if flip else {})),
         sort=True,
@@ -189,7 +229,7 @@ def trace(paint: Paint, t: T.Tree, root_label: str, flip: bool = False,
     )
 
 
-def _hover(label: str, metric: str, unit: str, shown: list[str], calls: bool = True) -> str:
+def _hover(label: str, metric: str, unit: str, shown: list[str], calls: bool = True, ranged: bool = False) -> str:
     def clock_line(first: int) -> str:
         parts = [f"{CLOCK_LABELS[c]} %{{customdata[{first + 2 * i}]:.4~g}} s" for i, c in enumerate(shown)]
         return ("&nbsp;&nbsp;" + " · ".join(parts) + "<br>") if parts else ""
@@ -197,7 +237,10 @@ def _hover(label: str, metric: str, unit: str, shown: list[str], calls: bool = T
                  + clock_line(7)) if calls else "all its calls: see Sandwich (a profile this large)<br>"
     return ("<b>%{label}</b><br>%{hovertext}<br>"
             f"this call path: %{{customdata[1]:.4~g}}{unit} (%{{percentRoot:.1%}} of the view), "
-            f"self %{{customdata[2]:.4~g}}{unit}<br>" + clock_line(6) + all_calls +
+            f"self %{{customdata[2]:.4~g}}{unit}<br>"
+            + (f"&nbsp;&nbsp;95%: %{{customdata[{6 + 2 * len(shown)}]:.3~g}}–%{{customdata[{7 + 2 * len(shown)}]:.3~g}}"
+               f"{unit}<br>" if ranged else "")
+            + clock_line(6) + all_calls +
             ("" if metric in MEMORY_METRICS else "%{customdata[3]:,} samples · ")   # memory weighs no samples
             + f"{esc(label)}<extra></extra>")
 
@@ -353,6 +396,7 @@ def tips(paint: Paint, t: T.Tree, labels: list[str], where: list[str]) -> list[s
     ftot, fself = function_numbers(paint, t, paint.metric)
     clock_inst = {c: t.extra[c][0] for c in shown}
     clock_fn = {c: function_numbers(paint, t, c)[0] for c in shown}
+    lo, hi, below = intervals(paint, t)
     out = []
     for i in range(len(t)):
         lines = [labels[i], where[i],
@@ -363,6 +407,7 @@ def tips(paint: Paint, t: T.Tree, labels: list[str], where: list[str]) -> list[s
                      "all its calls: see Sandwich (a profile this large)")
         if shown and paint.calls:
             lines.append("  " + " · ".join(f"{CLOCK_LABELS[c]} {clock_fn[c][i]:.4g} s" for c in shown))
+        lines.append(interval_text(paint, lo[i], hi[i], below[i]))
         lines.append((f"{int(t.samples[i]):,} samples · " if counted else "") + unit)
         out.append("\n".join(x for x in lines if x))
     return out
