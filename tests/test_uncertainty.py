@@ -241,3 +241,15 @@ def test_timed_arithmetic_boxes_and_below_resolution():
     assert re.search(r"<title>b\n[^<]*this call path, 95%: 0–0\.026 s · below resolution", svg), svg
     assert re.search(r"<title>a\n[^<]*this call path, 95%: 0\.577–0\.623 s\n", svg), svg
     assert "below resolution" not in svg[svg.index("<title>a\n"):][:200]
+    # The Sandwich's function list and the static twin's table give each function's interval
+    from profmagic.report.static import functions_html
+    from profmagic.views import sandwich
+    t = sandwich.figure(p).data[0]
+    assert "total, 95% interval" in t.header.values
+    col = dict(zip(t.cells.values[0], t.cells.values[3]))
+    assert col["b"] == "0–0.026" and col["a"] == f"{0.6 - ha:.4g}–{0.6 + ha:.4g}"
+    html = functions_html(p, "wall")
+    assert "<th>total 95%</th>" in html and re.search(r"<td>b</td>(\s*<td>[^<]*</td>){4}\s*<td>0–0\.026</td>", html), html
+    # A Sandwich's callers and callees are no call paths from the root: no interval claimed there
+    callers = sandwich.figure(p, "b").data[0]
+    assert "95%" not in callers.hovertemplate

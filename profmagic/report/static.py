@@ -36,6 +36,8 @@ def functions_html(profile: Profile, metric: str, top: int = TOP_FUNCTIONS, thre
         f"total ({unit})": [num(v) for v in df["total"]],
         "total %": [_num(v, "{:.1f}") for v in df["total_pct"]],
     })
+    if "total_lo" in df and (df["total_hi"] > df["total_lo"]).any():   # 95% (profmagic.uncertainty)
+        show["total 95%"] = [f"{num(a)}–{num(b)}" for a, b in zip(df["total_lo"], df["total_hi"])]
     for m in ("wall", "cpu", "off_cpu"):
         if m in df and m != metric:
             show[f"total {METRIC_LABELS[m].split(' =')[0]}"] = [_num(v, "{:.4g}") for v in df[m]]
@@ -80,7 +82,7 @@ def static_html(profile: Profile, uid: str = "", downloads: str | None = None) -
     its time per line, processes side by side, the function table and the downloads (``downloads``:
     their HTML; default the notebook's, ``downloads_html``). A live widget with the same ``uid``
     hides it (see ``Report``)."""
-    from ..views import icicle, ranks, source, tasks
+    from ..views import icicle, ranks, source, tasks, waits
     metric = profile.metric
     multi_process = len(multi.processes(profile)) > 1
     return (f"<div class='profmagic-report profmagic-static profmagic-static-{uid}' "
@@ -94,6 +96,8 @@ def static_html(profile: Profile, uid: str = "", downloads: str | None = None) -
                        lambda: ranks.html(profile, metric, include_plotlyjs=False) if multi_process else None)
             + _section("Tasks (wall and CPU by task prefix, summed and per worker)",
                        lambda: tasks.html(profile) if tasks.has_tasks(profile) else None)
+            + _section("Waits (why threads were off-CPU, and who ended the waits)",
+                       lambda: waits.html(profile) if waits.available(profile) else None)
             # not a section: if the function table fails, the whole display falls back (display.fallback)
             + f"<div style='font:12px sans-serif;margin:8px 0 2px'><b>Top {TOP_FUNCTIONS} functions by self "
               f"time</b></div>" + functions_html(profile, metric)

@@ -130,6 +130,8 @@ def intervals(paint: Paint, t: T.Tree) -> tuple[np.ndarray, np.ndarray, np.ndarr
     """Per node, the 95% interval of its total (``profmagic.uncertainty``) and whether the box is
     below the resolution (smaller than its own uncertainty)."""
     p, m, th = paint.profile, paint.metric, paint.thread
+    if len(t) and t.key[0] != T.ROOT:   # a Sandwich's callers or callees: not call paths from the root
+        return t.total, t.total, np.zeros(len(t), bool)
     f = T.flat(p)
     rows = None if th is None else T.thread_rows(p, th)
     halves = memo(p, ("path_halves", m, th), lambda: U.path_halves(p, m, f.fn, f.starts, f.lengths, rows))
@@ -191,7 +193,7 @@ def trace(paint: Paint, t: T.Tree, root_label: str, flip: bool = False,
     # its total for this box and for all calls of the function.
     # The box's 95% interval (profmagic.uncertainty) as two more numbers, where the figure stays near
     # its 1 MB budget (tree.MAX_NODES); a larger tree's hover sends readers to the Table tab's intervals.
-    ranged = U.kind(paint.profile, paint.metric) != U.EXACT and len(t) <= RANGED_NODES
+    ranged = U.kind(paint.profile, paint.metric) != U.EXACT and len(t) <= RANGED_NODES and bool((hi > lo).any())
     custom = np.empty((len(t), 6 + 2 * len(shown) + 2 * ranged), dtype=np.float32)
     custom[:, 0] = t.key
     custom[:, 1] = t.total

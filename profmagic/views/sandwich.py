@@ -93,14 +93,16 @@ def figure(profile: Profile, function=None, metric: str | None = None, thread: s
         df = table(profile, metric, thread, boilerplate=boilerplate).head(top)
         unit = metric_label(metric)
         num = (lambda v: fmt(metric, v)) if metric in MEMORY_METRICS else (lambda v: f"{v:.4g}")
+        ranged = "total_lo" in df and bool((df["total_hi"] > df["total_lo"]).any())   # 95% (profmagic.uncertainty)
         fig = go.Figure(go.Table(
-            columnwidth=[4, 1, 1, 3],
-            header=dict(values=["function", f"total ({esc(unit)})", f"self ({esc(unit)})", "file"],
-                        align="left"),
+            columnwidth=[4, 1, 1, 3] if not ranged else [4, 1, 1, 1, 3],
+            header=dict(values=["function", f"total ({esc(unit)})", f"self ({esc(unit)})"]
+                        + (["total, 95% interval"] if ranged else []) + ["file"], align="left"),
             cells=dict(values=[[esc(n) for n in df["name"]],
                                [f"{num(v)} ({p:.1f}%)" for v, p in zip(df["total"], df["total_pct"])],
-                               [f"{num(v)} ({p:.1f}%)" for v, p in zip(df["self"], df["self_pct"])],
-                               [esc(f, 200) for f in df["file"]]],
+                               [f"{num(v)} ({p:.1f}%)" for v, p in zip(df["self"], df["self_pct"])]]
+                       + ([[f"{num(a)}–{num(b)}" for a, b in zip(df["total_lo"], df["total_hi"])]] if ranged else [])
+                       + [[esc(f, 200) for f in df["file"]]],
                        align="left")))
         fig.update_layout(title=dict(text=title(profile, metric, "Sandwich: functions", thread), x=0.01,
                                      font=dict(size=13)),
