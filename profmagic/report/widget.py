@@ -58,6 +58,9 @@ class Report:
         from ..views import tasks
         if tasks.has_tasks(profile):  # a cluster profile: time by task prefix, per worker
             self.tab_builders.append(("Tasks", self._tab_tasks))
+        from ..views import waits
+        if waits.available(profile):  # reasons, wakers and the wait chain
+            self.tab_builders.append(("Waits", self._tab_waits))
         self.tab_builders += [("Table", self._tab_table), ("Raw", self._tab_raw)]
         self.TABS = tuple(title for title, _ in self.tab_builders)
         self._pickers()
@@ -321,6 +324,10 @@ class Report:
         box = tasks.widget(self._ref, metric=self.metric.value)
         self.tasks = box
         return [box]
+
+    def _tab_waits(self):
+        from ..views import waits
+        return waits.widgets(self.p, self.W)
 
     def _tab_time(self):
         from ..views import memory, timeline
