@@ -54,8 +54,20 @@ def resolution(profile: Profile) -> str:
         return ""
 
 
+def chain_sentence(profile: Profile) -> str | None:
+    """The wait chain in one sentence (profmagic/waits.py), for profiles with reasons."""
+    from . import waits as view
+    try:
+        return view.W.sentence(profile) if view.available(profile) else None
+    except Exception as e:   # the header still helps without it
+        return f"(the wait chain is unavailable: {type(e).__name__}: {e})"
+
+
 def header_html(profile: Profile) -> str:
     lines = [f"<b>{escape(profile.describe())}</b>"]
+    why = chain_sentence(profile)
+    if why:
+        lines.append(f"<span class='profmagic-chain-sentence'>{escape(why)}</span>")
     res = resolution(profile)
     if res:
         lines.append(f"<span class='profmagic-resolution' style='color:#444'>{escape(res)}</span>")
