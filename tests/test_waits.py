@@ -94,6 +94,48 @@ def test_chain_main_waits_on_a_lock_the_busy_thread_releases():
     again = back.chain()
     assert again[["thread", "doing", "reason", "function", "waker", "waker_function"]].equals(
         c[["thread", "doing", "reason", "function", "waker", "waker_function"]])
+    _check_views(p, c)
+
+
+def _check_views(p, c):
+    """The Waits tab (live) and its block in the static twin, with frame names escaped."""
+    from profmagic.report.static import static_html
+    from profmagic.report.widget import Report
+    from profmagic.views import waits as view
+    evil = "<img src=x onerror=alert(1)>"
+    fn = c["function"].iloc[1]
+    frames = p.frames.assign(name=p.frames["name"].where(p.frames["name"] != fn, evil))
+    q = p.replace(frames=frames)
+    html = static_html(q)
+    assert "<b>Waits (why threads were off-CPU, and who ended the waits)</b>" in html
+    assert evil not in html and "&lt;img src=x onerror=alert(1)&gt;" in html
+    assert "<script" not in html
+    # the header's sentence and the chain list name the hops
+    assert f"on CPU in <code>&lt;img src=x onerror=alert(1)&gt;</code>" in html
+    assert "class='profmagic-chain-sentence'>The cell&#x27;s thread waited" in html
+    # the icicle: waiting stack, separator, waker stack; one hatching per reason
+    ids, labels, parents, values, why = view._tree(p)
+    sep = [i for i, l in enumerate(labels) if l == view.SEPARATOR.format(f"woken by {c['waker'].iloc[0]}")]
+    assert sep
+    pos = {n: k for k, n in enumerate(ids)}
+    top = max(sep, key=lambda k: values[k])
+    up, k = [], top
+    while parents[k]:
+        k = pos[parents[k]]
+        up.append(labels[k])
+    assert c["function"].iloc[0] in up and up[-1] == c["thread"].iloc[0]     # the waiting stack below
+    above = [labels[k] for k in range(len(ids)) if parents[k] and pos[parents[k]] >= 0
+             and any(ids[top] == a for a in _ancestors(k, parents, pos, ids))]
+    assert c["waker_function"].iloc[0] in above                                 # the waker's stack on top
+    fig = view.icicle(p)
+    shapes = dict(zip(why, fig.data[0].marker.pattern.shape))
+    assert shapes["lock"] == "/"
+    assert len(set(view.PATTERNS.values())) == len(view.PATTERNS) - 2   # cpu/unknown plain; child/page fault share +
+    r = Report(p, hold=False)
+    i = r.TABS.index("Waits")
+    r._show(i)
+    kids = r.panes[i].children
+    assert len(kids) == 3 and "The wait chain" in kids[0].value
 
 
 @PERF
@@ -140,3 +182,9 @@ def test_without_wakers_the_chain_stops_and_says_what_it_needs():
     w = waits.waits(p)
     assert set(w["waker"]) <= {""} and w["seconds"].sum() > 0.3
     assert waits.NO_WAKERS in (waits.sentence(p) or "")
+
+
+def _ancestors(k, parents, pos, ids):
+    while parents[k]:
+        k = pos[parents[k]]
+        yield ids[k]
