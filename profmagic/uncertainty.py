@@ -19,6 +19,8 @@ Z = 1.959963984540054   # two-sided 95% of a normal
 EXACT, TIMED, COUNTED = "exact", "timed", "counted"
 EXACT_BACKENDS = ("cprofile", "memray")
 EXACT_METRICS = ("bytes", "allocated", "allocations")
+EXPONENTIAL = ("py-spy",)   # backends whose timer waits exponential intervals (docs/uncertainty.md)
+ONE_END = ("eu-stack",)     # backends that give an interval's CPU wholly to one of its ends
 WIDE = 2.0   # points: a resolution wider than this comes with how to narrow it
 _P = np.uint64(0x9E3779B97F4A7C15)   # path hash multiplier (odd: a bijection mod 2**64)
 
@@ -37,7 +39,16 @@ def kind(profile, metric: str | None = None) -> str:
     timing = str(m.get("timing") or "")
     if timing.startswith(("calibrated", "1/rate")) or backend == "pyinstrument":
         return COUNTED
-    return TIMED if _timeline(profile, metric) is not None else COUNTED
+    return TIMED if _timed(profile, metric) else COUNTED
+
+
+def _timed(profile, metric: str) -> bool:
+    """Whether the profile keeps a time order with ``metric``'s weights (``_timeline``, unsorted)."""
+    s = profile.samples
+    if s is None or not len(s) or "time" not in s:
+        return False
+    cols = ("wall", "cpu") if metric == "off_cpu" else (metric,)
+    return all(c in s for c in cols) and not s["time"].isna().any() and not s[cols[0]].isna().all()
 
 
 def _timeline(profile, metric: str):
@@ -52,6 +63,8 @@ def _timeline(profile, metric: str):
         w = np.clip(s["wall"].to_numpy(np.float64) - s["cpu"].to_numpy(np.float64), 0, None)
     elif metric in s:
         w = s[metric].to_numpy(np.float64)
+        if metric == "cpu" and "cpu_delta" in s:   # the interval's CPU, before the reader placed it
+            w = np.fmax(w, s["cpu_delta"].to_numpy(np.float64))
     else:
         return None
     t = s["time"].to_numpy(np.float64)
@@ -100,15 +113,21 @@ def transitions(profile, metric: str, rows: np.ndarray | None = None):
     B = np.concatenate([r[1:][change], r[first], np.full(int(last.sum()), -1)])
     G = np.concatenate([g[change], period[first], period[last]])
     V = np.concatenate([g[change], period[first], period[last]]) ** 2 / 3
+    if str(profile.meta.get("backend") or "") in EXPONENTIAL:
+        # The first sample after a change comes an Exp(period) wait later: mean square 2·period²
+        # (6x g²/3), and nothing bounds it.
+        V, G = 6 * V, np.full(len(G), np.inf)
     code = (A + 1) * (len(profile.stacks) + 1) + (B + 1)
     u, inv = np.unique(code, return_inverse=True)
     n = len(profile.stacks) + 1
     return u // n - 1, u % n - 1, np.bincount(inv, V, len(u)), np.bincount(inv, G, len(u))
 
 
-def _half(V: np.ndarray, G: np.ndarray) -> np.ndarray:
-    """95% half-width from summed variance, never more than the summed widths (a hard bound)."""
-    return np.minimum(Z * np.sqrt(V), G)
+def _half(V: np.ndarray, G: np.ndarray, one_end: bool = False) -> np.ndarray:
+    """95% half-width from summed variance, never more than the summed widths (a hard bound).
+    ``one_end``: each change's error has one sign at every call, so they add: at least half of G."""
+    h = Z * np.sqrt(V)
+    return np.minimum(np.maximum(h, G / 2) if one_end else h, G)
 
 
 def _explode(X: np.ndarray, start: np.ndarray, count: np.ndarray):
@@ -128,22 +147,31 @@ def _timed_functions(profile, metric, tr, nfn, key_fn, key_row, leaf):
         keys, key_fn, key_row = keys[o], key_fn[o], key_row[o]
     start = np.searchsorted(key_row, np.arange(nrows + 1))
     count = np.diff(start)
-    tv, tg = np.zeros(nfn), np.zeros(nfn)
-    for X, Y in ((A, B), (B, A)):   # functions on one side of a change and not on the other
+    # The functions on one side of a change and not on the other: each side's (change, function)
+    # codes come sorted, so one stable sort merges them, and a code seen once is in one side only.
+    span = max(nfn, 1)
+    codes = []
+    for X in (A, B):
         idx, pos = _explode(X, start, count)
-        f, y = key_fn[pos], Y[idx]
-        probe = y * max(nfn, 1) + f
-        j = np.minimum(np.searchsorted(keys, probe), max(len(keys) - 1, 0))
-        moved = (y < 0) | (keys[j] != probe) if len(keys) else np.ones(len(f), bool)
-        tv += np.bincount(f[moved], V[idx][moved], nfn)
-        tg += np.bincount(f[moved], G[idx][moved], nfn)
+        codes.append(idx.astype(np.int64) * span + key_fn[pos])
+    c = np.concatenate(codes)
+    c.sort(kind="stable")
+    twin = np.zeros(len(c), bool)
+    if len(c) > 1:
+        same = c[1:] == c[:-1]
+        twin[1:] |= same
+        twin[:-1] |= same
+    c = c[~twin]
+    f, i = c % span, c // span
+    tv, tg = np.bincount(f, V[i], nfn), np.bincount(f, G[i], nfn)
     la, lb = np.where(A >= 0, leaf[np.maximum(A, 0)], -1), np.where(B >= 0, leaf[np.maximum(B, 0)], -1)
     sv, sg = np.zeros(nfn), np.zeros(nfn)
     for L in (la, lb):
         k = (la != lb) & (L >= 0)
         sv += np.bincount(L[k], V[k], nfn)
         sg += np.bincount(L[k], G[k], nfn)
-    return _half(sv, sg), _half(tv, tg)
+    one = metric == "cpu" and str(profile.meta.get("backend") or "") in ONE_END
+    return _half(sv, sg, one), _half(tv, tg, one)
 
 
 def per_sample(profile, metric: str) -> tuple[float, float]:
