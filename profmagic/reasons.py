@@ -46,6 +46,7 @@ Knows no model; ``split`` takes a Profile.
 from __future__ import annotations
 
 import dis
+import itertools
 import os
 import re
 from dataclasses import dataclass
@@ -146,29 +147,34 @@ SYSCALLS = {0: "read", 1: "write", 7: "poll", 16: "ioctl", 17: "pread64", 18: "p
 EVAL_LOOP = re.compile(r"_?PyEval_EvalFrame\w*|\[python\]")   # native frames of Python code: the leaf run ends there
 _SUFFIX = r"(?:\.(?:isra|constprop|part|cold|lto_priv)(?:\.\d+)?)*"
 _compiled: dict = {}
+_generation = itertools.count()
 
 
 def _table(rules: list[Rule]) -> dict:
-    """source -> [(reason, compiled pattern)], in table order (cached per table content)."""
-    key = tuple(rules)
+    """source -> [(reason, compiled pattern)], in table order (cached per table and its rules' ids)."""
+    key = tuple(map(id, rules))
     hit = _compiled.get(id(rules))
     if hit is None or hit[0] != key:
         by: dict[str, list] = {}
         for r in rules:
             suffix = _SUFFIX if r.source in ("kernel", "native", "wchan") else ""
             by.setdefault(r.source, []).append((r.reason, re.compile(f"(?:{r.pattern}){suffix}")))
+        by["\0generation"] = next(_generation)   # names this table in the frame cache
         hit = _compiled[id(rules)] = (key, by)
     return hit[1]
 
 
-def match(source: str, text: str | None, rules: list[Rule] | None = None) -> str | None:
+def match(source: str, text: str | None, rules: list[Rule] | None = None, _by: dict | None = None) -> str | None:
     """The reason the first rule of ``source`` matching ``text`` gives, or None."""
     if not text:
         return None
-    for reason, pat in _table(RULES if rules is None else rules).get(source, ()):
+    for reason, pat in (_by if _by is not None else _table(RULES if rules is None else rules)).get(source, ()):
         if pat.fullmatch(text):
             return reason
     return None
+
+
+_frame_reasons: dict = {}   # (table key, name, kind) -> reason or None
 
 
 def syscall_name(field: str | None) -> str | None:
@@ -185,19 +191,31 @@ def _frames(frames, rules) -> tuple[str | None, str | None]:
     """(kernel reason, native reason) of frames given leaf first as (name, kind) pairs; stops at
     the first Python frame. A GIL frame anywhere in the native run wins."""
     kernel = native = None
+    by = _table(rules)
+    tkey = by["\0generation"]
+    cache = _frame_reasons
+    if len(cache) > 100_000:
+        cache.clear()
     for name, kind in frames:
-        if kind == "python" or EVAL_LOOP.fullmatch(name):
+        key = (tkey, name, kind == "kernel")
+        r = cache.get(key, 0)
+        if r == 0:
+            r = cache[key] = "stop" if kind == "python" or EVAL_LOOP.fullmatch(name) else \
+                match("kernel" if kind == "kernel" else "native", name, _by=by)
+        if r == "stop":
             break
         if kind == "kernel":
             if kernel is None:
-                kernel = match("kernel", name, rules)
+                kernel = r
             continue
-        r = match("native", name, rules)
         if r == GIL:
             return kernel, GIL
         if native is None:
             native = r
     return kernel, native
+
+
+_decided: dict = {}   # (state, wchan, syscall, function, call) -> reason, for frame-less calls (the samplers)
 
 
 def classify(state: str | None = None, wchan: str | None = None, syscall: str | None = None,
@@ -207,7 +225,18 @@ def classify(state: str | None = None, wchan: str | None = None, syscall: str | 
     (name, kind) leaf first, kind ``kernel``, ``native`` or ``python``; ``function``: the leaf
     Python function as ``module.qualname``; ``call``: the name its leaf instruction calls, or
     ``BETWEEN_BYTECODES``/``WITH``."""
-    rules = RULES if rules is None else rules
+    if not frames and rules is None:
+        key = (state, wchan, syscall, function, call, len(RULES))
+        hit = _decided.get(key)
+        if hit is None:
+            if len(_decided) > 10_000:
+                _decided.clear()
+            hit = _decided[key] = _classify(state, wchan, syscall, (), function, call, RULES)
+        return hit
+    return _classify(state, wchan, syscall, frames, function, call, RULES if rules is None else rules)
+
+
+def _classify(state, wchan, syscall, frames, function, call, rules) -> str:
     s = match("state", state[:1] if state else None, rules)
     kframe, nframe = _frames(frames, rules)
     if s == CORE:
@@ -359,13 +388,22 @@ class ProcReader:
         self.runq = now
         return d * 1e-9
 
-    def facts(self) -> tuple[str | None, str | None, str | None, str | None]:
-        """(state, wchan, syscall name, its first argument: a futex's address) now."""
+    def state(self) -> str | None:
         stat = self._read("stat")
-        state = stat[stat.rfind(")") + 2:][:1] if stat else None
-        wchan = (self._read("wchan") or "").strip() or None
+        return stat[stat.rfind(")") + 2:][:1] if stat else None
+
+    def wchan(self) -> str | None:
+        return (self._read("wchan") or "").strip() or None
+
+    def syscall(self) -> tuple[str | None, str | None]:
+        """(the system call's name, its first argument: a futex's address)."""
         sc = (self._read("syscall") or "").split()
-        return state, wchan, syscall_name(sc[0] if sc else None), sc[1] if len(sc) > 1 else None
+        return syscall_name(sc[0] if sc else None), sc[1] if len(sc) > 1 else None
+
+    def facts(self) -> tuple[str | None, str | None, str | None, str | None]:
+        """(state, wchan, syscall name, its first argument) now."""
+        name, arg = self.syscall()
+        return self.state(), self.wchan(), name, arg
 
     def close(self) -> None:
         for fd in self.fds.values():
@@ -377,10 +415,31 @@ class ProcReader:
         self.fds.clear()
 
 
+# Calls a thread waits in interruptibly (state S); a read or write may be a disk's (D): its state is read.
+_SLEEPING_CALLS = frozenset(("poll", "ppoll", "select", "pselect6", "epoll_wait", "epoll_pwait", "epoll_pwait2",
+                             "accept", "accept4", "recvfrom", "recvmsg", "recvmmsg", "pause", "rt_sigtimedwait"))
 GIL_WORDS: set[str] = set()   # futex addresses a thread between bytecodes waited on: the GIL's (this process)
 
 
 def sampled_reason(off: float, runq: float, facts, leaf) -> str:
+    """``sampled_reason`` with ``facts`` a ProcReader: its files read only as far as needed
+    (schedstat was read for ``runq``; then state and syscall; wchan only when the call says nothing)."""
+    if not isinstance(facts, ProcReader):
+        return _sampled_reason(off, runq, facts, leaf)
+    if runq >= 0.9 * off:
+        return CORE
+    if leaf and leaf[1] == BETWEEN_BYTECODES and GIL_WORDS:
+        return GIL      # between bytecodes only the GIL (or a core: runq) stops a thread; no more reads
+    proc = facts
+    name, arg = proc.syscall()   # /proc/<tid>/stat costs several times more: read only when needed
+    said = match("syscall", name)
+    state = "R" if name is None and arg is None else \
+        "S" if said in (LOCK, SLEEP, CHILD) or name in _SLEEPING_CALLS else proc.state()
+    wchan = proc.wchan() if said is None else None
+    return _sampled_reason(off, runq, (state, wchan, name, arg), leaf)
+
+
+def _sampled_reason(off: float, runq: float, facts, leaf) -> str:
     """A sampler interval's reason: ``off`` seconds off-CPU, ``runq`` of them runnable (schedstat),
     ``facts`` (state, wchan, syscall) read now, ``leaf`` ``python_leaf``'s pair. A futex wait on a word a thread between bytecodes waited on
     (``GIL_WORDS``) is ``gil`` whatever the call. Nearly all

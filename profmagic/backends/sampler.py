@@ -67,11 +67,10 @@ class _Thread(ThreadClock):
             leaf = reasons.python_leaf(f)
             return reasons.classify(function=leaf[0], call=leaf[1]), 0.0
         last = self.seen
-        if last is not None and last[0] is f.f_code and last[1] == f.f_lasti and cpu < 0.05 * wall \
-                and last[2] != reasons.UNKNOWN:
+        if last is not None and last[0] is f.f_code and last[1] == f.f_lasti and cpu < 0.05 * wall:
             return last[2], 0.0
         runq = self.proc.runq_delta()
-        r = reasons.sampled_reason(self.off, runq, self.proc.facts(), reasons.python_leaf(f))
+        r = reasons.sampled_reason(self.off, runq, self.proc, reasons.python_leaf(f))
         self.off = 0.0
         self.seen = (f.f_code, f.f_lasti, r)
         return r, runq
