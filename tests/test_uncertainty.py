@@ -253,3 +253,30 @@ def test_timed_arithmetic_boxes_and_below_resolution():
     # A Sandwich's callers and callees are no call paths from the root: no interval claimed there
     callers = sandwich.figure(p, "b").data[0]
     assert "95%" not in callers.hovertemplate
+
+
+def _documented(error_id: str, text: str) -> bool:
+    """``text`` holds the message docs/errors.md gives under ``### `error_id` `` (… matches anything)."""
+    import os
+    with open(os.path.join(os.path.dirname(__file__), "..", "docs", "errors.md"), encoding="utf-8") as f:
+        doc = f.read()
+    block = doc.split(f"### `{error_id}`", 1)[1].split("```text\n", 1)[1].split("\n```", 1)[0]
+    return re.search(".*?".join(map(re.escape, block.split("…"))), text) is not None
+
+
+def test_refusal_and_warning_are_documented():
+    a = profmagic.load("main;a 90\nmain;b 270\n").with_meta(rate=100.0)
+    with pytest.raises(ValueError) as e:
+        profmagic.compare(a, a.with_meta(rate=500.0))
+    assert _documented("compare-rates-differ", str(e.value)), str(e.value)
+    p = _timed_profile()
+    with pytest.warns(UserWarning) as w:
+        c = profmagic.compare(p.with_meta(mode="cpu"), p.with_meta(mode="wall"), metric="wall")
+    text = str(w[0].message)
+    assert text == "before and after are not comparable: the runs measured different clocks (cpu against wall)"
+    assert _documented("compare-not-comparable", text)
+    assert "not comparable: the runs measured different clocks" in c.summary()
+    # The same profile against itself: nothing changed, nothing significant, no warning
+    same = profmagic.compare(p, p, metric="wall")
+    assert not same.table["significant"].any() and (same.table["noise"] > 0).all()
+    assert same.warnings == []
