@@ -250,3 +250,37 @@ def test_the_header_says_what_a_backend_cannot_see():
     p = perf_script.read(SCHED_TEXT, source="sched.txt", meta={"backend": "perf"})
     (note,) = [n for n in notes(p) if n.startswith("Off-CPU reasons:")]
     assert note.startswith("Off-CPU reasons: perf cannot see Python leaf calls") and "wakeup it did not record" in note
+
+
+def _documented(error_id: str, text: str) -> None:
+    """``text`` holds the message docs/errors.md gives under ``### `error_id` `` (… matches anything)."""
+    import re
+    with open(os.path.join(os.path.dirname(__file__), "..", "docs", "errors.md"), encoding="utf-8") as f:
+        doc = f.read()
+    block = doc.split(f"### `{error_id}`\n", 1)[1].split("```text\n", 1)[1].split("\n```", 1)[0]
+    pattern = ".*?".join(re.escape(part) for part in block.removeprefix("profmagic: ").split("…"))
+    assert re.search(pattern, text), (error_id, text)
+
+
+def test_bad_reasons_in_files_are_refused_with_the_documented_messages():
+    from profmagic.errors import ProfileFormatError
+    from profmagic.formats import eu_stack
+    text = ("# profmagic eu-stack sampler pid=1 interval=0.01 duration=0.02 snapshots=1\n# t=0.01\n"
+            "PID 1 - process\nTID 1: state=S cpu_ns=0 comm=x wchan=0 syscall=futex runq_ns=12x\n"
+            "#0  0x0000000000001000 futex_wait\n")
+    with pytest.raises(ProfileFormatError) as e:
+        eu_stack.read(text.encode(), source="cap.txt")
+    _documented("runq-not-integer", str(e.value))
+    assert "line 4" in str(e.value)
+    ok = eu_stack.read(text.replace("12x", "5000000").encode(), source="cap.txt")
+    assert ok.samples["reason"].astype(str).tolist() == ["lock"] and ok.samples["runq"].tolist() == [0.005]
+    doc = json.loads(speedscope.write(ok))
+    doc["profiles"][0]["x-profmagic"]["reason"] = ["napping"]
+    with pytest.raises(ProfileFormatError) as e:
+        speedscope.read(json.dumps(doc).encode(), source="p.json")
+    assert "profiles[0].x-profmagic.reason: expected a list of reasons (cpu, core, gil, lock, sleep, io, disk, " \
+           "child, page fault, unknown)" in str(e.value)
+    no = formats.load(Raw(b"main;work 3\n", "folded", filename="x.folded"))
+    with pytest.raises(ValueError) as e:
+        reasons.split(no)
+    _documented("no-reasons", str(e.value))
