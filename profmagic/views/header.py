@@ -9,6 +9,7 @@ import os
 from .. import uncertainty
 from ..downloads import links_html
 from ..model import MEMORY_METRICS, METRIC_LABELS, Profile
+from .memo import functions
 
 
 def escape(s) -> str:
@@ -49,7 +50,7 @@ def resolution(profile: Profile) -> str:
     if profile.is_empty:
         return ""
     try:
-        return uncertainty.resolution(profile)
+        return uncertainty.resolution(profile, profile.metric, functions(profile, profile.metric))
     except (KeyError, ValueError):   # a metric without weights: nothing to resolve
         return ""
 
