@@ -46,6 +46,7 @@ BENCHES = {
     "bench_record_signals": ([], ["--runs", "6"]),
     "bench_long_session": (["--unbounded"], ["--cells", "30", "--every", "10", "--live", "5"]),
     "bench_first_icicle": ([], ["--runs", "1", "--apps", "lab"]),
+    "bench_coverage": ([], ["--runs", "1", "--duration", "1"]),
 }
 
 
