@@ -22,7 +22,7 @@ ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 # Layer of each module or package (by its path under profmagic/); lower layers know nothing above.
 LAYERS = {
     "errors": 0, "threads": 0, "procfs": 0, "tempdirs": 0, "awaits": 0, "nested": 0, "sampling": 0, "terminal": 0,
-    "interrupts": 0, "uncertainty": 0,
+    "interrupts": 0, "uncertainty": 0, "reasons": 0,
     "model": 1, "validate": 1, "launch": 1, "kernel": 1,
     "transforms": 2, "multi": 2, "boilerplate": 2,
     "formats": 3, "childsampler": 3, "cluster": 3,
@@ -35,7 +35,7 @@ LAYERS = {
     "__init__": 10, "__main__": 11,
 }
 # What knows no recorder, view or user interface, and what does.
-BELOW = {"model", "uncertainty", "formats", "transforms", "multi", "errors", "threads", "procfs", "analysis", "boilerplate"}
+BELOW = {"model", "uncertainty", "reasons", "formats", "transforms", "multi", "errors", "threads", "procfs", "analysis", "boilerplate"}
 ABOVE = {u for u, layer in LAYERS.items() if layer >= 5} | {"childsampler", "cluster", "kernel", "launch"}
 # The cluster package's data modules (pandas only: a cluster profile's tasks and ranks) are no recorder.
 DATA_OF_ABOVE = {"profmagic.cluster.tasks", "profmagic.cluster.assemble"}
