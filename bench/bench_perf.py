@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import select
 import shutil
 import statistics
 import subprocess
@@ -59,6 +60,35 @@ SWITCHY = textwrap.dedent("""\
     t.join()
     print(time.perf_counter() - t0, flush=True)
     """)
+# The same hand-offs, each thread timing its own work and waits: the truth of the wall split.
+SPLIT = textwrap.dedent("""\
+    import json, sys, threading, time
+    W, N = (int(x) for x in sys.argv[1:3]) if len(sys.argv) > 2 else (300, 3000)
+    sys.stdin.readline()
+    a, b = threading.Event(), threading.Event()
+    work_s, wait_s = [0.0, 0.0], [0.0, 0.0]
+    def work(k):
+        t = time.perf_counter()
+        s = 0
+        for i in range(W):
+            s += i * i
+        work_s[k] += time.perf_counter() - t
+    def hold(ev, k):
+        t = time.perf_counter()
+        ev.wait()
+        wait_s[k] += time.perf_counter() - t
+        ev.clear()
+    def pong():
+        for _ in range(N):
+            hold(a, 1); work(1); b.set()
+    t = threading.Thread(target=pong); t.start()
+    t0 = time.perf_counter()
+    for _ in range(N):
+        work(0); a.set(); hold(b, 0)
+    t.join()
+    print(json.dumps({"seconds": time.perf_counter() - t0, "work": sum(work_s), "wait": sum(wait_s)}), flush=True)
+    """)
+WAITS = {"hold", "Event.wait", "Condition.wait"}
 WORKLOADS = {"cpu-bound (bench_eustack's)": bench_eustack.TARGET, "switchy (2 threads, 6000 hand-offs)": SWITCHY}
 
 
@@ -130,6 +160,209 @@ def cost(rounds: int) -> list[str]:
     return out
 
 
+# -- 4. where perf's cost goes on switch-heavy code (issue 27) -------------------------------------
+def split(p) -> float:
+    """The profile's work share in % of work + waits (SPLIT's functions; wall, Python frames)."""
+    work = wait = 0.0
+    for st, w in zip(p.stacks["stack"], p.stacks["wall"]):
+        names = {p.frames.at[f, "name"] for f in st if p.frames.at[f, "kind"] == "python"}
+        if "work" in names:
+            work += w
+        elif names & WAITS:
+            wait += w
+    return 100 * work / (work + wait) if work + wait else float("nan")
+
+
+def raw_run(py: list[str], code: str, args: list[str] | None, tmp: str) -> dict:
+    """``code`` in a child of ``py`` under a plain ``perf record ARGS -p PID`` (None: bare), enabled
+    before the go. The child's seconds and CPU (user, system: the kernel's stack copies at each switch
+    run in the child), perf's own CPU (its reader-writer) and perf.data's size."""
+    import json
+    child = subprocess.Popen([*py, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    rec = fds = None
+    try:
+        if args is not None:
+            ctl, ack = os.path.join(tmp, "ctl"), os.path.join(tmp, "ack")
+            for f in (ctl, ack):
+                if os.path.exists(f):
+                    os.unlink(f)
+                os.mkfifo(f)
+            fds = os.open(ctl, os.O_RDWR), os.open(ack, os.O_RDWR | os.O_NONBLOCK)
+            rec = subprocess.Popen(["perf", "record", *args, "--mmap-pages", str(perf.MMAP_PAGES), "--no-bpf-event",
+                                    "--no-buildid-cache", "-D", "-1", f"--control=fifo:{ctl},{ack}",
+                                    "-p", str(child.pid), "-o", os.path.join(tmp, "perf.data")],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            os.write(fds[0], b"enable\n")
+            buf, deadline = b"", time.monotonic() + 20
+            while b"ack" not in buf and time.monotonic() < deadline:
+                if select.select([fds[1]], [], [], 0.5)[0]:
+                    buf += os.read(fds[1], 64)
+            assert b"ack" in buf, "perf did not start"
+        child.stdin.write(b"go\n")
+        child.stdin.flush()
+        line = child.stdout.readline()
+        child.stdin.close()
+        _, _, ru = os.wait4(child.pid, 0)
+        child.returncode = 0
+        out = {"s": json.loads(line)["seconds"], "user": ru.ru_utime, "sys": ru.ru_stime}
+        if rec is not None:
+            _, _, pru = os.wait4(rec.pid, 0)
+            rec.returncode = 0
+            out.update(perf_cpu=pru.ru_utime + pru.ru_stime, mb=os.path.getsize(os.path.join(tmp, "perf.data")) / 1e6)
+        return out
+    finally:
+        child.stdout.close()
+        for fd in fds or ():
+            os.close(fd)
+        if child.returncode is None:
+            child.kill()
+            child.wait()
+        if rec is not None and rec.returncode is None:
+            rec.kill()
+            rec.wait()
+
+
+def breakdown_variants(rate: float) -> dict:
+    clock = f"cpu-clock/period={int(1e9 // rate)}/"
+    dwarf = ["--call-graph", f"dwarf,{perf.STACK_BYTES}"]
+    sw = ["--switch-events", "-k", "CLOCK_MONOTONIC"]
+    wake = ["-e", "sched:sched_wakeup/call-graph=fp/"]
+    both = lambda sched: ["-e", clock, "-e", sched, *wake, *sw, *dwarf]  # noqa: E731
+    return {
+        "bare": None,
+        "--mode cpu (cpu-clock, 32 KB stacks)": ["-e", "cpu-clock", "-F", str(int(rate)), *dwarf],
+        "+ switch records (--switch-events)": ["-e", clock, *sw, *dwarf],
+        "+ sched_switch, no user stack at a switch": ["-e", clock, "-e", "sched:sched_switch/call-graph=fp/", *sw,
+                                                      *dwarf],
+        "+ sched_wakeup (no user stack)": both("sched:sched_switch/call-graph=fp/"),
+        f"+ {perf.SHALLOW_SWITCH_STACK // 1024} KB user stack at each switch (the cheaper mode)":
+            both(f"sched:sched_switch/call-graph=dwarf,stack-size={perf.SHALLOW_SWITCH_STACK}/"),
+        "32 KB instead (--mode both before)": both("sched:sched_switch"),
+    }
+
+
+def breakdown(py: list[str], rounds: int) -> list[str]:
+    variants = breakdown_variants(RATE)
+    names_ = list(variants)
+    res = {n: [] for n in names_}
+    tmp = tempfile.mkdtemp(prefix="profmagic-bench-perf-raw-")
+    try:
+        for r in range(rounds):
+            for n in names_[r % len(names_):] + names_[:r % len(names_)]:
+                res[n].append(raw_run(py, SPLIT, variants[n], tmp))
+            print(f"breakdown round {r + 1}: " + ", ".join(f"{x[-1]['s'] / res['bare'][-1]['s']:.2f}"
+                                                        for x in res.values()), flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    med = statistics.median
+    bare = res["bare"]
+    out = ["| perf record adds | target wall: ratio median [min, max] | target wall: best of the rounds / bare's best "
+           "| target CPU (user + system): ratio median "
+           "| target user CPU s | target system CPU s (kernel side: events, stack copies) | perf's own CPU s "
+           "(reads the ring buffers, writes perf.data) | (target + perf CPU) / bare target CPU | perf.data MB "
+           "| target system CPU added per hand-off (µs, medians) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    cpu = lambda x: x["user"] + x["sys"]  # noqa: E731
+    for n in names_:
+        xs = res[n]
+        rat = [x["s"] / b["s"] for x, b in zip(xs, bare)]
+        crat = [cpu(x) / cpu(b) for x, b in zip(xs, bare)]
+        out.append(f"| {n} | {med(rat):.3f} [{min(rat):.2f}, {max(rat):.2f}] | "
+                   f"{min(x['s'] for x in xs) / min(b['s'] for b in bare):.3f} | {med(crat):.3f} | "
+                   f"{med(x['user'] for x in xs):.3f} | {med(x['sys'] for x in xs):.3f} | "
+                   + (f"{med(x['perf_cpu'] for x in xs):.3f} | "
+                      f"{med((cpu(x) + x['perf_cpu']) / cpu(b) for x, b in zip(xs, bare)):.3f} | "
+                      f"{med(x['mb'] for x in xs):.1f} | "
+                      f"{1e6 * (med(x['sys'] for x in xs) - med(b['sys'] for b in bare)) / (2 * 3000):.1f} |"
+                      if variants[n] else "- | 1.000 | - | - |"))
+    return out
+
+
+def offcpu_by_leaf(p) -> dict:
+    """% of the profile's off-CPU wall (wall - CPU) by the stack's innermost Python function; a
+    labelled row (events lost, ...) by its label, a stack without Python by "(no Python frame)"."""
+    out, total = {}, 0.0
+    for st, w, c in zip(p.stacks["stack"], p.stacks["wall"], p.stacks["cpu"].fillna(0)):
+        names = [p.frames.at[f, "name"] for f in st]
+        py = [n for f, n in zip(st, names) if p.frames.at[f, "kind"] == "python"]
+        key = py[-1] if py else ("[label]" if names and names[0].startswith("[") else "(no Python frame)")
+        out[key] = out.get(key, 0.0) + (w - c)
+        total += w - c
+    return {k: 100 * v / total for k, v in out.items()} if total else {}
+
+
+def cheaper(py: list[str], rounds: int, args: tuple = ()) -> list[str]:
+    """Bare, --mode both as before (32 KB at each switch) and as now (4 KB for this target), paired:
+    the target's slowdown and the wall split each profile gives, against the target's own."""
+    import json
+    kinds = [("bare", None), ("32 KB (before)", perf.STACK_BYTES), ("4 KB (default now)", None)]
+    res = {k: [] for k, _ in kinds}
+    for r in range(rounds):
+        for k, size in kinds[r % 3:] + kinds[:r % 3]:
+            child = subprocess.Popen([*py, "-c", SPLIT, *map(str, args)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE)
+            rec = None
+            try:
+                if k != "bare":
+                    rec = perf.Recorder(Options(pid=child.pid, rate=RATE, mode="both",
+                                                extra={"switch_stack": size} if size else {}))
+                    rec.start()
+                child.stdin.write(b"go\n")
+                child.stdin.flush()
+                truth = json.loads(child.stdout.readline())
+                child.stdin.close()
+                _, _, ru = os.wait4(child.pid, 0)
+                child.returncode = 0
+                row = {"s": truth["seconds"], "cpu": ru.ru_utime + ru.ru_stime,
+                       "truth": 100 * truth["work"] / (truth["work"] + truth["wait"])}
+                if rec:
+                    p = perf.read(rec.stop(), Options(rate=RATE))
+                    row.update(split=split(p), stack=p.meta["switch_stack"], cost=p.meta["cost"],
+                               lost=p.meta.get("lost_events") or 0, off=offcpu_by_leaf(p))
+                res[k].append(row)
+            finally:
+                if rec:
+                    rec.close()
+                if child.returncode is None:
+                    child.kill()
+                    child.wait()
+                child.stdout.close()
+        print(f"cheaper round {r + 1}: " + ", ".join(f"{k} {v[-1]['s'] / res['bare'][-1]['s']:.2f}"
+                                                   + (f" split {v[-1]['split']:.1f}/{v[-1]['truth']:.1f}"
+                                                      if 'split' in v[-1] else "") for k, v in res.items()),
+              flush=True)
+    med = statistics.median
+    bare = res["bare"]
+    every = {c for k, _ in kinds[1:] for x in res[k] for c in x["off"]}
+    keys = sorted((c for c in every if max(med(x["off"].get(c, 0.0) for x in res[k]) for k, _ in kinds[1:]) >= 1),
+                  key=lambda c: -med(x["off"].get(c, 0.0) for x in res[kinds[2][0]]))
+    for k, _ in kinds[1:]:
+        for x in res[k]:
+            x["off"]["other"] = sum(v for c, v in x["off"].items() if c not in keys)
+    keys.append("other")
+    out = ["| --mode both | stack copied at each switch | target wall: ratio median [min, max] "
+           "| target wall: best of the rounds / bare's best | target CPU: ratio median | work share of work + waits: profile, median [min, max] "
+           "| the target's own, same runs (median) | profile − own, median [worst] (points) "
+           "| perf's lost-event records (median) | " + " | ".join(f"off-CPU wall in `{c}` (median %)" for c in keys)
+           + " |", "|---|---|---|---|---|---|---|---|---|" + "---|" * len(keys)]
+    for k, _ in kinds[1:]:
+        xs = res[k]
+        rat = [x["s"] / b["s"] for x, b in zip(xs, bare)]
+        sp = [x["split"] for x in xs]
+        out.append(f"| {k} | {xs[0]['stack']} bytes | {med(rat):.3f} [{min(rat):.2f}, {max(rat):.2f}] | "
+                   f"{min(x['s'] for x in xs) / min(b['s'] for b in bare):.3f} | "
+                   f"{med(x['cpu'] / b['cpu'] for x, b in zip(xs, bare)):.3f} | "
+                   f"{med(sp):.1f} [{min(sp):.1f}, {max(sp):.1f}] | {med(x['truth'] for x in xs):.1f} | "
+                   f"{med(x['split'] - x['truth'] for x in xs):+.1f} [{max(abs(x['split'] - x['truth']) for x in xs):.1f}] | "
+                   f"{med(x['lost'] for x in xs):.0f} | "
+                   + " | ".join(f"{med(x['off'].get(c, 0.0) for x in xs):.1f}" for c in keys) + " |")
+    a, b = res[kinds[2][0]], res[kinds[1][0]]
+    d = [x["split"] - y["split"] for x, y in zip(a, b)]
+    out += ["", f"4 KB minus 32 KB, round by round: work share median {med(d):+.2f} points [{min(d):+.2f}, "
+            f"{max(d):+.2f}]; target wall ratio 4 KB / 32 KB median {med(x['s'] / y['s'] for x, y in zip(a, b)):.3f}.",
+            "", f"What the header says (meta[\"cost\"], shown as its Cost note; last 4 KB run): {a[-1]['cost']}"]
+    return out
+
+
 # -- 3. Python names -------------------------------------------------------------------------------
 def names(so: str, seconds: float = 4.0) -> list[str]:
     out = ["| Python | backend | samples in the C loop | share that also names `outer` above it | how |",
@@ -168,7 +401,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--scenarios", default=",".join(gt.SCENARIOS))
-    ap.add_argument("--skip", default="", help="comma list of parts to skip: accuracy,cost,names")
+    ap.add_argument("--skip", default="", help="comma list of parts to skip: accuracy,cost,names,switches")
+    ap.add_argument("--switch-rounds", type=int, default=9)
     ap.add_argument("--write", action="store_true")
     a = ap.parse_args()
     skip = set(a.skip.split(","))
@@ -192,6 +426,46 @@ def main() -> None:
     if "names" not in skip:
         lines += ["", "### Python names: samples in a C busy loop called from Python (ctypes, `outer()` -> "
                   "`cthread_busy`) whose stack also names `outer` above the C frame", ""] + names(so)
+    if "switches" not in skip:
+        switches(a)
+    if not skip >= {"accuracy", "cost", "names"}:
+        main_section(a, lines, t0)
+
+
+def switches(a) -> None:
+    """Issue 27's section: where perf --mode both's cost goes on switch-heavy code, and the cheaper mode."""
+    t0 = time.perf_counter()
+    py = PYTHONS.get("3.12") or PYTHONS.get("3.13")
+    if not py:
+        print("switches: needs Python 3.12 or 3.13 (perf trampoline)")
+        return
+    py = [py[-1], "-X", "perf"]
+    load = os.getloadavg()[0]
+    cmd = f".venv/bin/python bench/bench_perf.py --skip accuracy,cost,names --switch-rounds {a.switch_rounds}" + \
+        (" --write" if a.write else "")
+    lines = ["## perf on switch-heavy code (issue 27)", "",
+             f"Command: `nice -n 19 {cmd}` ({time.strftime('%Y-%m-%d %H:%M')}, 2 cores shared with the work of "
+             f"seven other sessions, load average {load:.1f} at the start: measured under load, so only the "
+             f"side-by-side ratios mean anything; perf {perf.version()}, {RATE:g} Hz, `-e cpu-clock`). Target: "
+             f"two threads of `{os.path.basename(py[0])} -X perf` (perf trampoline) handing a token back and forth "
+             "3,000 times, each turn ~30 µs of Python work (bench_perf.py's SPLIT; it times its own work and "
+             "waits). Every round runs every variant once, in rotating order; ratio = variant / the round's "
+             "bare run."]
+    lines += ["", f"### Where the time goes ({a.switch_rounds} rounds; plain `perf record` with the backend's "
+              "flags, one part added per row)", ""] + breakdown(py, a.switch_rounds)
+    lines += ["", f"### The cheaper mode against the one before, through backends/perf.py ({a.switch_rounds} "
+              "rounds)", ""] + cheaper(py, a.switch_rounds)
+    lines += ["", f"### The same on coarser turns, where 100 Hz can measure the split ({a.switch_rounds} rounds; "
+              "SPLIT with 30,000 iterations of work a turn (~1-2 ms), 400 turns a thread)", ""] + \
+        cheaper(py, a.switch_rounds, (30000, 400))
+    lines += ["", f"({time.perf_counter() - t0:.0f} s)"]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if a.write:
+        write_section(text)
+
+
+def main_section(a, lines, t0) -> None:
     lines += ["", f"({time.perf_counter() - t0:.0f} s)", "",
               "Reading. perf's wall time is exact by construction (switch in/out times), and its CPU per "
               "thread its time on a core scaled to what the kernel charged it (schedstat at the recording's "
