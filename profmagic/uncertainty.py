@@ -21,6 +21,7 @@ EXACT_BACKENDS = ("cprofile", "memray")
 EXACT_METRICS = ("bytes", "allocated", "allocations")
 EXPONENTIAL = ("py-spy",)   # backends whose timer waits exponential intervals (docs/uncertainty.md)
 ONE_END = ("eu-stack",)     # backends that give an interval's CPU wholly to one of its ends
+SPLIT = ("sampler",)        # backends that share an interval's CPU between the samples around a change
 WIDE = 2.0   # points: a resolution wider than this comes with how to narrow it
 _P = np.uint64(0x9E3779B97F4A7C15)   # path hash multiplier (odd: a bijection mod 2**64)
 
@@ -103,6 +104,8 @@ def transitions(profile, metric: str, rows: np.ndarray | None = None):
     g = np.maximum(period[1:], period[:-1])
     if c is None and metric == "wall":
         g = np.maximum(g, t[1:] - t[:-1])
+    if metric == "cpu" and str(profile.meta.get("backend") or "") in SPLIT:
+        g = period[1:] + period[:-1]   # the change's interval, part of it moved to the other sample
     change = same & (r[1:] != r[:-1])
     first = np.r_[True, ~same]
     last = np.r_[~same, True]
