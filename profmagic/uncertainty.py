@@ -22,6 +22,7 @@ EXACT_METRICS = ("bytes", "allocated", "allocations")
 EXPONENTIAL = ("py-spy",)   # backends whose timer waits exponential intervals (docs/uncertainty.md)
 ONE_END = ("eu-stack",)     # backends that give an interval's CPU wholly to one of its ends
 SPLIT = ("sampler",)        # backends that share an interval's CPU between the samples around a change
+SWITCHED = ("perf",)        # backends that stamp each switch out, its sample weighing the time off-CPU
 WIDE = 2.0   # points: a resolution wider than this comes with how to narrow it
 _P = np.uint64(0x9E3779B97F4A7C15)   # path hash multiplier (odd: a bijection mod 2**64)
 
@@ -106,6 +107,14 @@ def transitions(profile, metric: str, rows: np.ndarray | None = None):
         g = np.maximum(g, t[1:] - t[:-1])
     if metric == "cpu" and str(profile.meta.get("backend") or "") in SPLIT:
         g = period[1:] + period[:-1]   # the change's interval, part of it moved to the other sample
+    if metric == "cpu" and "wall" in profile.samples and str(profile.meta.get("backend") or "") in SWITCHED:
+        # The thread ran between two samples for the gap less the first one's time off-CPU: a change
+        # (made while running) lies in that, and its CPU may have gone to a cpu-clock sample far off.
+        s = profile.samples
+        o = np.lexsort((s["time"].to_numpy(np.float64), s["thread"].cat.codes.to_numpy(np.int64)))
+        off = np.nan_to_num(s["wall"].to_numpy(np.float64) - s["cpu"].to_numpy(np.float64))[o]
+        off = off if rows is None else off[k]
+        g = np.maximum(g, np.clip(t[1:] - t[:-1] - off[:-1], 0, None))
     change = same & (r[1:] != r[:-1])
     first = np.r_[True, ~same]
     last = np.r_[~same, True]
