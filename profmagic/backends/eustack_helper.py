@@ -9,6 +9,7 @@ target is still alive, and writes the sampled capture that ``formats/eu_stack.py
 """
 from __future__ import annotations
 
+import bisect
 import os
 import re
 import select
@@ -20,8 +21,10 @@ from typing import NamedTuple
 from urllib.parse import quote
 
 if __package__:
+    from .perf_jitdump import perf_map
     from .pyframes import PyFrames
 else:  # run as a script by the recorder (backends/eustack.py): its own folder is on sys.path
+    from perf_jitdump import perf_map
     from pyframes import PyFrames
 
 MIN_SLEEP = 0.2  # the helper sleeps at least this share of the interval after every snapshot
@@ -189,6 +192,27 @@ def _module(maps, addr: int) -> str | None:
     for lo, hi, path in maps:
         if lo <= addr < hi:
             return path
+    return None
+
+
+def trampolines(pid: int) -> tuple[list[tuple[int, int, str]], str]:
+    """CPython's perf trampolines (3.12+ with ``-X perf`` or ``sys.activate_stack_trampoline``):
+    (address, size, name) from /tmp/perf-PID.map, and the map's path. eu-stack cannot unwind through
+    them (JIT code, no CFI): a stack ends at the first one. Only a map owned by the target's user is
+    read (another user could plant one in /tmp)."""
+    path = f"/tmp/perf-{pid}.map"
+    try:
+        if os.stat(path).st_uid != os.stat(f"/proc/{pid}").st_uid:
+            return [], path
+    except OSError:
+        return [], path
+    return perf_map(pid), path
+
+
+def _trampoline(tramps: list, addr: int) -> str | None:
+    i = bisect.bisect_right(tramps, (addr, float("inf"))) - 1
+    if i >= 0 and tramps[i][0] <= addr < tramps[i][0] + tramps[i][1]:
+        return tramps[i][2]
     return None
 
 
@@ -375,6 +399,7 @@ def write_capture(path: str, pid: int, snaps: list[Snapshot], header: str) -> No
                 want.add(ad - 1 if i else ad)
     names = resolve(pid, sorted(want))
     maps = _maps(pid)
+    tramps, tramp_file = trampolines(pid)
     mod_cache: dict[int, str | None] = {}
     lines = [header]
     for snap in snaps:
@@ -393,6 +418,11 @@ def write_capture(path: str, pid: int, snaps: list[Snapshot], header: str) -> No
                 if key not in mod_cache:
                     mod_cache[key] = _module(maps, key)
                 mod = mod_cache[key]
+                tramp = _trampoline(tramps, key) if mod is None and tramps else None
+                if tramp is not None:   # named by the map: the reader splices the Python frames in above it
+                    lines.append(f"#{n:<2} 0x{ad:016x} {tramp} - {tramp_file}")
+                    n += 1
+                    continue
                 for fn, file, ln in names.get(key) or [("??", None, None)]:
                     name = fn if fn and fn != "??" else f"0x{ad:x}"
                     lines.append(f"#{n:<2} 0x{ad:016x} {name}" + (f" - {mod}" if mod else ""))

@@ -76,6 +76,17 @@ INTERP = re.compile(
     r"|_PyObject_Call_Prepend|object_vacall|call_unbound\w*|partial_\w*call\w*|method_call"
     r"|builtin_exec\w*|run_eval_code_obj|run_mod|pyrun_\w+|_PyRun_\w+|PyRun_\w+|_PyEval_EvalFrame\w*)$")
 PY_EVAL = re.compile(r"^_?PyEval_EvalFrame")
+# CPython 3.12+'s perf trampolines, named by the recorder from /tmp/perf-PID.map: each calls one eval
+# loop. eu-stack cannot unwind through them (JIT code without CFI), so a stack ends at the first.
+TRAMPOLINE_FILE = re.compile(r"^/tmp/perf-\d+\.map$")
+
+
+def _trampoline(f) -> bool:
+    return f[1] is not None and f[0].startswith("py::") and bool(TRAMPOLINE_FILE.match(f[1]))
+
+
+def _interp(f) -> bool:
+    return bool(INTERP.match(f[0])) or _trampoline(f)
 EVAL_LOOP = "_PyEval_EvalFrameDefault"  # one native frame per call of the eval loop
 
 
@@ -113,7 +124,7 @@ def fold_python(frames: list[tuple[str, str | None, int | None, str]]):
         run.clear()
 
     for f in frames:
-        if INTERP.match(f[0]):
+        if _interp(f):
             run.append(f)
         else:
             flush()
@@ -383,17 +394,31 @@ def with_python(frames: list, py: dict) -> tuple[list | None, str | None]:
     """``frames`` (root first) with each run of interpreter frames replaced by the Python frames its
     eval-loop calls ran: the k-th ``_PyEval_EvalFrameDefault`` from the root ran the k-th group. A
     reading (``after`` the unwind, else ``before``) is used only when it has as many groups as the
-    native stack has eval-loop calls. Returns (frames, which reading) or (None, None)."""
+    native stack has eval-loop calls. A stack that ends at a perf trampoline (the unwind stopped
+    there) matches a reading with more groups when the trampoline names the outermost function of
+    the group its eval loop ran: the groups outside it are put above the root. Returns (frames,
+    which reading) or (None, None)."""
     n_eval = sum(f[0] == EVAL_LOOP for f in frames)
-    groups = next(((which, py[which]) for which in ("after", "before") if len(py.get(which) or ()) == n_eval
-                   and n_eval), None)
+    cut = frames[0] if frames and _trampoline(frames[0]) else None
+
+    def fits(groups) -> bool:
+        if not n_eval or len(groups) < n_eval:
+            return False
+        if len(groups) == n_eval:
+            return True
+        return cut is not None and bool(groups[n_eval - 1]) and \
+            cut[0] == "py::{}:{}".format(*groups[n_eval - 1][-1][:2])
+
+    groups = next(((which, py[which]) for which in ("after", "before") if fits(py.get(which) or ())), None)
     if groups is None:
         return None, None
     which, groups = groups
-    root_first = iter([[(q, f, ln, "python") for q, f, ln in reversed(g)] for g in reversed(groups)])
-    out, run = [], []
+    groups = [[(q, f, ln, "python") for q, f, ln in reversed(g)] for g in reversed(groups)]
+    out = [f for g in groups[:len(groups) - n_eval] for f in g]   # above a cut stack's trampoline
+    root_first = iter(groups[len(groups) - n_eval:])
+    run = []
     for f in frames + [None]:
-        if f is not None and INTERP.match(f[0]):
+        if f is not None and _interp(f):
             run.append(f)
             continue
         k = sum(r[0] == EVAL_LOOP for r in run)
