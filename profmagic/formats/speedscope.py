@@ -342,8 +342,11 @@ _MIX_LEN = np.uint64(0x9E3779B97F4A7C15)
 def _powers(n: int, cache: list | None = None):
     """(B**k, B**-k) modulo 2**64 for k < n, by doubling (numpy's cumprod is slow on uint64).
     ``cache``: a list holding the longest table made so far, shared by the chunks of one array."""
-    if cache and cache[0].shape[1] >= n:
-        return cache[0][:, :n]
+    want = n
+    if cache is not None:
+        if cache and cache[0].shape[1] >= n:
+            return cache[0][:, :n]
+        n += n // 4   # chunks differ in size: room for the next ones
     out = np.empty((2, max(n, 1)), np.uint64)
     out[:, 0] = 1
     b = np.array([[_BASE], [pow(_BASE, -1, 1 << 64)]], np.uint64)   # B**s, B**-s
@@ -355,7 +358,7 @@ def _powers(n: int, cache: list | None = None):
         s *= 2
     if cache is not None:
         cache[:] = [out]
-    return out
+    return out[:, :want]
 _BLOCK = 1 << 22   # frames handled at once when checking and building stacks
 
 
