@@ -5,7 +5,12 @@ default; --allocated; --memory beside the sampler) beside memray's own %%memray_
 The cell is the issue's: alloc() keeps 20,000 x 1 kB bytearrays alive, strs() makes 100,000 short
 strings and drops them before the peak. Accuracy and cost drive the recorders directly (start, the
 cell, stop, read, close), as the Session does; cell end -> view goes through the magic.
-Usage: .venv/bin/python bench/bench_memray.py [--rounds N] [--write]
+Usage: .venv/bin/python bench/bench_memray.py [--rounds N] [--write]   (issue 27: cost per option)
+       .venv/bin/python bench/bench_memray.py --issue20 [--rounds N] [--write]
+(issue 20's tables, which memray traced Python's allocators for: --memory-exact since issue 27)
+
+Issue 27 (``options``): each memray option's cost on allocation-heavy and compute cells, side by side
+with the bare cell in the same run, and its bytes at the high-water mark against tracemalloc's peak.
 """
 from __future__ import annotations
 
@@ -57,8 +62,8 @@ def time_and_memory(module, **kw):
             lambda cap: mb.read_both(module, cap, o))
 
 CONFIGS = {
-    "memray (aggregated, the default)": memray_only(),
-    "memray --allocated": memray_only(allocated=True),
+    "memray (aggregated, the default)": memray_only(memory_exact=True),
+    "memray --allocated": memray_only(allocated=True, memory_exact=True),
     "memray --allocated, Python allocators untraced": memray_only(allocated=True, python_allocators=False),
     "sampler --mode both (time only)": time_only(sampler, mode="both"),
     "sampler --mode both --memory": time_and_memory(sampler, mode="both"),
@@ -96,7 +101,7 @@ def accuracy(**extra):
 def reading(rounds):
     """Seconds to read the capture of the cell: in this process, and in a child (untrusted files)."""
     from profmagic.formats import memray as mf
-    c, whole, after, p = recorded(*memray_only(allocated=True))
+    c, whole, after, p = recorded(*memray_only(allocated=True, memory_exact=True))
     data = p.raw.read()
     inproc, child = [], []
     for _ in range(rounds):
@@ -105,9 +110,9 @@ def reading(rounds):
     return p.meta["records"], len(data), sorted(inproc)[len(inproc) // 2], sorted(child)[len(child) // 2]
 
 '''
-OURS = {"%%profile --backend memray (aggregated)": "--backend memray",
-        "%%profile --backend memray --allocated": "--backend memray --allocated",
-        "%%profile --backend sampler --memory": "--backend sampler --memory"}
+OURS = {"%%profile --backend memray (aggregated)": "--backend memray --memory-exact",
+        "%%profile --backend memray --allocated": "--backend memray --allocated --memory-exact",
+        "%%profile --backend sampler --memory": "--backend sampler --memory --memory-exact"}
 OURS_CELL = "%%profile {opts}\nkeep = cell()\nT_END = time.perf_counter()\n"
 
 MEMRAY_MAGIC = r'''%%memray_flamegraph {opts}
@@ -124,7 +129,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--write", action="store_true", help="write the tables to their section of bench/RESULTS.md")
+    ap.add_argument("--issue20", action="store_true", help="issue 20's tables instead of issue 27's")
     a = ap.parse_args()
+    if not a.issue20:
+        return options(a)
     from kernel import Kernel
     import tempfile
     work = tempfile.mkdtemp(prefix="bench-memray-")   # %%memray_flamegraph writes memray-results/ in the cwd
@@ -142,7 +150,8 @@ def main() -> None:
             return ast.literal_eval(r.stdout.strip().splitlines()[-1])
 
         acc = {name: value(f"accuracy({kw})") for name, kw in (
-            ("memray (aggregated, the default)", ""), ("memray --allocated", "allocated=True"),
+            ("memray (aggregated, the default)", "memory_exact=True"),
+            ("memray --allocated", "allocated=True, memory_exact=True"),
             ("memray --allocated, Python allocators untraced", "allocated=True, python_allocators=False"))}
         costs = {name: value(f"cost({name!r}, {a.rounds})") for name in value("list(CONFIGS)")}
         pairs = {name: value(f"paired({t!r}, {b!r}, {a.rounds})") for name, (t, b) in {
@@ -223,6 +232,219 @@ def main() -> None:
         write_section(f"\n## memray (issue 20)\n\nCommand: `.venv/bin/python bench/bench_memray.py --rounds "
                       f"{a.rounds} --write`.\n{table}\n")
 
+
+# -- issue 27: what each memray option costs and changes ------------------------------------------
+OPTIONS_SETUP = workloads.MEMORY_SOURCE + r'''
+import gc, sys, time, tracemalloc
+import numpy as np
+from profmagic import backends
+from profmagic.backends import memray as mb, sampler
+from profmagic.session import make_options
+
+def small():     # 200,000 tuples of an int and a short str, kept
+    return [(i, str(i)) for i in range(200_000)]
+
+def parse(n):
+    for i in range(n):
+        yield {"id": i, "name": f"user{i}", "score": i % 97}
+
+def records():   # notebook 01's load_all: 200,000 dicts of three keys, kept
+    return list(parse(200_000))
+
+def numeric():   # compute in numpy: few Python calls, buffers above pymalloc's 512 bytes
+    a = np.random.default_rng(0).random((500, 500))
+    for _ in range(6):
+        a = a @ a
+        a /= a.max()
+    return float(a.sum())
+
+def loop():      # compute in Python, no calls: a float made at every step
+    s = 0.0
+    for i in range(1_500_000):
+        s += i * 0.5
+    return s
+
+def fib(n):
+    return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+def calls():     # compute in Python, a call at every step
+    return fib(26)
+
+WORKLOADS = {"alloc-heavy: issue 20's cell": cell, "small objects": small, "records (dicts)": records,
+             "compute: numpy": numeric, "compute: Python loop": loop, "compute: Python calls": calls}
+# Runs of each workload per timed cell (the previous result dropped before the next), for cells of
+# 0.1 s or more: the peak is one run's.
+REPEAT = {"alloc-heavy: issue 20's cell": 8, "small objects": 3, "compute: Python calls": 4}
+
+def repeated(f, n):
+    def run():
+        keep = None
+        for _ in range(n):
+            keep = None
+            keep = f()
+        return keep
+    return run
+
+class NoopProfile:
+    """A profile function that does nothing (Python's sys.setprofile), for reference: what any profile
+    hook costs on Python 3.11 (memray sets one, in C, to follow Python stacks)."""
+    def start(self): sys.setprofile(lambda *a: None)
+    def stop(self): sys.setprofile(None); return 0
+    def close(self): sys.setprofile(None)
+
+class Tracemalloc:
+    """tracemalloc (one frame) as a recorder, for its cost; its capture is the peak."""
+    def start(self): tracemalloc.start()
+    def stop(self):
+        peak = tracemalloc.get_traced_memory()[1]; tracemalloc.stop(); return peak
+    def close(self):
+        if tracemalloc.is_tracing(): tracemalloc.stop()
+
+def memray_cfg(**extra):
+    o = make_options(**extra)
+    return lambda: mb.Recorder(o), lambda cap: mb.read(cap, o)
+
+def both_cfg(**extra):
+    o = make_options(mode="both", memory=True, **extra)
+    return (lambda: mb.TimeAndMemory("sampler", backends.recorder(sampler, o), o),
+            lambda cap: mb.read_both(sampler, cap, o))
+
+def time_cfg():
+    o = make_options(mode="both")
+    return lambda: sampler.Recorder(o), lambda cap: sampler.read(cap, o)
+
+OPTION_CONFIGS = {
+    "--backend memray (the default: pymalloc by blocks, aggregated)": memray_cfg(),
+    "the default without filling pymalloc's free space first": memray_cfg(fill=False),
+    "--memory-exact (trace_python_allocators)": memray_cfg(memory_exact=True),
+    "--native (native_traces)": memray_cfg(native=True),
+    "--subprocesses (follow_fork, so every allocation)": memray_cfg(subprocesses=True),
+    "--allocated (every allocation: ALL_ALLOCATIONS)": memray_cfg(allocated=True),
+    "--allocated --memory-exact": memray_cfg(allocated=True, memory_exact=True),
+    "tracemalloc (1 frame), for reference": (Tracemalloc, lambda peak: peak),
+    "a no-op profile function (sys.setprofile), for reference": (NoopProfile, lambda _: None),
+    "sampler --mode both (time alone)": time_cfg(),
+    "sampler --mode both --memory (the default)": both_cfg(),
+    "sampler --mode both --memory --memory-exact": both_cfg(memory_exact=True),
+}
+
+def bare_run(f):
+    gc.collect(); t = time.perf_counter(); keep = f(); return time.perf_counter() - t
+
+def recorded_run(f, make, read):
+    """(cell s, stop s, read s, bytes at the peak or None, start s)."""
+    gc.collect()
+    t0 = time.perf_counter()
+    rec = make(); rec.start()
+    try:
+        t1 = time.perf_counter(); keep = f(); t2 = time.perf_counter()
+        cap = rec.stop(); t3 = time.perf_counter()
+        p = read(cap); t4 = time.perf_counter()
+    finally:
+        rec.close()
+    del keep
+    nbytes = p if p is None or isinstance(p, int) else (p.total("bytes") if "bytes" in p.metrics else None)
+    return t2 - t1, t3 - t2, t4 - t3, nbytes, t1 - t0
+
+def option_costs(workload, rounds):
+    """Per config: [(cell / mean of the bare runs around it, stop s, read s, bytes at the peak)]."""
+    f = repeated(WORKLOADS[workload], REPEAT.get(workload, 1))
+    bare_run(f)
+    out = {name: [] for name in OPTION_CONFIGS}
+    for _ in range(rounds):
+        for name, (make, read) in OPTION_CONFIGS.items():
+            b1 = bare_run(f); c, stop, rd, nbytes, start = recorded_run(f, make, read); b2 = bare_run(f)
+            out[name].append((c / ((b1 + b2) / 2), stop, rd, None if nbytes != nbytes else nbytes, (b1 + b2) / 2,
+                              start))
+    return out
+
+def reader_profile():
+    """cProfile of reading the default's capture of the alloc-heavy cell: the top functions by own time."""
+    import cProfile, pstats, io
+    make, read = OPTION_CONFIGS["--backend memray (the default: pymalloc by blocks, aggregated)"]
+    rec = make(); rec.start()
+    try:
+        keep = cell(); cap = rec.stop()
+        pr = cProfile.Profile(); pr.enable(); read(cap); pr.disable()
+    finally:
+        rec.close()
+    st = pstats.Stats(pr)
+    rows = sorted(((v[2], f"{k[2]} ({os.path.basename(k[0])})") for k, v in st.stats.items()), reverse=True)[:5]
+    return st.total_tt, [(round(t, 4), name) for t, name in rows]
+'''
+
+
+def options(a) -> None:
+    from kernel import Kernel
+    load0 = os.getloadavg()[0]
+    k = Kernel()
+    try:
+        r = k.run(OPTIONS_SETUP + "\nimport os\n%load_ext profmagic\n")
+        assert r.status == "ok" and r.error is None, r.text() + str(r.error)
+
+        def value(expr, timeout=1800):
+            r = k.run(f"print(repr({expr}))", timeout=timeout)
+            if r.error:
+                raise RuntimeError(f"{expr}: {r.error['ename']}: {r.error['evalue']}")
+            return ast.literal_eval(r.stdout.strip().splitlines()[-1])
+
+        names = value("list(WORKLOADS)")
+        res = {w: value(f"option_costs({w!r}, {a.rounds})") for w in names}
+        version = value("mb.fmt.version()")
+        read_total, read_top = value("reader_profile()")
+    finally:
+        k.close()
+    load1 = os.getloadavg()[0]
+    configs = list(next(iter(res.values())))
+    tm = "tracemalloc (1 frame), for reference"
+    lines = [f"memray {version}, Python {sys.version.split()[0]}, a real ipykernel, 2 shared cores, measured under "
+             f"load from other work (load average {load0:.1f} at the start, {load1:.1f} at the end). Each round "
+             "runs, for every configuration, the bare cell, the recorded cell, the bare cell again: the ratio is "
+             f"the recorded cell's time over the mean of the two bare runs around it; {a.rounds} rounds, "
+             "median (min–max). Workloads in the bench's OPTIONS_SETUP; a cell runs its workload "
+             "several times (REPEAT) where one run is shorter than 0.1 s.", "",
+             "### Cell time recorded / cell time alone", "",
+             "| recording | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for c in configs:
+        cells = []
+        for w in names:
+            r = [x[0] for x in res[w][c]]
+            cells.append(f"{med(r):.2f} ({min(r):.2f}–{max(r):.2f})")
+        lines.append(f"| {c} | " + " | ".join(cells) + " |")
+    lines.append("| (bare cell s, median) | " + " | ".join(
+        f"{med(x[4] for x in res[w][configs[0]]):.3f}" for w in names) + " |")
+    lines += ["", "### Bytes at the high-water mark against tracemalloc's peak (same cell, same run)", "",
+              "| recording | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for c in configs:
+        if c == tm or "time alone" in c or "no-op" in c:
+            continue
+        cells = []
+        for w in names:
+            peak = med(x[3] for x in res[w][tm])
+            got = [x[3] for x in res[w][c] if x[3] is not None]
+            if peak < 1_000_000 or not got:
+                cells.append(f"{med(got) if got else 0:,.0f} B (tracemalloc {peak:,.0f} B)")
+            else:
+                cells.append(f"{(med(got) - peak) / peak * 100:+.1f}%")
+        lines.append(f"| {c} | " + " | ".join(cells) + " |")
+    lines.append("| tracemalloc's peak, bytes | " + " | ".join(f"{med(x[3] for x in res[w][tm]):,.0f}" for w in names) + " |")
+    w0 = names[0]
+    lines += ["", f"### Where the time goes around the cell ({w0}; start: the recorder starts, with pymalloc's "
+              "free space filled first in the default; stop: memray's tracker exits and its file is read into "
+              "memory; read: our reader and transforms)", "",
+              "| recording | start s | stop s | read s |", "|---|---|---|---|"]
+    for c in configs:
+        if c == tm or "no-op" in c:
+            continue
+        lines.append(f"| {c} | {med(x[5] for x in res[w0][c]):.3f} | {med(x[1] for x in res[w0][c]):.3f} | "
+                     f"{med(x[2] for x in res[w0][c]):.3f} |")
+    lines += ["", f"cProfile of reading the default's capture of the alloc-heavy cell: {read_total:.3f} s in all; "
+              "most own time in: " + "; ".join(f"{n} {t:.3f} s" for t, n in read_top) + "."]
+    table = "\n".join(lines)
+    print(table)
+    if a.write:
+        write_section(f"\n## memray: cost per option (issue 27)\n\nCommand: `nice -n 19 .venv/bin/python "
+                      f"bench/bench_memray.py --rounds {a.rounds} --write`.\n{table}\n")
 
 if __name__ == "__main__":
     main()

@@ -58,13 +58,14 @@ def duration(value) -> float | None:
 
 
 def memory(backend: str, memory: bool, leaks: bool, allocated: bool, mode: str | None = None,
-           pid=None, backends=None) -> None:
-    """The memray options: --memory goes with a time backend, --leaks and --allocated with memray."""
+           pid=None, backends=None, exact: bool = False) -> None:
+    """The memray options: --memory goes with a time backend, --leaks, --allocated and --memory-exact
+    with memray."""
     memray = backend == "memray"
     if memory and memray:
         raise ProfilerError("--memory records time beside memory: give it a time backend (--backend sampler "
                             "--memory), or drop --memory: --backend memray records memory alone")
-    for flag, on in (("leaks", leaks), ("allocated", allocated)):
+    for flag, on in (("leaks", leaks), ("allocated", allocated), ("memory-exact", exact)):
         if on and not (memray or memory):
             raise ProfilerError(f"--{flag} is a memray option: add --memory (time beside memory) or use "
                                 "--backend memray")

@@ -48,10 +48,11 @@ def plain(r) -> str:
 
 
 def test_accuracy_against_tracemalloc(clean):
-    """The issue's accuracy test: bytes at alloc() within 5% of tracemalloc's figure for the same code;
-    strs() in allocated and not in bytes. The header names the metric, memray, its version and the mode."""
+    """The issue's accuracy test, with --memory-exact (every Python object traced): bytes at alloc() within
+    5% of tracemalloc's figure for the same code; strs() in allocated and not in bytes. The header names
+    the metric, memray, its version, the mode and what it cost."""
     k = clean
-    r = k.run("%%profile --backend memray --allocated\nkeep = cell()\n", timeout=300)
+    r = k.run("%%profile --backend memray --allocated --memory-exact\nkeep = cell()\n", timeout=300)
     assert r.error is None, r.text()
     k.run("fn = _profile.functions().set_index('name'); al = _profile.functions('allocated').set_index('name')\n"
           "del keep\ntracemalloc.start(); keep = alloc(); tm = tracemalloc.get_traced_memory()[0]\n"
@@ -66,10 +67,13 @@ def test_accuracy_against_tracemalloc(clean):
     html = static(r)
     version = mf.version()
     assert f"bytes alive at the memory high-water mark · backend memray {version}" in html
-    assert "allocations (every one recorded, not sampled)" in html and "Cost: memray recorded every allocation" in html
+    assert "allocations (every one recorded, not sampled)" in html
+    assert "Cost: memray traced every Python object (--memory-exact): allocation-heavy cells took 9-19x" in html
+    assert "; memray recorded every allocation (--allocated)" in html
     assert "profmagic-memory-strip" in html and "high-water mark" in html
     text = plain(r)
-    assert "recording with memray (every allocation: --allocated, slower to read back)" in text
+    assert ("recording with memray (every allocation: --allocated, slower to read back; every Python object "
+            "traced: --memory-exact, 9-19x the cell's time on allocation-heavy code)") in text
     assert " Hz" not in text and "samples" not in text.replace("not sampled", "")
     assert "no samples" not in r.stderr
 
@@ -83,7 +87,17 @@ def test_default_is_aggregated_and_leaks_names_its_metric(clean):
     assert "not measured (memray aggregated while recording and kept no record of each allocation; " \
            "--allocated records every one (slower))" in html
     assert k.value("_profile.metrics") == ["samples", "bytes"]
-    assert k.value("int(_profile.functions().set_index('name').loc['alloc', 'total'])") > 21_000_000
+    assert k.value("int(_profile.functions().set_index('name').loc['alloc', 'total'])") > 20_000_000
+    # Issue 27: the default leaves Python's allocators untraced; its bytes at the peak within 5% of
+    # tracemalloc's peak for the same cell, in this kernel; the header and the announce line say how.
+    total = k.value("int(_profile.total('bytes'))")
+    k.run("import gc\ndel keep\ngc.collect()\ntracemalloc.start(); keep = cell(); tm_peak = tracemalloc.get_traced_memory()[1]\n"
+          "tracemalloc.stop(); del keep\n")
+    peak = k.value("tm_peak")
+    assert abs(total - peak) <= 0.05 * peak, (total, peak)
+    assert "were counted by the pymalloc blocks and 1 MiB arenas they filled" in html and "--memory-exact traces" in html
+    assert "small objects by pymalloc&#x27;s blocks and arenas; --memory-exact traces each object" in html or \
+        "small objects by pymalloc's blocks and arenas; --memory-exact traces each object" in plain(r)
     # The raw .bin is kept, as a download; memray's own reader opens it.
     assert k.value("_profile.raw.format") == "memray"
     assert re.search(r"download='profmagic-memray-\d+\.bin'", k.value("report.downloads_html(_profile)"))
@@ -106,7 +120,7 @@ def test_time_beside_memory_in_one_run(clean):
     # spin: 0.3 s of CPU; nap: 0.3 s of waiting; neither keeps a byte.
     assert t["spin"]["cpu"] > 0.2 and t["spin"]["bytes"] < 1_000
     assert t["nap"]["wall"] > 0.2 and t["nap"]["cpu"] < 0.05 and t["nap"]["bytes"] < 1_000
-    assert t["alloc"]["bytes"] > 21_000_000 and t["alloc"]["wall"] > 0
+    assert t["alloc"]["bytes"] > 20_000_000 and t["alloc"]["wall"] > 0
     html = static(r)
     assert f"memory: memray {mf.version()} (aggregated)" in html and "Time beside memory" in html
     assert "profmagic-memory-strip" in html and "seconds since the time recorder" in html
@@ -134,7 +148,7 @@ def test_native_frames(clean):
     assert r.error is None, r.text()
     kinds = k.value("sorted(set(_profile.frames['kind'].astype(str)))")
     assert "native" in kinds and "python" in kinds
-    assert k.value("int(_profile.functions().set_index('name').loc['alloc', 'total'])") > 21_000_000
+    assert k.value("int(_profile.functions().set_index('name').loc['alloc', 'total'])") > 20_000_000
 
 
 def test_forked_children_with_subprocesses(clean):
@@ -161,7 +175,7 @@ def test_raising_cell_shows_its_profile(clean):
     r = k.run("%%profile --backend memray\nkeep = alloc()\n1 / 0\n")
     assert r.error is not None and r.error["ename"] == "ZeroDivisionError"
     assert "Partial: the code raised ZeroDivisionError" in static(r)
-    assert k.value("int(_profile.functions().set_index('name').loc['alloc', 'total'])") > 21_000_000
+    assert k.value("int(_profile.functions().set_index('name').loc['alloc', 'total'])") > 20_000_000
 
 
 @pytest.mark.timeout(1200)

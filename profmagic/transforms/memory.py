@@ -12,8 +12,12 @@ from .ops import keep_threads
 
 
 # -- time beside memory ------------------------------------------------------------------------------
-MEMORY_SLOWS = ("wall and CPU time were measured while memray traced every allocation, which slows "
-                "allocation-heavy code (bench/RESULTS.md, memray)")
+MEMORY_SLOWS = ("wall and CPU time were measured while memray recorded: its profile function slows "
+                "pure-Python code (Python 3.11 runs unspecialised bytecode while one is set) and each "
+                "allocation it sees costs time (bench/RESULTS.md, memray: cost per option)")
+MEMORY_EXACT_SLOWS = ("wall and CPU time were measured while memray traced every allocation and every Python "
+                      "object (--memory-exact), which slows allocation-heavy code several times over "
+                      "(bench/RESULTS.md, memray: cost per option)")
 
 
 def align_names(mem_p: Profile, time_p: Profile) -> Profile:
@@ -124,5 +128,6 @@ def time_and_memory(time_p: Profile, mem_p: Profile, drop_tids: Iterable = (),
         memory={k: v for k, v in m.items() if k not in ("memory_timeline", "processes", "unknown")},
         unknown={**dict(time_p.meta.unknown), **dict(m.unknown)},
         metric_labels={**dict(time_p.meta.get("metric_labels") or {}), **dict(m.get("metric_labels") or {})},
-        approximate="; ".join(x for x in (time_p.meta.get("approximate"), m.get("approximate"), MEMORY_SLOWS) if x))
+        approximate="; ".join(x for x in (time_p.meta.get("approximate"), m.get("approximate"),
+                                          MEMORY_EXACT_SLOWS if m.get("python_allocators") else MEMORY_SLOWS) if x))
     return Profile(frames, pd.DataFrame(cols), samples, meta, None, time_p.metric, threads=thread_table(table))
