@@ -32,6 +32,13 @@ NO_WAKERS = "wakers need `--backend perf --mode both`"
 COLUMNS = ["thread", "reason", "function", "waker", "waker_function", "ended", "seconds", "share"]
 
 
+def has_reasons(p) -> bool:
+    """A profile with reasons and off-CPU time (perf --mode both/wall, eu-stack, the sampler)."""
+    sm = p.samples
+    return (sm is not None and len(sm) > 0 and "reason" in sm and "wall" in sm and "cpu" in sm
+            and bool((sm["reason"].astype(str) != reasons.CPU).any()))
+
+
 def has_wakers(p) -> bool:
     sm = p.samples
     return sm is not None and "ended" in sm and bool(sm["ended"].notna().any())
