@@ -54,7 +54,7 @@ def stem(profile: Profile) -> str:
 def frame_count(profile: Profile) -> int:
     """The frames a writer walks (what its time grows with): of every sample in time order when the
     profile has them, else of every stack."""
-    from .views.memo import cached
+    from .derived import cached
     known = cached(profile, "flat")   # a view's stacks laid flat already know their lengths
     stacks = profile.stacks["stack"].to_numpy()
     depth = known.lengths if known is not None else np.fromiter(map(len, stacks), dtype=np.int64, count=len(stacks))

@@ -22,20 +22,21 @@ ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 # Layer of each module or package (by its path under profmagic/); lower layers know nothing above.
 LAYERS = {
     "errors": 0, "threads": 0, "procfs": 0, "tempdirs": 0, "awaits": 0, "nested": 0, "sampling": 0, "terminal": 0,
-    "interrupts": 0, "uncertainty": 0, "reasons": 0,
+    "interrupts": 0, "uncertainty": 0, "reasons": 0, "derived": 0,
+    "waits": 0.5,   # reads reasons; the model's chain() reads it
     "model": 1, "validate": 1, "launch": 1, "kernel": 1,
     "transforms": 2, "multi": 2, "boilerplate": 2,
     "formats": 3, "childsampler": 3, "cluster": 3,
     "analysis": 4, "downloads": 4,
     "views": 5, "backends": 5,
-    "report": 6,
+    "report": 6, "history": 6,
     "page": 7, "session": 7,
     "attaching": 8, "cellrun": 8, "live": 8,
     "magic": 9, "cli": 9, "casestudy": 9, "demo": 9,
     "__init__": 10, "__main__": 11,
 }
 # What knows no recorder, view or user interface, and what does.
-BELOW = {"model", "uncertainty", "reasons", "formats", "transforms", "multi", "errors", "threads", "procfs", "analysis", "boilerplate"}
+BELOW = {"model", "uncertainty", "reasons", "waits", "derived", "formats", "transforms", "multi", "errors", "threads", "procfs", "analysis", "boilerplate"}
 ABOVE = {u for u, layer in LAYERS.items() if layer >= 5} | {"childsampler", "cluster", "kernel", "launch"}
 # The cluster package's data modules (pandas only: a cluster profile's tasks and ranks) are no recorder.
 DATA_OF_ABOVE = {"profmagic.cluster.tasks", "profmagic.cluster.assemble"}

@@ -57,9 +57,9 @@ def resolution(profile: Profile) -> str:
 
 def chain_sentence(profile: Profile) -> str | None:
     """The wait chain in one sentence (profmagic/waits.py), for profiles with reasons."""
-    from . import waits as view
+    from .. import waits
     try:
-        return view.W.sentence(profile) if view.available(profile) else None
+        return waits.sentence(profile) if waits.has_reasons(profile) else None
     except Exception as e:   # the header still helps without it
         return f"(the wait chain is unavailable: {type(e).__name__}: {e})"
 

@@ -1,34 +1,8 @@
-"""Tables derived from a Profile, computed once per profile (a Profile never changes) and dropped
-with it: the report's tabs and pickers ask for the same function table again and again.
-
-Only plain tables and arrays are kept, never anything that refers back to the Profile, so a
-profile that is deleted is freed with everything derived from it.
-"""
+"""The views' tables derived from a Profile, once per profile (``derived.memo``): the report's tabs
+and pickers ask for the same function table again and again."""
 from __future__ import annotations
 
-import weakref
-from typing import Callable
-
-_MEMO: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
-def memo(profile, key, build: Callable):
-    """``build()``, computed once per ``(profile, key)``."""
-    try:
-        cache = _MEMO.setdefault(profile, {})
-    except TypeError:   # an object that cannot be weakly referenced: no cache
-        return build()
-    if key not in cache:
-        cache[key] = build()
-    return cache[key]
-
-
-def cached(profile, key):
-    """What ``memo`` holds for ``(profile, key)``, or None when nothing computed it yet."""
-    try:
-        return _MEMO.get(profile, {}).get(key)
-    except TypeError:
-        return None
+from ..derived import memo
 
 
 def functions(profile, metric: str, rows=None, thread=None):

@@ -20,6 +20,8 @@ from .. import reasons
 from .. import waits as W
 from .header import escape
 
+available = W.has_reasons   # the tab and the static block show for profiles with reasons
+
 COLOURS = {reasons.CPU: "#4c78a8", reasons.CORE: "#f58518", reasons.GIL: "#e45756", reasons.LOCK: "#72b7b2",
            reasons.SLEEP: "#54a24b", reasons.IO: "#eeca3b", reasons.DISK: "#b279a2", reasons.CHILD: "#ff9da6",
            reasons.FAULT: "#9d755d", reasons.UNKNOWN: "#bab0ac"}
@@ -161,8 +163,3 @@ def widgets(p, W_):
     return out
 
 
-def available(p) -> bool:
-    """A profile with reasons and off-CPU time (perf --mode both/wall, eu-stack, the sampler)."""
-    sm = p.samples
-    return (sm is not None and len(sm) > 0 and "reason" in sm and "wall" in sm and "cpu" in sm
-            and bool((sm["reason"].astype(str) != reasons.CPU).any()))
