@@ -7,7 +7,7 @@ against the bare run of the round (ratio), the recording's stop-to-profile time,
 records the script text holds. Measured under load from other work on a 2-core VM: ratios are
 paired within a round.
 
-    nice -n 19 .venv/bin/python bench/bench_waits.py [--rounds 5]
+    nice -n 19 .venv/bin/python bench/bench_waits.py [--rounds 5] [--write]
 """
 from __future__ import annotations
 
@@ -19,7 +19,10 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from results import write_section   # noqa: E402
 
 from profmagic.backends import perf   # noqa: E402
 from profmagic.backends.base import Options   # noqa: E402
@@ -72,6 +75,7 @@ def run(config: str) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--write", action="store_true", help="write the table to bench/RESULTS.md")
     args = ap.parse_args()
     configs = ["bare", "both", "system"]
     got: dict = {c: [] for c in configs}
@@ -81,13 +85,35 @@ def main() -> None:
         for c in configs:
             res[c]["ratio"] = res["bare"]["handoffs"] / res[c]["handoffs"]
             got[c].append(res[c])
+    names = {"both": "perf --mode both", "system": "perf --mode both --system"}
+    rows = []
     for c in configs:
-        rows = got[c]
-        med = lambda k: statistics.median(x[k] for x in rows) if k in rows[0] else float("nan")  # noqa: E731
+        runs = got[c]
+        med = lambda k: statistics.median(x[k] for x in runs) if k in runs[0] else float("nan")  # noqa: E731
         print(f"{c:7s} slowdown x{med('ratio'):.2f}  handoffs/s {med('handoffs'):,.0f}  "
               f"stop->profile {med('stop_to_profile'):.2f} s  wakeup records {med('wakeups'):,.0f}  "
               f"waits with a waker {med('woken'):,.0f}")
+        if c in names:
+            rows.append(f"| {names[c]} | x{med('ratio'):.2f} | {med('stop_to_profile'):.1f} s | "
+                        f"{med('wakeups'):,.0f} | {med('woken'):,.0f} |")
+    if args.write:
+        load = os.getloadavg()[0]
+        print(write_section(f"""## perf --system: what every CPU's wakeups cost (issue 24 item 2)
 
+`nice -n 19 .venv/bin/python bench/bench_waits.py --rounds {args.rounds} --write` (load average {load:.1f}
+at the end); ratios paired within each round (bare, perf --mode both, perf --mode both --system in
+rotating order), medians of {args.rounds} rounds. The child hands a token between two threads through
+threading.Event for {SECONDS:g} s.
+
+| config | slowdown (bare / profiled handoffs) | stop to Profile | wakeup records | samples with a waker |
+|---|---|---|---|---|
+""" + "\n".join(rows) + """
+
+`--system` records every CPU's `sched:sched_wakeup` with its kernel call graph (`perf record -a`):
+every process's wakeups, not only this one's. It is for naming another process's waker (and a
+timer's wakeup on an idle CPU), not for everyday use; it is not filtered by the wakee (a tracepoint
+filter on the wakee's tid would miss threads born during the recording).
+"""))
 
 if __name__ == "__main__":
     main()

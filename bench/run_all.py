@@ -47,7 +47,7 @@ BENCHES = {
     "bench_long_session": (["--unbounded"], ["--cells", "30", "--every", "10", "--live", "5"]),
     "bench_first_icicle": ([], ["--runs", "1", "--apps", "lab"]),
     "bench_coverage": ([], ["--runs", "1", "--duration", "1"]),
-    "bench_waits": ([], ["--rounds", "1"]),
+    "bench_waits": (["--write"], ["--rounds", "1"]),
 }
 
 
