@@ -115,6 +115,11 @@ def test_header_states_the_resolution(k):
     assert ("raise --rate (now" in m.group(5) and "longer run" in m.group(5)) == wide, line
     html = k.value("profmagic.views.header.header_html(_profile)")
     assert "profmagic-resolution" in html and "points at 95%" in html
+    # The same run's report: the live hover and the Sandwich list give intervals, and the static twin too
+    assert "95%" in k.value("profmagic.icicle(_profile).data[0].hovertemplate")
+    assert "total, 95% interval" in k.value("list(profmagic.sandwich(_profile).data[0].header.values)")
+    static = k.value("__import__('profmagic.report.static').report.static.static_html(_profile)")
+    assert "<th>total 95%</th>" in static and "this call path, 95%: " in static and "points at 95%" in static
 
 
 def test_counted_and_exact_resolution_in_words():
