@@ -193,6 +193,9 @@ def test_a_function_made_twice_slower_is_significant(k):
     nap = re.search(r"<title>nap\n[^<]*</title><rect[^>]*fill=\"(#[0-9a-f]{6})\"", diff)
     assert nap and (real or ("within noise" in nap.group(0) and nap.group(1) == "#d0d0d0")), nap
     assert "significant (outside both runs' 95% noise): busy" in html
+    # The change table, as shown, says it in words
+    row = re.search(r"<tr>\s*<td>busy</td>.*?</tr>", html, re.S)
+    assert row and "<td>significant</td>" in row.group(0), html[-3000:]
 
 
 def test_significance_rule_and_refusals():

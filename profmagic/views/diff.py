@@ -214,7 +214,7 @@ class Comparison(ComparisonView):
         for norm in (False, True):
             fig.add_trace(self._diff_trace(d, norm, visible=norm == self.normalize))
         for norm in (False, True):
-            fig.add_trace(table_trace(self.shown_table(norm), {"x": [0, 1], "y": TABLE_Y},
+            fig.add_trace(table_trace(_in_words(self.shown_table(norm)), {"x": [0, 1], "y": TABLE_Y},
                                       "{:.3%}" if norm else "{:.4g}", visible=norm == self.normalize))
         fig.update_layout(
             title=dict(text=f"<b>{esc(self.title())}</b><br><span style='font-size:11px'>"
@@ -293,13 +293,18 @@ class Comparison(ComparisonView):
                         svg(self.after, self.metric, 560, scale=sa))])
         pic += (f"<div style='font:12px sans-serif;margin:6px 0 2px'><b>{esc(self.title())}</b><br>"
                 f"{esc(self.note(self.diff_tree()))}</div>" + self.diff_svg())
-        t = self.shown_table().head(30)
+        t = _in_words(self.shown_table().head(30))
         table = (f"<div class='profmagic-compare-table'><p>Per-function change ({esc(self.unit)}), largest change "
                  f"of self time first; callers with no self time on either side left out</p>{table_html(t)}</div>")
         return head, pic, table
 
     def _text(self) -> str:
-        return repr(self) + "\n" + self.shown_table().head(30).to_string()
+        return repr(self) + "\n" + _in_words(self.shown_table().head(30)).to_string()
+
+
+def _in_words(t):
+    """The table as shown: ``significant`` says "significant" or "within noise"."""
+    return t.assign(significant=np.where(t["significant"], "significant", "within noise"))
 
 
 def _widths(parent: np.ndarray, depth: np.ndarray, ta: np.ndarray, tb: np.ndarray) -> tuple[np.ndarray, int]:
