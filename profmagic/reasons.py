@@ -9,7 +9,7 @@ cpu         on a core (no off-CPU reason)
 core        waiting for a core: runnable but preempted (state ``R`` at switch-out), or
             run-queue time (``/proc/<tid>/schedstat``'s second field)
 gil         waiting for the GIL (``take_gil``; in the sampler, blocked between bytecodes)
-lock        a lock or condition (a futex that is not the GIL)
+lock        a lock or condition (a futex that is not the GIL), or a file lock (flock)
 sleep       ``nanosleep``/``clock_nanosleep`` (``time.sleep``)
 io          read, write, poll, epoll, select, a socket or a pipe
 disk        uninterruptible (state ``D``), not a page fault
@@ -77,7 +77,7 @@ RULES: list[Rule] = [
     Rule(CORE, "state", r"R\+?", "runnable: preempted, or woken and not yet on a core"),
     Rule(DISK, "state", r"D.*", "uninterruptible sleep (refined to page fault by a kernel frame or wchan)"),
     # -- kernel: /proc/<tid>/wchan
-    Rule(LOCK, "wchan", r"futex_\w+|do_futex"),
+    Rule(LOCK, "wchan", r"futex_\w+|do_futex|locks_lock_inode_wait|flock_lock_inode_wait|\w*posix_lock_\w*wait"),
     Rule(SLEEP, "wchan", r"hrtimer_nanosleep|do_nanosleep|common_nsleep\w*|clock_nanosleep"),
     Rule(IO, "wchan", r"pipe_read|pipe_write|pipe_wait\w*|ep_poll|do_epoll_wait|do_select|core_sys_select|"
                       r"do_sys_poll|poll_schedule_timeout\w*|wait_woken|sk_wait_data|sk_stream_wait_\w+|"
@@ -86,7 +86,7 @@ RULES: list[Rule] = [
     Rule(FAULT, "wchan", r"handle_mm_fault|filemap_fault|__do_fault|do_swap_page|\w*page_fault\w*"),
     Rule(DISK, "wchan", r"io_schedule\w*|folio_wait_bit\w*|wait_on_page_bit\w*|bit_wait_io|blk_\w+|jbd2_\w+"),
     # -- kernel: the system call the thread is in (/proc/<tid>/syscall, by name: SYSCALLS)
-    Rule(LOCK, "syscall", r"futex\w*"),
+    Rule(LOCK, "syscall", r"futex\w*|flock"),
     Rule(SLEEP, "syscall", r"nanosleep|clock_nanosleep"),
     Rule(IO, "syscall", r"read|write|pread64|pwrite64|readv|writev|preadv2?|pwritev2?|poll|ppoll|select|"
                         r"pselect6|epoll_wait|epoll_pwait2?|recvfrom|recvmsg|recvmmsg|sendto|sendmsg|"
@@ -95,7 +95,7 @@ RULES: list[Rule] = [
     # -- kernel frames (perf's callchain at sched_switch), leaf first
     Rule(FAULT, "kernel", r"handle_mm_fault|do_user_addr_fault|exc_page_fault|asm_exc_page_fault|"
                           r"filemap_fault|__do_fault|do_swap_page|do_page_fault"),
-    Rule(LOCK, "kernel", r"futex_\w+|do_futex|__x64_sys_futex\w*"),
+    Rule(LOCK, "kernel", r"futex_\w+|do_futex|__x64_sys_futex\w*|locks_lock_inode_wait|flock_lock_inode_wait|__do_sys_flock"),
     Rule(SLEEP, "kernel", r"do_nanosleep|hrtimer_nanosleep|common_nsleep\w*|__x64_sys_(clock_)?nanosleep"),
     Rule(IO, "kernel", r"pipe_read|pipe_write|pipe_wait\w*|ep_poll|do_epoll_wait|do_select|core_sys_select|"
                        r"do_sys_poll|wait_woken|sk_wait_data|sk_stream_wait_\w+|sock_recvmsg|sock_sendmsg|"
@@ -113,7 +113,7 @@ RULES: list[Rule] = [
                          r"(__new_|__)?sem_(timed|clock)?wait\w*|do_futex_wait\w*|__futex_abstimed_wait\w*|"
                          r"futex_wait|PyThread_acquire_lock\w*|acquire_timed|lock_PyThread_acquire_lock|"
                          r"rlock_acquire|_?PyMutex_Lock\w*|_PySemaphore_Wait|(std::)?(mutex::lock|"
-                         r"condition_variable::wait\w*).*"),
+                         r"condition_variable::wait\w*).*|(__GI_+|__)?flock"),
     Rule(SLEEP, "native", r"(__GI___)?(__)?(clock_)?nanosleep\w*|__clock_nanosleep\w*|usleep|pysleep|time_sleep"),
     Rule(IO, "native", r"(__GI___|__)?(libc_)?(read|write|pread64|pwrite64|readv|writev|poll|ppoll|select|"
                        r"pselect|epoll_wait|epoll_pwait|recv|recvfrom|recvmsg|send|sendto|sendmsg|accept4?|"
@@ -136,7 +136,7 @@ RULES: list[Rule] = [
 ]
 
 # x86_64 numbers of the calls a waiting thread sits in (/proc/<tid>/syscall prints the number).
-SYSCALLS = {0: "read", 1: "write", 7: "poll", 16: "ioctl", 17: "pread64", 18: "pwrite64", 19: "readv",
+SYSCALLS = {0: "read", 1: "write", 7: "poll", 73: "flock", 16: "ioctl", 17: "pread64", 18: "pwrite64", 19: "readv",
             20: "writev", 23: "select", 34: "pause", 35: "nanosleep", 40: "sendfile", 42: "connect",
             43: "accept", 44: "sendto", 45: "recvfrom", 46: "sendmsg", 47: "recvmsg", 61: "wait4",
             128: "rt_sigtimedwait", 202: "futex", 219: "restart_syscall", 230: "clock_nanosleep",

@@ -9,10 +9,11 @@ native frame, else its leaf); ``waker_function`` the same of the waker's stack a
 ``signal``, ``interrupt``, or empty where no wakeup was recorded.
 
 ``chain(p)`` follows the cell's largest waits: start at the cell's thread (``meta.cell_thread``,
-else the thread with the most wall), take its largest wait (by waker), go to the thread that ended
-it, and say what that thread was doing: its own CPU (the end of the chain) or its own largest
-wait; at most ``HOPS`` hops. Each hop has its share of the cell's wall, the reason, the function
-it waited in and the function the waker was in. ``sentence(p)`` states the chain in one line.
+else the thread with the most wall), take its largest wait (by reason and function, all its wakers
+together: a lock shared by several processes is one wait), go to the waker that ended most of it,
+and say what that thread was doing: its own CPU (the end of the chain) or its own largest wait; at
+most ``HOPS`` hops. Each hop has its share of the cell's wall, the reason, the function it waited
+in and the function the waker was in. ``sentence(p)`` states the chain in one line.
 
 Only perf ``--mode both`` records wakers (formats/perf_sched.py); other backends give the waits
 and reasons with no waker (``has_wakers`` says which).
@@ -162,20 +163,27 @@ def chain(p, hops: int = HOPS) -> pd.DataFrame:
     while thread is not None and len(rows) < hops and thread not in seen:
         seen.add(thread)
         mine = w[(w["thread"] == thread) & (w["reason"] != reasons.CORE)]
-        by_waker = mine.groupby(["waker", "reason", "function"], sort=False)["seconds"].sum()
+        # The largest wait is by (reason, function), all its wakers together (a lock shared by
+        # several processes is one wait, each holder waking it in turn); its waker is the one that
+        # ended most of it.
+        by_wait = mine.groupby(["reason", "function"], sort=False)["seconds"].sum()
         cpu, cpu_fn = _cpu_of(p, thread)
-        top = by_waker.idxmax() if len(by_waker) else None
-        if top is None or (rows and cpu >= by_waker.max()):
+        top = by_wait.idxmax() if len(by_wait) else None
+        if top is None or (rows and cpu >= by_wait.max()):
             rows.append(dict(thread=thread, doing="cpu", reason=reasons.CPU, function=cpu_fn, waker="",
                              waker_function="", ended="", seconds=cpu))
             break
-        waker, reason, function = top
-        part = mine[(mine["waker"] == waker) & (mine["reason"] == reason) & (mine["function"] == function)]
+        reason, function = top
+        same = mine[(mine["reason"] == reason) & (mine["function"] == function)]
+        by_waker = same.groupby("waker", sort=False)["seconds"].sum()
+        named = by_waker[by_waker.index != ""]
+        waker = str((named if len(named) else by_waker).idxmax())
+        part = same[same["waker"] == waker]
         wf = part.groupby("waker_function")["seconds"].sum()
         ended = part.groupby("ended")["seconds"].sum()
         rows.append(dict(thread=thread, doing="wait", reason=reason, function=function, waker=waker,
                          waker_function=str(wf.idxmax()) if len(wf) else "",
-                         ended=str(ended.idxmax()) if len(ended) else "", seconds=float(by_waker.max())))
+                         ended=str(ended.idxmax()) if len(ended) else "", seconds=float(by_wait.max())))
         thread = waker if waker in threads else None
         if waker and waker not in threads and len(rows) < hops:   # another process: the chain ends there
             rows.append(dict(thread=waker, doing="process", reason="", function=rows[-1]["waker_function"],
