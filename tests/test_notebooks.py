@@ -51,10 +51,11 @@ def test_executes_and_converts(path, tmp_path):
     if path.name.startswith("04"):
         lines = r["summary"].splitlines()
         assert len(lines) == 3 and lines[0].startswith("case study:") and "x faster" in lines[2]
-        # The four pictures: the main thread's wall icicle (the py-spy --idle report), the worker's
-        # wall icicle with off-CPU hatched beside perf's CPU icicle, the differential icicle.
-        assert "backend py-spy" in html and "class=\"profmagic-offcpu\"" in html
-        row = html[html.index("eu-stack: worker, wall time"):]
-        row = row[:row.index("Top functions per backend")]
-        assert "perf: worker, CPU samples" in row and row.count("<svg") == 2
+        # One perf --mode both --system cell states the wait chain at the top of its report, down to
+        # the other rank that held the lock; the worker's CPU icicle beside its wall icicle (off-CPU
+        # hatched); the differential icicle.
+        sentence = html[html.index('class="profmagic-chain-sentence"'):]
+        sentence = sentence[:sentence.index("</")]
+        assert "backend perf" in html and re.search(r"woken by cs-worker \(pid \d+\)", sentence), sentence
+        assert 'class="profmagic-cpuwall"' in html and 'class="profmagic-offcpu"' in html
         assert ' profmagic-diff"' in html
