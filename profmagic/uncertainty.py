@@ -107,14 +107,17 @@ def transitions(profile, metric: str, rows: np.ndarray | None = None):
         g = np.maximum(g, t[1:] - t[:-1])
     if metric == "cpu" and str(profile.meta.get("backend") or "") in SPLIT:
         g = period[1:] + period[:-1]   # the change's interval, part of it moved to the other sample
-    if metric == "cpu" and "wall" in profile.samples and str(profile.meta.get("backend") or "") in SWITCHED:
+    s = profile.samples
+    if metric in ("cpu", "wall") and "wall" in s and "cpu" in s and str(profile.meta.get("backend") or "") in SWITCHED:
         # The thread ran between two samples for the gap less the first one's time off-CPU: a change
-        # (made while running) lies in that, and its CPU may have gone to a cpu-clock sample far off.
-        s = profile.samples
+        # (made while running) lies in that, or in a cpu-clock sample's period (its CPU may have gone
+        # to one far off). Off-CPU time is stamped exactly, so a sleep's length widens nothing.
         o = np.lexsort((s["time"].to_numpy(np.float64), s["thread"].cat.codes.to_numpy(np.int64)))
-        off = np.nan_to_num(s["wall"].to_numpy(np.float64) - s["cpu"].to_numpy(np.float64))[o]
-        off = off if rows is None else off[k]
-        g = np.maximum(g, np.clip(t[1:] - t[:-1] - off[:-1], 0, None))
+        cpu = np.nan_to_num(s["cpu"].to_numpy(np.float64))[o]
+        off = np.nan_to_num(s["wall"].to_numpy(np.float64))[o] - cpu
+        cpu, off = (cpu, off) if rows is None else (cpu[k], off[k])
+        ran = np.clip(t[1:] - t[:-1] - off[:-1], 0, None)
+        g = np.maximum(g, ran) if metric == "cpu" else np.maximum(np.maximum(cpu[1:], cpu[:-1]), ran)
     change = same & (r[1:] != r[:-1])
     first = np.r_[True, ~same]
     last = np.r_[~same, True]
