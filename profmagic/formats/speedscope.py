@@ -306,14 +306,17 @@ def _chunk_frames(chunk: bytes, skip: int, nframes: int, cache: list | None = No
     width = np.diff(pos)[num] - 1
     if len(width):
         wmax = int(width.max())
-        if wmax > 9 or ((width > 1) & (c[ends - width + 1] == 48)).any():   # "01" is no JSON number
+        if wmax <= 4:   # frame indices below 10,000: a word per number
+            val = _short_numbers(c, ends, width)
+        elif wmax > 9 or ((width > 1) & (c[ends - width + 1] == 48)).any():   # "01" is no JSON number
             return None
-        val = np.subtract(c[ends], 48, dtype=np.int32)
-        for j in range(1, wmax):
-            digit = np.subtract(np.where(width > j, c[ends - j], 48), 48, dtype=np.int32)
-            digit *= 10 ** j
-            val += digit
-        if int(val.max()) >= nframes:
+        else:
+            val = np.subtract(c[ends], 48, dtype=np.int32)
+            for j in range(1, wmax):
+                digit = np.subtract(np.where(width > j, c[ends - j], 48), 48, dtype=np.int32)
+                digit *= 10 ** j
+                val += digit
+        if val is None or int(val.max()) >= nframes:
             return None
     else:
         val = np.zeros(0, np.int32)
@@ -333,6 +336,22 @@ def _chunk_frames(chunk: bytes, skip: int, nframes: int, cache: list | None = No
     np.cumsum(mixed, out=total[1:])
     h = (total[first + lengths] - total[first]) * inv[first] + lengths.astype(np.uint64) * _MIX_LEN
     return val, lengths, h
+
+
+def _short_numbers(c: np.ndarray, ends: np.ndarray, width: np.ndarray) -> np.ndarray | None:
+    """The numbers of 1-4 digits whose last digits are ``c[ends]``, as int32, or None for a leading
+    zero. Each number's 4 bytes are read as one little-endian word (its last digit the top byte),
+    the bytes before it masked off, and the digits combined in pairs within the word."""
+    pad = np.concatenate((np.zeros(3, np.uint8), c))
+    x = np.ndarray((len(c),), "<u4", pad, 0, (1,))[ends]   # bytes c[e-3..e]
+    drop = (np.uint32(4) - width.astype(np.uint32)) * np.uint32(8)   # bits of the bytes before the number
+    keep = np.right_shift(np.uint32(0xFFFFFFFF), drop)
+    keep = np.left_shift(keep, drop)
+    y = (x & keep) - (np.uint32(0x30303030) & keep)   # digit values; 0 in front
+    if ((width > 1) & ((np.right_shift(y, drop) & np.uint32(0xFF)) == 0)).any():   # "01" is no JSON number
+        return None
+    t = (y * np.uint32(10) + np.right_shift(y, np.uint32(8))) & np.uint32(0x00FF00FF)   # two 2-digit halves
+    return ((t & np.uint32(0xFF)) * np.uint32(100) + np.right_shift(t, np.uint32(16))).astype(np.int32)
 
 
 _TOKEN = np.full(256, 2, np.int8)
