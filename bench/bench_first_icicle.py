@@ -46,6 +46,7 @@ def measure(app: str, runs: int) -> dict:
                     second = F.run_and_time(page, root, 2)
                 finally:
                     page.context.close()
+                    F.shut_down_kernels(lab)
                 out[v].append({"first": first, "second": second})
                 print(app, v, r, out[v][-1], flush=True)
     return out

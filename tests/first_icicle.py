@@ -8,7 +8,10 @@ run was clicked count.
 """
 from __future__ import annotations
 
+import json
 import os
+import re
+import urllib.request
 
 import browser as B
 
@@ -58,9 +61,25 @@ def run_and_time(page, root: str, index: int, label: str = LABEL) -> dict:
     cell = page.locator(".jp-Notebook .jp-CodeCell").nth(index)
     cell.scroll_into_view_if_needed()
     cell.locator(".jp-InputPrompt").click(force=True)
-    page.evaluate("a => { window.__first = (%s)(a); }" % OBSERVE, [cell.element_handle(), label])
-    page.locator(".jp-NotebookPanel-toolbar [data-command='notebook:run-cell-and-select-next']").click()
-    page.wait_for_function("() => window.__first !== undefined")
+    page.evaluate("a => { window.__first = undefined; (%s)(a).then(o => { window.__first = o; }); }" % OBSERVE,
+                  [cell.element_handle(), label])
+    prompt = cell.locator(".jp-InputArea-prompt")
+    run = page.locator(".jp-NotebookPanel-toolbar [data-command='notebook:run-cell-and-select-next']")
+    for attempt in range(4):   # a click while the page is still settling can be lost (as browser.run_cell)
+        run.click()
+        try:
+            prompt.filter(has_text=re.compile(r"\[\*\]")).wait_for(timeout=10_000)
+            break
+        except Exception:
+            if attempt == 3:
+                B.screenshot(page, f"first-icicle-{index}-not-run.png")
+                raise
+            cell.locator(".jp-InputPrompt").click(force=True)
+    try:
+        page.wait_for_function("() => window.__first !== undefined", timeout=120_000)
+    except Exception:
+        B.screenshot(page, f"first-icicle-{index}-never-drawn.png")
+        raise
     seen = page.evaluate("() => window.__first")
     with open(end_file) as f:
         end = float(f.read()) * 1000
@@ -81,6 +100,16 @@ def fresh_page(lab, browser, name: str, setup: str = SETUP):
     page = lab.open(browser, name)
     B.run_cell(page, 0)
     return page
+
+
+def shut_down_kernels(lab) -> None:
+    """Every kernel of the server ``lab`` shut down (a page's kernel outlives its closed page)."""
+    url = f"{lab.base}/api/kernels?token={lab.token}"
+    with urllib.request.urlopen(url, timeout=30) as r:
+        kernels = json.load(r)
+    for k in kernels:
+        req = urllib.request.Request(f"{lab.base}/api/kernels/{k['id']}?token={lab.token}", method="DELETE")
+        urllib.request.urlopen(req, timeout=30).close()
 
 
 def hover_shows(page, cell, label: str = LABEL) -> str:
