@@ -7,17 +7,26 @@ sampler); otherwise from a companion built-in sampler at ``COMPANION_RATE`` Hz i
 which the view names. The updater is a thread: it needs the interpreter lock to build an update,
 so while the cell holds the lock in C no update can be sent; the view carries a CSS timer that then
 says "waiting for the interpreter" by itself, with nothing to run.
+
+After ``NOW_AFTER`` seconds (a cell that may hang), the view adds what every thread of the cell is
+doing now, read by the updater itself whatever the backend: each thread's current Python stack
+(``sys._current_frames``; a thread with no Python frames shows its kernel wait channel), and its
+reason (reasons.py: ``/proc`` state, wchan and system call, and the leaf Python call). Wakers are
+never known live: perf ``--mode both`` gives them in the report; the view says so.
 """
 from __future__ import annotations
 
 import contextvars
 import html
+import os
+import sys
 import threading
 import time
 import zlib
 
-from . import interrupts, procfs
+from . import interrupts, procfs, reasons
 from .backends.base import Options
+from .sampling import code_name
 from .threads import OWN, mark_own
 
 INTERVAL = 1.0          # seconds between updates
@@ -25,6 +34,8 @@ FIRST_VIEW = 1.0        # the top functions and the icicle appear after this man
 COMPANION_RATE = 10.0   # Hz of the companion sampler for backends that do not stream
 STALE = 3               # seconds without an update before the view says it waits for the interpreter
 TOP = 8
+NOW_AFTER = 3.0         # seconds: then the view shows what every thread is doing now
+NOW_DEPTH = 6           # frames of each thread's current stack shown, leaf first
 
 
 class Output:
@@ -70,6 +81,7 @@ class Live:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._t0 = 0.0
+        self._readers: dict[int, reasons.ProcReader] = {}
 
     @property
     def source(self) -> str:
@@ -105,6 +117,9 @@ class Live:
             comp, self.companion = self.companion, None
             if comp is not None:
                 comp.close()
+            for r in self._readers.values():
+                r.close()
+            self._readers.clear()
 
     def _run(self) -> None:
         mark_own()
@@ -145,10 +160,67 @@ class Live:
             table, rows = _top(agg)
             parts += [table, _icicle(agg)]
             text += rows
+        if elapsed >= NOW_AFTER:
+            table, rows = _now_html(self.now(), self.wakers())
+            parts.append(table)
+            text += rows
         parts.append("<div class='profmagic-stale'>waiting for the interpreter: no update for "
                      f"{STALE} s (the cell holds the GIL in C code); the view resumes when it lets go</div></div>")
         return {"text/plain": "\n".join(text), "text/html": "".join(parts)}
 
+
+    def now(self) -> list[dict]:
+        """What each thread of the cell is doing now: ``thread``, ``stack`` (leaf first) and
+        ``reason``. The cell's thread first, then the threads started since the kernel's own (not
+        profmagic's)."""
+        o = self.session.options
+        pid = o.pid or os.getpid()
+        here = pid == os.getpid()
+        names = procfs.threads() if here else _threads_of(pid)
+        cell = o.thread_native_id
+        before = self.session.before or ()
+        tids = [t for t in names if t not in OWN and (t == cell or t not in before)]
+        tids.sort(key=lambda t: (t != cell, t))
+        frames = sys._current_frames() if here else {}
+        ident = {t.native_id: t.ident for t in threading.enumerate() if t.native_id is not None} if here else {}
+        out = []
+        for tid in tids:
+            r = self._readers.get(tid)
+            if r is None:
+                r = self._readers[tid] = reasons.ProcReader(pid, tid)
+            state, wchan, syscall, _ = r.facts()
+            if state is None:   # the thread has ended
+                continue
+            f = frames.get(ident.get(tid))
+            stack, leaf = [], (None, None)
+            if f is not None:
+                leaf = reasons.python_leaf(f)
+                g = f
+                while g is not None and len(stack) < NOW_DEPTH:   # up to the cell's frame
+                    stack.append(code_name(g.f_code))
+                    if o.cell_filename and g.f_code.co_filename == o.cell_filename:
+                        break
+                    g = g.f_back
+                if leaf[1] not in (None, reasons.BETWEEN_BYTECODES, reasons.WITH):
+                    stack.insert(0, f"{leaf[1]}()")
+            elif wchan and wchan != "0":
+                stack = [f"[kernel] {wchan}"]
+            if state == "R":   # running, or runnable
+                why = reasons.CPU
+            else:
+                why = reasons.classify(state=state, wchan=wchan, syscall=syscall, function=leaf[0], call=leaf[1])
+            label = f'Thread {tid} "{names[tid]}"'
+            out.append({"thread": label, "stack": stack, "reason": why})
+        for tid in set(self._readers) - set(tids):
+            self._readers.pop(tid).close()
+        return out
+
+    def wakers(self) -> str:
+        """What the view says of wakers: never known live."""
+        o = self.session.options
+        if self.session.name == "perf" and o.mode == "both":
+            return "wakers: not known live (perf gives them in the report)"
+        return "wakers: not known live (they need --backend perf --mode both)"
 
     def _memory_bundle(self, elapsed: float) -> dict:
         """memray alone has nothing to show while it records: the status and the process's RSS."""
@@ -157,6 +229,36 @@ class Live:
         status = (f"● recording · {self.session.name} · pid {o.pid} · {elapsed:.1f} s"
                   + (f" · RSS now {rss / 2**20:,.1f} MiB" if rss is not None else ""))
         return {"text/plain": status, "text/html": f"<div class='profmagic-live'><b>{html.escape(status)}</b></div>"}
+
+
+def _threads_of(pid: int) -> dict[int, str]:
+    """Native id -> name of every thread of another process."""
+    out = {}
+    try:
+        for t in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{t}/comm") as f:
+                    out[int(t)] = f.read().strip()
+            except OSError:
+                pass
+    except OSError:
+        pass
+    return out
+
+
+def _now_html(now: list[dict], wakers: str) -> tuple[str, list[str]]:
+    """HTML and text rows of what each thread is doing now."""
+    rows_html, rows_text = [], []
+    for t in now:
+        stack = " ← ".join(t["stack"]) or "(no stack)"
+        label = reasons.LABELS.get(t["reason"], t["reason"])
+        rows_html.append(f"<tr><td>{html.escape(t['thread'])}</td><td>{html.escape(label)}</td>"
+                         f"<td>{html.escape(stack)}</td></tr>")
+        rows_text.append(f"  now: {t['thread']} · {label} · {stack}")
+    rows_text.append(f"  {wakers}")
+    return ("<div class='profmagic-now'><b>now</b> (each thread's stack, leaf first, and why it waits)"
+            "<table>" + "".join(rows_html) + f"</table><span style='color:#666'>{html.escape(wakers)}</span></div>",
+            rows_text)
 
 
 def aggregate(frames: list, rows: list, threads: set, cell_file: str | None) -> dict:

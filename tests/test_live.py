@@ -92,3 +92,45 @@ def test_interrupt_shows_what_was_recorded_then_raises(k, tmp_path):
     left = [n for n in set(os.listdir("/tmp")) - before if n.startswith("profmagic-")]
     assert not left, left
     assert k.value("6 * 7") == 42
+
+
+HUNG = '''
+import threading
+lk = threading.Lock()
+def hold(t):
+    with lk:
+        time.sleep(t)
+def wait_for_lock():
+    lk.acquire()
+    lk.release()
+'''
+
+
+@pytest.mark.parametrize("backend", ["sampler", pytest.param("perf --mode both",
+                                                                marks=pytest.mark.requires("perf", "perf_event"))])
+def test_a_hung_cell_shows_what_each_thread_does_now(k, backend):
+    """The main thread waits 4.5 s on a lock a second thread holds while it sleeps: past NOW_AFTER
+    (3 s) the live view names the waiting thread's current stack and its reason (lock), and the
+    holder's stack (in time.sleep, under hold)."""
+    from profmagic import live
+    assert k.run(HUNG).status == "ok"
+    r = k.run(f"%%profile -b {backend}\nh = threading.Thread(target=hold, args=(4.5,), name='holder')\n"
+              "h.start()\ntime.sleep(0.2)\nwait_for_lock()\nh.join()\n")
+    assert r.status == "ok", r.text()
+    live_texts = [t for t in _updates(r) if t.startswith("● recording")]
+    now = [t for t in live_texts if "  now: " in t]
+    assert now and live.NOW_AFTER < 4.5, live_texts
+    rows = [line for line in now[-1].splitlines() if line.startswith("  now: ")]
+    main = [line for line in rows if '"MainThread"' in line]
+    holder = [line for line in rows if '"holder"' in line]
+    assert len(main) == 1 and len(holder) == 1, rows
+    # the waiting thread: its leaf is the call it waits in, under the cell's function; its reason a lock
+    assert main[0].split(" · ")[1] == "a lock or condition", main
+    assert main[0].split(" · ")[2] == "acquire() ← wait_for_lock ← <module>", main
+    # the holder: sleeping in time.sleep under hold, the function that holds the lock
+    assert holder[0].split(" · ")[1] == "sleep", holder
+    assert holder[0].split(" · ")[2].startswith("sleep() ← hold ← "), holder
+    wakers = "perf gives them in the report" if backend.startswith("perf") else "they need --backend perf --mode both"
+    assert f"wakers: not known live ({wakers})" in now[-1], now[-1]
+    # before NOW_AFTER the view does not say it
+    assert "  now: " not in live_texts[0], live_texts[0]
