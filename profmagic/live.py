@@ -182,6 +182,7 @@ class Live:
         tids = [t for t in names if t not in OWN and (t == cell or t not in before)]
         tids.sort(key=lambda t: (t != cell, t))
         frames = sys._current_frames() if here else {}
+        frames.pop(threading.get_ident(), None)   # this frame holds the dict: no cycle kept
         ident = {t.native_id: t.ident for t in threading.enumerate() if t.native_id is not None} if here else {}
         out = []
         for tid in tids:
