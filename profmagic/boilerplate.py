@@ -65,8 +65,9 @@ RULES: list[Rule] = [
     Rule("%%profile", "", r"(^|/)profmagic/(magic|session|attaching)\.py$"),
     Rule("interpreter", "", INTERPRETER_FILE),
     Rule("interpreter", INTERPRETER_NAME, r"^$"),
-    # A raw address, or a library perf could not symbolise: above user code, it is the runtime's.
-    Rule("unresolved", r"0x[0-9a-fA-F]+|\[[^\]]+\]"),
+    # A raw address, or a library perf could not symbolise (``lib.so+0xOFFSET``: formats/native_names.py):
+    # above user code, it is the runtime's.
+    Rule("unresolved", r"0x[0-9a-fA-F]+|\[[^\]]+\]|[^\s/]+\+0x[0-9a-f]+"),
 ]
 
 _CACHE: "weakref.WeakKeyDictionary[Profile, tuple]" = weakref.WeakKeyDictionary()
@@ -97,6 +98,16 @@ def fold(profile: Profile, rules: list[Rule] | None = None) -> Profile:
     out = _fold(profile, list(key))
     _CACHE[profile] = (key, None if out is profile else out)   # never the key itself: it would never be freed
     return out
+
+
+def functions(profile: Profile, metric: str | None = None, boilerplate: bool = True):
+    """``profile.functions(metric)`` folded as the views fold it, with the same switch: by default
+    boilerplate is folded and functions found only in folded frames are left out (the notebooks'
+    tables then list what the icicle shows); ``boilerplate=False`` lists every function."""
+    if not boilerplate:
+        return profile.functions(metric)
+    df = fold(profile).functions(metric)
+    return df[df["file"] != FOLDED_FILE]
 
 
 def folded_frames(profile: Profile) -> int:

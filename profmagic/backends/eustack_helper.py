@@ -5,7 +5,9 @@ It loops: ``eu-stack -q -p PID`` (full unwind, raw addresses, 1-2 ms), then each
 before and after each unwind it reads every Python thread's frame chain from the target's memory
 (``pyframes.py``, ~0.1-0.6 ms). It prints ``ready`` after its first snapshot. On SIGINT it resolves the unique addresses once with
 ``eu-addr2line -p PID -f -i -a`` (caller frames are return addresses: it resolves pc-1) while the
-target is still alive, and writes the sampled capture that ``formats/eu_stack.py`` reads.
+target is still alive, and writes the sampled capture that ``formats/eu_stack.py`` reads. An
+address no symbol covers is written ``lib.so+0xOFFSET`` (as perf prints it); one in CPython's perf
+trampolines (``/tmp/perf-PID.map``), where eu-stack's unwind stops, by the map's ``py::`` name.
 """
 from __future__ import annotations
 
@@ -178,21 +180,22 @@ def resolve(pid: int, addrs: list[int], chunk: int = 2000) -> dict[int, list[tup
     return out
 
 
-def _maps(pid: int) -> list[tuple[int, int, str]]:
+def _maps(pid: int) -> list[tuple[int, int, str, int]]:
+    """(start, end, path, start - file offset) of each file mapping."""
     out = []
     for line in (_read(f"/proc/{pid}/maps") or "").split("\n"):
         parts = line.split(None, 5)
         if len(parts) == 6 and parts[5].startswith(("/", "[")):
             lo, hi = parts[0].split("-")
-            out.append((int(lo, 16), int(hi, 16), parts[5].strip()))
+            out.append((int(lo, 16), int(hi, 16), parts[5].strip(), int(lo, 16) - int(parts[2], 16)))
     return out
 
 
-def _module(maps, addr: int) -> str | None:
-    for lo, hi, path in maps:
+def _module(maps, addr: int) -> tuple[str | None, int]:
+    for lo, hi, path, base in maps:
         if lo <= addr < hi:
-            return path
-    return None
+            return path, base
+    return None, 0
 
 
 def trampolines(pid: int) -> tuple[list[tuple[int, int, str]], str]:
@@ -400,7 +403,7 @@ def write_capture(path: str, pid: int, snaps: list[Snapshot], header: str) -> No
     names = resolve(pid, sorted(want))
     maps = _maps(pid)
     tramps, tramp_file = trampolines(pid)
-    mod_cache: dict[int, str | None] = {}
+    mod_cache: dict[int, tuple[str | None, int]] = {}
     lines = [header]
     for snap in snaps:
         lines.append(f"# t={snap.t:.6f}")
@@ -417,14 +420,16 @@ def write_capture(path: str, pid: int, snaps: list[Snapshot], header: str) -> No
                 key = ad - 1 if i else ad
                 if key not in mod_cache:
                     mod_cache[key] = _module(maps, key)
-                mod = mod_cache[key]
+                mod, base = mod_cache[key]
                 tramp = _trampoline(tramps, key) if mod is None and tramps else None
                 if tramp is not None:   # named by the map: the reader splices the Python frames in above it
                     lines.append(f"#{n:<2} 0x{ad:016x} {tramp} - {tramp_file}")
                     n += 1
                     continue
                 for fn, file, ln in names.get(key) or [("??", None, None)]:
-                    name = fn if fn and fn != "??" else f"0x{ad:x}"
+                    # No symbol: lib.so+0xOFFSET, as perf names it (formats/native_names.py).
+                    name = fn if fn and fn != "??" else (f"{os.path.basename(mod)}+0x{key - base:x}"
+                                                         if mod and mod.startswith("/") else f"0x{ad:x}")
                     lines.append(f"#{n:<2} 0x{ad:016x} {name}" + (f" - {mod}" if mod else ""))
                     if file:
                         lines.append(f"    {file}:{ln or 0}")

@@ -432,6 +432,7 @@ def read(capture: Capture, options: Options | None = None):
             **capture.meta, "backend": NAME, "versions": {"perf": version()}}
     if options is not None:
         meta["rate"] = float(options.rate)
-    # Threads get the label every backend shares (not perf's comm-PID/TID), so thread filters match.
+    # Threads get the label every backend shares (not perf's comm-PID/TID), so thread filters match;
+    # so do C/C++ function names (formats/native_names.py).
     return perf_script.read(capture.data, source="perf capture", meta=meta,
-                            thread_labels="threads")
+                            thread_labels="threads", native_names=True)

@@ -503,6 +503,9 @@ def read(capture: Capture, options: Options) -> Profile:
     elif metric == "cpu":
         meta["metric_note"] = ("py-spy without --idle drops samples of threads it sees as idle, so its "
                                "weights approximate CPU time (1/rate each)")
+    if options.native:   # C/C++ frames named as perf and eu-stack name them (formats/native_names.py)
+        from ..formats import native_names
+        p = native_names.rename(p, ("native", "other"))
     # A capture without samples has no time column: keep the reader's metric then.
     out_metric = "wall" if metric == "both" else metric
     return p.replace(meta=p.meta.replace(**meta), metric=out_metric if out_metric in p.metrics else p.metric)

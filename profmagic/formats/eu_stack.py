@@ -18,8 +18,9 @@ prints a module memory map first, whose file paths then replace ``-m``'s bare fi
 leaves names out. As stackcollapse-elfutils.pl does, each ``TID`` block is one sample (count 1),
 frames are listed leaf first, and a frame without a name is ``[unknown]``. With ``raw_names=True``
 names are taken exactly as that script takes them (everything after the address); by default the
-module goes to the frame's file (a ``-s`` source file takes its place) and runs of interpreter
-frames fold into ``[python]``.
+module goes to the frame's file (a ``-s`` source file takes its place), runs of interpreter
+frames fold into ``[python]``, and C/C++ names take the one form perf and py-spy give them too
+(``native_names.py``: no return type or parameters, ``clone3`` for ``__clone3``).
 
 The recorder's sampled form is the same text with a header line, a ``# t=SECONDS`` line before each
 snapshot and facts after each ``TID n:``::
@@ -48,6 +49,7 @@ from .. import reasons
 from ..threads import thread_label
 from ..errors import ProfileFormatError
 from ..model import Profile, Raw, StackBuilder
+from . import native_names
 from ._common import MAX_DEPTH, MAX_THREADS, text_meta, too_deep, too_many_threads
 from .folded import decode
 from .registry import Format
@@ -443,6 +445,8 @@ def _frame(fm, raw_names: bool) -> list:
             name, file = mm.group(1).strip(), mm.group(2)
     if not name.strip():
         name = "[unknown]"
+    elif not raw_names and not name.startswith("py::"):
+        name = native_names.name(name)   # the name perf and py-spy give it too
     return [name, file, None, int(fm.group(2) or "0", 16)]
 
 

@@ -51,6 +51,7 @@ from ..errors import ProfileFormatError
 from ..threads import thread_label
 from ..model import Profile, Raw, StackBuilder
 from ._perf_common import SideBand
+from . import native_names
 from .folded import decode
 from .registry import Format
 
@@ -142,10 +143,22 @@ def _tidy(func: str) -> str:
 
 
 class _Opts:
-    __slots__ = ("kernel", "jit", "addrs", "python_names")
+    __slots__ = ("kernel", "jit", "addrs", "python_names", "native_names")
 
-    def __init__(self, kernel, jit, addrs, python_names):
+    def __init__(self, kernel, jit, addrs, python_names, native_names=False):
         self.kernel, self.jit, self.addrs, self.python_names = kernel, jit, addrs, python_names
+        self.native_names = native_names
+
+
+def _native(pc: str, rawfunc: str, mod: str) -> tuple[str, str, str]:
+    """A C/C++ frame named as every backend names it (native_names.py); perf prints a library's
+    addresses relative to it, so an unnamed one is ``lib.so+0xOFFSET``."""
+    if rawfunc == "[unknown]" and mod.startswith("/") and not mod.startswith("//"):
+        try:
+            return native_names.unresolved(mod, int(pc, 16)), mod, "native"
+        except ValueError:
+            pass
+    return native_names.name(rawfunc).replace(";", ":"), mod, "native"
 
 
 def _frame_parts(pc: str, rawfunc: str, mod: str, java: bool, o: _Opts) -> list[tuple[str, str, str]]:
@@ -158,6 +171,9 @@ def _frame_parts(pc: str, rawfunc: str, mod: str, java: bool, o: _Opts) -> list[
         parts.pop()
     kernel_mod = bool(_KERNEL_MOD.search(mod)) and "unknown" not in mod
     jit_mod = bool(_JIT_MAP.search(mod))
+    if o.native_names and not kernel_mod and not jit_mod and mod != "[unknown]" \
+            and not (rawfunc.startswith("py::") and _JITTED_SO.search(mod)):
+        return [_native(pc, rawfunc, mod)]
     out = []
     for i, func in enumerate(parts):
         if func == "[unknown]":
@@ -450,15 +466,19 @@ class Parser:
 
 
 READ_DEFAULTS = dict(pid=False, tid=False, kernel=False, jit=False, addrs=False, event_filter=None,
-                     keep_unterminated=True, strict=False, python_names=True, thread_labels="perf")
+                     keep_unterminated=True, strict=False, python_names=True, thread_labels="perf",
+                     native_names=False)
 
 
 def read(data: bytes, source: str = "<input>", pid: bool = False, tid: bool = False,
          kernel: bool = False, jit: bool = False, all: bool = False, addrs: bool = False,
          event_filter: str | None = None, keep_unterminated: bool = True, strict: bool = False,
-         python_names: bool = True, thread_labels: str = "perf", meta: dict | None = None) -> Profile:
+         python_names: bool = True, thread_labels: str = "perf", native_names: bool = False,
+         meta: dict | None = None) -> Profile:
     """Read ``perf script`` text. Options mirror stackcollapse-perf.pl (``all`` = kernel + jit);
     see the module docstring for ``keep_unterminated``, ``strict`` and ``python_names``.
+    ``native_names``: C/C++ frames named as every backend names them (formats/native_names.py)
+    instead of stackcollapse's tidy (which cuts a template's arguments at their first ``(``).
     ``thread_labels``: "perf" (comm-PID/TID) or "threads" (``Thread <tid> "<comm>"``); ``meta`` is
     added to the profile's meta."""
     if thread_labels not in THREAD_LABELS:
@@ -466,7 +486,8 @@ def read(data: bytes, source: str = "<input>", pid: bool = False, tid: bool = Fa
     thread_name = THREAD_LABELS[thread_labels]
     options = {k: v for k, v in dict(pid=pid, tid=tid, kernel=kernel, jit=jit, addrs=addrs, event_filter=event_filter,
                                        keep_unterminated=keep_unterminated, strict=strict, python_names=python_names,
-                                       thread_labels=thread_labels).items() if v != READ_DEFAULTS[k]}
+                                       thread_labels=thread_labels, native_names=native_names).items()
+               if v != READ_DEFAULTS[k]}
     if all:
         kernel = jit = True
     text = _text(data)
@@ -482,7 +503,8 @@ def read(data: bytes, source: str = "<input>", pid: bool = False, tid: bool = Fa
         names[fid] = name
         return fid
 
-    parser = Parser(text, frame if sched else b.frame, _Opts(kernel, jit, addrs, python_names), source=source,
+    parser = Parser(text, frame if sched else b.frame, _Opts(kernel, jit, addrs, python_names, native_names),
+                    source=source,
                     pid=pid, tid=tid, event_filter=event_filter, strict=strict, thread_name=thread_name,
                     all_events=sched)
     records = list(parser.records())
