@@ -9,11 +9,12 @@ native frame, else its leaf); ``waker_function`` the same of the waker's stack a
 ``signal``, ``interrupt``, or empty where no wakeup was recorded.
 
 ``chain(p)`` follows the cell's largest waits: start at the cell's thread (``meta.cell_thread``,
-else the thread with the most wall), take its largest wait (by reason and function, all its wakers
-together: a lock shared by several processes is one wait), go to the waker that ended most of it,
-and say what that thread was doing: its own CPU (the end of the chain) or its own largest wait; at
-most ``HOPS`` hops. Each hop has its share of the cell's wall, the reason, the function it waited
-in and the function the waker was in. ``sentence(p)`` states the chain in one line.
+else the thread with the most wall), take its largest wait, by reason and by who ended it (a thread
+of the profile, or other processes as one: a lock that several processes hand over in turn is one
+wait), go to the waker that ended most of it, and say what that thread was doing: its own CPU (the
+end of the chain) or its own largest wait; at most ``HOPS`` hops. Each hop has its share of the
+cell's wall, the reason, the functions it waited in (each holding ``FUNCTION_SHARE`` of it, joined
+by " / ") and the function the waker was in. ``sentence(p)`` states the chain in one line.
 
 Only perf ``--mode both`` records wakers (formats/perf_sched.py); other backends give the waits
 and reasons with no waker (``has_wakers`` says which).
@@ -29,6 +30,8 @@ import pandas as pd
 from . import reasons
 
 HOPS = 4
+OTHERS = "\0other processes"   # chain(): other processes' wakers, one wait
+FUNCTION_SHARE = 0.25         # chain(): a hop names each function holding this share of its wait
 NO_WAKERS = "wakers need `--backend perf --mode both`"
 COLUMNS = ["thread", "reason", "function", "waker", "waker_function", "ended", "seconds", "share"]
 
@@ -163,21 +166,22 @@ def chain(p, hops: int = HOPS) -> pd.DataFrame:
     while thread is not None and len(rows) < hops and thread not in seen:
         seen.add(thread)
         mine = w[(w["thread"] == thread) & (w["reason"] != reasons.CORE)]
-        # The largest wait is by (reason, function), all its wakers together (a lock shared by
-        # several processes is one wait, each holder waking it in turn); its waker is the one that
-        # ended most of it.
-        by_wait = mine.groupby(["reason", "function"], sort=False)["seconds"].sum()
+        # The largest wait is by reason and by who ended it: a thread, or other processes as one (a
+        # lock that several processes hand over in turn is one wait); its waker is the one that
+        # ended most of it, its function those holding at least FUNCTION_SHARE of it.
+        key = mine["waker"].where(mine["waker"].isin(threads) | (mine["waker"] == ""), OTHERS)
+        by_wait = mine.groupby([mine["reason"], key], sort=False)["seconds"].sum()
         cpu, cpu_fn = _cpu_of(p, thread)
         top = by_wait.idxmax() if len(by_wait) else None
         if top is None or (rows and cpu >= by_wait.max()):
             rows.append(dict(thread=thread, doing="cpu", reason=reasons.CPU, function=cpu_fn, waker="",
                              waker_function="", ended="", seconds=cpu))
             break
-        reason, function = top
-        same = mine[(mine["reason"] == reason) & (mine["function"] == function)]
-        by_waker = same.groupby("waker", sort=False)["seconds"].sum()
-        named = by_waker[by_waker.index != ""]
-        waker = str((named if len(named) else by_waker).idxmax())
+        reason, who = top
+        same = mine[((mine["reason"] == reason) & (key == who)).to_numpy()]
+        fns = same.groupby("function", sort=False)["seconds"].sum().sort_values(ascending=False, kind="stable")
+        function = " / ".join(str(f) for f in fns.index[(fns >= FUNCTION_SHARE * fns.sum()).to_numpy()][:3])
+        waker = str(same.groupby("waker", sort=False)["seconds"].sum().idxmax())
         part = same[same["waker"] == waker]
         wf = part.groupby("waker_function")["seconds"].sum()
         ended = part.groupby("ended")["seconds"].sum()
