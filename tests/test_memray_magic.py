@@ -105,7 +105,13 @@ def test_default_is_aggregated_and_leaks_names_its_metric(clean):
     assert r.error is None, r.text()
     assert mf.LEAKS_LABEL in static(r)
     fn = k.value("_profile.functions().set_index('name')['total'].to_dict()")
-    assert fn.get("alloc", 0) < 1_000, fn  # its list was freed before the cell ended
+    # Its list was freed before the cell ended: of its 21 MB, by default at most the one pymalloc arena
+    # (1 MiB) that its small objects opened is still counted, when another object keeps it open.
+    assert fn.get("alloc", 0) <= 2**20, fn
+    r = k.run("%%profile --backend memray --leaks --memory-exact\nkeep = cell()\ndel keep\n")
+    assert r.error is None, r.text()
+    fn = k.value("_profile.functions().set_index('name')['total'].to_dict()")
+    assert fn.get("alloc", 0) < 1_000, fn   # every object traced: nothing of alloc's is left
 
 
 @pytest.mark.timed

@@ -159,13 +159,13 @@ def pymalloc_free() -> tuple[dict[int, int], int, int] | None:
 _ANCHORS: list = []   # one block in each pool filled for a full size, kept until the next recording
 
 
-def _block(size: int, i: int):
-    """A new object that takes one pymalloc block of ``size`` bytes."""
+def _blocks(size: int, n: int) -> list:
+    """``n`` new objects that take one pymalloc block of ``size`` bytes each."""
     if size >= _BYTES_HEAD + 15:
-        return bytes(size - _BYTES_HEAD)
+        return [bytes(size - _BYTES_HEAD) for _ in range(n)]
     if size >= _INT_SIZE:
-        return (1 << 20) + i
-    return [i, i]   # its item array: 16 bytes (the list itself takes a larger block)
+        return [(1 << 20) + i for i in range(n)]   # one-digit ints, none cached
+    return [[i, i] for i in range(n)]   # their item arrays: 16 bytes (the lists take larger blocks)
 
 
 def fill_pymalloc(keep: list | None = None, passes: int = 4, reserve: int = 4,
@@ -183,10 +183,10 @@ def fill_pymalloc(keep: list | None = None, passes: int = 4, reserve: int = 4,
         keep = [] if keep is None else keep
         small = min(free[0])
         if free[0][small] and small < _INT_SIZE:   # lists, which take larger blocks too: first, then counted again
-            keep.extend([_block(small, i) for i in range(free[0][small])])
+            keep.extend(_blocks(small, free[0][small]))
             free = pymalloc_free() or free
         for size, n in free[0].items():
-            keep.extend([_block(size, i) for i in range(n)])
+            keep.extend(_blocks(size, n))
         free = pymalloc_free() or free   # filling a size took new pools: the unused ones, counted again
         blocks, unused, pool = free
         if anchors is not None:
@@ -194,7 +194,7 @@ def fill_pymalloc(keep: list | None = None, passes: int = 4, reserve: int = 4,
             # that after recording that pool, not one the code opened in a new arena, takes what comes
             # next (a profile kept pins the arena it lands in).
             for size in [s for s, n in blocks.items() if n == 0][:max(unused - reserve, 0)]:
-                made = [_block(size, i) for i in range((pool - _POOL_HEADER) // size)]
+                made = _blocks(size, (pool - _POOL_HEADER) // size)
                 anchors.append(made[0])
                 keep.extend(made)
             free = pymalloc_free() or free
@@ -203,7 +203,7 @@ def fill_pymalloc(keep: list | None = None, passes: int = 4, reserve: int = 4,
         top = max(blocks)
         if unused <= reserve:
             break
-        keep.extend([_block(top, i) for i in range((unused - reserve) * ((pool - _POOL_HEADER) // top))])
+        keep.extend(_blocks(top, (unused - reserve) * ((pool - _POOL_HEADER) // top)))
     return keep
 
 
@@ -240,6 +240,13 @@ class Recorder:
         import memray
         if self.tmp is not None:
             raise ProfilerError("this memray recorder was already started; make a new one")
+        if not self.python_allocators and self.options.extra.get("fill", True):
+            # First, before anything needs undoing: Ctrl-C in these 0.1 s leaves only objects behind.
+            t0 = time.perf_counter()
+            anchors: list = []
+            self.filler = fill_pymalloc(anchors=anchors)
+            _ANCHORS[:] = anchors   # the last recording's anchors go now
+            self.fill_seconds = time.perf_counter() - t0
         self.tmp = TempDir("profmagic-memray-")
         self.path = self.tmp.file("capture.bin")
         o = self.options
@@ -248,12 +255,6 @@ class Recorder:
         self.main = threading.get_native_id()   # memray's first thread: the one that starts tracking
         self.own_before = set(own_threads.OWN)
         file_format = memray.FileFormat.ALL_ALLOCATIONS if self.allocated else memray.FileFormat.AGGREGATED_ALLOCATIONS
-        if not self.python_allocators and o.extra.get("fill", True):
-            t0 = time.perf_counter()
-            anchors: list = []
-            self.filler = fill_pymalloc(anchors=anchors)
-            _ANCHORS[:] = anchors   # the last recording's anchors go now
-            self.fill_seconds = time.perf_counter() - t0
         tracker = memray.Tracker(self.path, native_traces=o.native, follow_fork=o.subprocesses,
                                  trace_python_allocators=self.python_allocators, file_format=file_format)
         try:
@@ -279,7 +280,8 @@ class Recorder:
             # Starting allocated a little, maybe opening an arena (charged to start, dropped as our own):
             # its free space too, or the code's first objects would go there unseen.
             t0 = time.perf_counter()
-            self.filler = fill_pymalloc(self.filler, passes=1)
+            with interrupts.deferred():   # memray tracks now: Ctrl-C here would leave it tracking
+                self.filler = fill_pymalloc(self.filler, passes=1)
             self.fill_seconds += time.perf_counter() - t0
 
     def _exit(self) -> None:
