@@ -25,6 +25,7 @@ CELLS = 50               # cells remembered per kernel
 KEEP = 2                 # newest runs per cell that keep a compact profile (for the differential view)
 MAX_BYTES = 64 * 2**20   # all kept compact profiles together
 
+_shown: list = []   # the newest last-run lines' widgets (as many as reports keep alive: keep.LIVE)
 _cells: OrderedDict = OrderedDict()   # key -> list[Run], oldest first; the least recently run cell first
 _cell_id: list = [None]               # the running cell's id, from the pre_run_cell hook
 
@@ -262,9 +263,30 @@ class LastRun:
                 except ValueError as e:
                     print(f"profmagic: {e}")
         button.on_click(click)
-        bundle = w.VBox([w.HBox([w.HTML(self._html()), button]), out])._repr_mimebundle_()
+        box = w.VBox([w.HBox([w.HTML(self._html()), button]), out])
+        bundle = box._repr_mimebundle_()
         bundle.update({"text/plain": self.text, "text/html": self._html()})   # where widgets do not render
         display(bundle, raw=True)
+        _bound(box)
+
+
+def _bound(box) -> None:
+    """Keep the newest lines' widgets open, as many as reports keep their profile (report/keep.py);
+    an older line's are closed (ipywidgets keeps every open widget alive, and a long session grew by
+    17 a cell). Its line then leaves the live page; a saved notebook keeps its text."""
+    from .report import keep
+    from .report.widget import _close
+    _shown.append(box)
+    while len(_shown) > max(0, int(keep.LIVE)):
+        _close([_shown.pop(0)])
+
+
+def _close(widget) -> None:
+    for child in getattr(widget, "children", ()):
+        _close(child)
+    for part in (getattr(widget, "layout", None), getattr(widget, "style", None), widget):
+        if part is not None and hasattr(part, "close"):
+            part.close()
 
 
 def after_run(code: str, profile, number: int, line: bool) -> LastRun | None:

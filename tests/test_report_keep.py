@@ -18,6 +18,7 @@ HELD = 3      # the cell whose profile the user keeps as p = _profile
 SETUP = '''\
 %load_ext profmagic
 import gc, json, weakref
+from profmagic import history
 from profmagic.report import keep
 from profmagic.model import Profile
 keep.LIVE = 5
@@ -41,6 +42,7 @@ def alive():
 '''
 CELL = "%%profile -b sampler\njob()"
 OPEN = "len(__import__('ipywidgets').widgets.widget._instances)"
+KEPT = "sum(r.profile is not None for runs in history._cells.values() for r in runs)"
 WIDGET = "application/vnd.jupyter.widget-view+json"
 
 
@@ -69,8 +71,11 @@ def test_reports_keep_the_newest_profiles_and_a_held_one(kernel):
     newest = list(range(CELLS - LIVE + 1, CELLS + 1))
     assert [i + 1 for i, a in enumerate(alive) if a] == [HELD] + newest
     assert kernel.value("[i + 1 for i, r in enumerate(reports) if not r.collapsed]") == [HELD] + newest
-    # The Profile objects in the kernel: the LIVE newest and the held one, no copy or cache beside them.
-    assert kernel.value("gc.collect() >= 0 and sum(isinstance(o, Profile) for o in gc.get_objects())") == LIVE + 1
+    # The Profile objects in the kernel: the LIVE newest and the held one, and the cell's history's
+    # compact copies of its newest runs (history.KEEP, for the differential view); no other copy or cache.
+    assert kernel.value("history.KEEP") == 2 and kernel.value(KEPT) == 2
+    assert kernel.value(f"gc.collect() >= 0 and sum(isinstance(o, Profile) for o in gc.get_objects()) - {KEPT}") \
+        == LIVE + 1
     assert kernel.value(f"[r.holds for r in reports[-{LIVE} - 1:]]") == [False] + [True] * LIVE
 
     # The oldest report: one notice, saying the profile was released and how to keep one; its widgets closed.
@@ -102,5 +107,6 @@ def test_reports_keep_the_newest_profiles_and_a_held_one(kernel):
     profiled_cell(kernel)
     assert kernel.value(f"refs[{HELD - 1}]() is None and reports[{HELD - 1}].collapsed") is True
     documented("profile-released", html.unescape(kernel.value(f"reports[{HELD - 1}].widget.children[0].value")))
-    assert kernel.value("gc.collect() >= 0 and sum(isinstance(o, Profile) for o in gc.get_objects())") == LIVE
+    assert kernel.value(f"gc.collect() >= 0 and sum(isinstance(o, Profile) for o in gc.get_objects()) - {KEPT}") \
+        == LIVE
     assert kernel.run("gc.enable()").error is None
