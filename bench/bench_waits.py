@@ -62,7 +62,7 @@ def run(config: str) -> dict:
             cap = rec.stop()
             prof = perf.read(cap, o)
             out["stop_to_profile"] = time.perf_counter() - t0
-            out["wakeups"] = cap.data.count(b" sched:sched_wakeup:")
+            out["wakeups"] = cap.data.count(b" sched:sched_waking:") + cap.data.count(b" sched:sched_wakeup:")
             out["woken"] = int(prof.samples["ended"].notna().sum())
         return out
     finally:
@@ -109,7 +109,7 @@ threading.Event for {SECONDS:g} s.
 |---|---|---|---|---|
 """ + "\n".join(rows) + """
 
-`--system` records every CPU's `sched:sched_wakeup` with its kernel call graph (`perf record -a`):
+`--system` records every CPU's `sched:sched_waking` with its kernel call graph (`perf record -a`):
 every process's wakeups, not only this one's. It is for naming another process's waker (and a
 timer's wakeup on an idle CPU), not for everyday use; it is not filtered by the wakee (a tracepoint
 filter on the wakee's tid would miss threads born during the recording).

@@ -12,7 +12,8 @@ Measured with perf 6.1 on this machine kind:
   group and is stopped with SIGINT; ``perf script`` turns the data into text for ``formats/perf_script``.
 * ``--mode wall``/``both``: ``cpu-clock/period=P/`` (a -F would put the tracepoints on a frequency
   too, and record 1 switch in 3), ``sched:sched_switch`` (the stack as a thread leaves its core),
-  ``sched:sched_wakeup`` (who woke it), ``--switch-events`` (exact switch in/out times) on
+  ``sched:sched_waking`` (who woke it: it fires in the waker, where ``sched_wakeup`` fires in the idle
+  task of the wakee's CPU when the kernel hands the wakeup over by interrupt), ``--switch-events`` (exact switch in/out times) on
   CLOCK_MONOTONIC; the capture starts with the recording's window, its threads and the CPU the
   kernel charged each in it (schedstat at both ends; the switch records also count time a VM's
   host stole from the core): see ``formats/perf_sched.py``.
@@ -65,7 +66,7 @@ ACK_TIMEOUT = 20.0
 SCRIPT_FIELDS = "comm,pid,tid,time,period,event,ip,sym,dso"
 # --mode wall/both: off-CPU time from the scheduler. Tracepoints keep period 1 (every switch) only
 # when no -F is given, so cpu-clock's rate goes in its own event terms.
-SCHED_EVENTS = ("sched:sched_switch", "sched:sched_wakeup")
+SCHED_EVENTS = ("sched:sched_switch", "sched:sched_waking")
 SCHED_SCRIPT = ["-F", SCRIPT_FIELDS + ",trace", "--show-switch-events", "--show-task-events",
                 "--show-lost-events"]
 # User stack copied per sample for DWARF unwinding. A cell in ipykernel runs below asyncio, IPython
@@ -258,13 +259,13 @@ class Recorder:
         rate = max(1, int(round(o.rate)))
         if self.offcpu:
             events = ["-e", f"cpu-clock/period={10 ** 9 // rate},name=cpu-clock/"]
-            # sched_wakeup's stack serves only to tell a wakeup in an interrupt (a timer's) from one by
+            # sched_waking's stack serves only to tell a wakeup in an interrupt (a timer's) from one by
             # the running thread: its kernel part is enough, so no user stack copy for it.
             self.switch_stack, self.switch_stack_why = switch_stack(o.extra.get("switch_stack"), self.mode,
                                                                     self.jitdump is not None)
             switch = ("sched:sched_switch" if self.switch_stack == STACK_BYTES
                       else f"sched:sched_switch/call-graph=dwarf,stack-size={self.switch_stack}/")
-            events += ["-e", switch, "-e", "sched:sched_wakeup/call-graph=fp/"]
+            events += ["-e", switch, "-e", "sched:sched_waking/call-graph=fp/"]
             events += ["--switch-events", "-k", "CLOCK_MONOTONIC"]
         else:
             events = ["-e", "cpu-clock", "-F", str(rate)] + (
@@ -283,7 +284,7 @@ class Recorder:
                                     f"it is {_paranoid()}. Fix: `sudo sysctl kernel.perf_event_paranoid=0`")
             with open(self.tmp.file("system.err"), "wb") as err:
                 self.system = subprocess.Popen(
-                    ["perf", "record", "-a", "-e", "sched:sched_wakeup/call-graph=fp/", "-k", "CLOCK_MONOTONIC",
+                    ["perf", "record", "-a", "-e", "sched:sched_waking/call-graph=fp/", "-k", "CLOCK_MONOTONIC",
                      "--no-bpf-event", "--no-buildid-cache", "-o", self.tmp.file("system.data")],
                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, **OWN_GROUP)
         self.enabled_at = self._ctl("enable")

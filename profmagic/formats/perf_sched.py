@@ -4,7 +4,7 @@ Read by ``perf_script.read`` when the text holds context-switch records: what pr
 recorder writes for ``--mode wall``/``both``::
 
     perf record -e cpu-clock/period=P,name=cpu-clock/ -e sched:sched_switch \\
-                -e sched:sched_wakeup/call-graph=fp/ --switch-events --call-graph dwarf,32768 \\
+                -e sched:sched_waking/call-graph=fp/ --switch-events --call-graph dwarf,32768 \\
                 -k CLOCK_MONOTONIC -p PID
     perf script -F comm,pid,tid,time,period,event,ip,sym,dso,trace \\
                 --show-switch-events --show-task-events --show-lost-events
@@ -32,7 +32,7 @@ order:
   time goes to the thread's next sample (``meta["carried_samples"]`` counts them). Measured here,
   with plain ``perf record -e cpu-clock`` too: about one per 80 sleeps of a thread busy 30 ms and
   asleep 20 ms, which gave the sleep 10 ms of CPU each.
-* ``sched:sched_wakeup`` fires in the thread that wakes another (only threads of the process are
+* ``sched:sched_waking`` (or ``sched_wakeup`` in older captures) fires in the thread that wakes another (only threads of the process are
   recorded): the off-CPU interval it ends gets ``woken_by``, and from the wakeup to the switch-in
   the thread was runnable, waiting for a core: that part is a sample of its own, reason ``core``.
   The waker's stack at the wakeup is the wakeup's own call graph (kernel frames: perf records it
