@@ -32,16 +32,16 @@ order:
   time goes to the thread's next sample (``meta["carried_samples"]`` counts them). Measured here,
   with plain ``perf record -e cpu-clock`` too: about one per 80 sleeps of a thread busy 30 ms and
   asleep 20 ms, which gave the sleep 10 ms of CPU each.
-* ``sched:sched_waking`` (or ``sched_wakeup`` in older captures) fires in the thread that wakes another (only threads of the process are
-  recorded): the off-CPU interval it ends gets ``woken_by``, and from the wakeup to the switch-in
-  the thread was runnable, waiting for a core: that part is a sample of its own, reason ``core``.
-  The waker's stack at the wakeup is the wakeup's own call graph (kernel frames: perf records it
-  with frame pointers) under the user frames of the waker's next stack record (its sched_switch or
-  cpu-clock sample) within ``WAKER_NEAR`` after, else its last one within ``WAKER_NEAR`` before:
-  a wakeup often preempts the waker in the very syscall that woke (``ended`` ``thread``). A wakeup
-  in a timer interrupt ends the wait by ``timeout``, one from a signal's delivery by ``signal``,
-  another interrupt's by ``interrupt``. With ``--system`` (perf.py) every CPU's wakeups are
-  appended: a waker in another process is named ``COMM (pid P)`` (``ended`` ``process``).
+* ``sched:sched_waking`` (or ``sched_wakeup`` in older captures) fires in the thread that wakes another
+  (only threads of the process are recorded): the off-CPU interval it ends gets ``woken_by``, and from
+  the wakeup to the switch-in the thread was runnable, waiting for a core: that part is a sample of its
+  own, reason ``core``. The waker's stack at the wakeup is the wakeup's own call graph (kernel frames:
+  perf records it with frame pointers) under the user frames of the waker's next stack record (its
+  sched_switch or cpu-clock sample) within ``WAKER_NEAR`` after, else its last one within
+  ``WAKER_NEAR`` before: a wakeup often preempts the waker in the very syscall that woke (``ended``
+  ``thread``). A wakeup in a timer interrupt ends the wait by ``timeout``, one from a signal's delivery
+  by ``signal``, another interrupt's by ``interrupt``. With ``--system`` (perf.py) every CPU's wakeups
+  are appended: a waker in another process is named ``COMM (pid P)`` (``ended`` ``process``).
 * Each sample has a ``reason`` (profmagic/reasons.py): ``cpu`` on a core; off-CPU, from the
   switch-out state (``R``: preempted, ``core``) and the switch-out stack's kernel and native leaf
   frames; ``unknown`` for the labelled rows.
