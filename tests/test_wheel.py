@@ -70,7 +70,8 @@ def test_a_profiled_cell_shows_the_report(k, backend):
     idle = " --idle" if backend == "py-spy" else ""   # wall time, so that nap is sampled too
     r = k.run(f"%%profile -b {backend}{idle}\nbusy(0.4)\nnap(0.3)\n")
     assert r.status == "ok" and r.error is None, r.text() + str(r.error)
-    static = [d["text/html"] for d in r.data if "text/html" in d]
+    # The report's static twin (beside it, this cell's last-run line once the kernel ran it before).
+    static = [d["text/html"] for d in r.data if "profmagic-static" in d.get("text/html", "")]
     assert len(static) == 1 and "<svg" in static[0], r.text()
     assert "busy" in static[0] and "nap" in static[0]
     assert any(WIDGET in d for d in r.data + r.updates), r.data   # the live report: its JS and CSS shipped
