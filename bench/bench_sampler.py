@@ -9,9 +9,10 @@ the overhead (target <= 1.05 at 100 Hz). Writes its section of bench/RESULTS.md.
 
 ``--reasons`` measures what the off-CPU reasons (profmagic/reasons.py) add instead, side by side:
 the same CPU-bound run with two waiting threads beside it (a 10 ms sleep loop and a thread blocked
-on a lock), sampled with and without ``sampler.READ_REASONS``, alternating; and, in the runs with
-reasons, the time spent in the reason reads against the time of the whole sampling passes. Writes
-the "### sampler" part of the reasons section.
+on a lock), sampled with and without ``sampler.READ_REASONS``, alternating; in the runs with
+reasons, the time inside ``_Thread.reason`` against the time of the whole sampling passes; and
+the runs' median pass time with reasons and without. Writes the "### sampler" part of the
+reasons section.
 """
 from __future__ import annotations
 
@@ -111,43 +112,67 @@ def _waiting_threads():
 
 
 def reasons_cost(pairs: int, rate: float = 100.0) -> dict:
-    """Overhead ratios with and without reasons, alternating, and the reads' share of the passes."""
-    spent = {"reason": 0.0, "tick": 0.0, "reasons": 0}
-    orig_reason, orig_tick = sampler._Thread.reason, sampler.Recorder._tick
+    """Overhead ratios with and without reasons, alternating; the time inside ``_Thread.reason``
+    against the time of the sampling passes of the same runs (an interval on a core is decided in
+    the pass, not there); and the median pass time with and without."""
+    from profmagic import reasons
+    run = {"reason": 0.0, "tick": 0.0, "reasons": 0, "reads": 0, "passes": 0}
+    orig_reason, orig_tick, orig_runq = sampler._Thread.reason, sampler.Recorder._tick, reasons.ProcReader.runq_delta
 
-    def timed_reason(self, f, wall, cpu):
+    def counted_runq(self):   # every /proc read of a reason starts with this one (schedstat)
+        run["reads"] += 1
+        return orig_runq(self)
+
+    def timed_reason(self, f, wall, cpu, now):
         t = time.perf_counter()
         try:
-            return orig_reason(self, f, wall, cpu)
+            return orig_reason(self, f, wall, cpu, now)
         finally:
-            spent["reason"] += time.perf_counter() - t
-            spent["reasons"] += 1
+            run["reason"] += time.perf_counter() - t
+            run["reasons"] += 1
 
     def timed_tick(self, me, now, wall):
         t = time.perf_counter()
         try:
             return orig_tick(self, me, now, wall)
         finally:
-            spent["tick"] += time.perf_counter() - t
+            d = time.perf_counter() - t
+            run["tick"] += d
+            run["passes"] += 1
+            durations.append(d)
 
+    durations: list[float] = []
     end = _waiting_threads()
-    with_r, without = [], []
+    with_r, without, pass_on, pass_off = [], [], [], []
+    total = dict.fromkeys(run, 0)
     try:
         bare(), sampled(rate)   # warm up
         sampler._Thread.reason, sampler.Recorder._tick = timed_reason, timed_tick
+        reasons.ProcReader.runq_delta = counted_runq
         for k in range(pairs):
             for on in ((True, False) if k % 2 == 0 else (False, True)):
                 sampler.READ_REASONS = on
                 b = bare()
+                run.update(dict.fromkeys(run, 0))
+                durations.clear()
                 s, _, _ = sampled(rate)
                 (with_r if on else without).append(s[0] / b[0])
+                if durations:   # the run's median pass: a pass the kernel preempted is not the sampler's
+                    (pass_on if on else pass_off).append(statistics.median(durations))
+                if on:
+                    for key, v in run.items():
+                        total[key] += v
     finally:
         sampler.READ_REASONS = True
         sampler._Thread.reason, sampler.Recorder._tick = orig_reason, orig_tick
+        reasons.ProcReader.runq_delta = orig_runq
         end()
     return {"with": statistics.median(with_r), "without": statistics.median(without), "pairs": pairs,
-            "share": spent["reason"] / spent["tick"] if spent["tick"] else 0.0,
-            "per_read_us": spent["reason"] / spent["reasons"] * 1e6 if spent["reasons"] else 0.0}
+            "share": total["reason"] / total["tick"] if total["tick"] else 0.0,
+            "per_read_us": total["reason"] / total["reasons"] * 1e6 if total["reasons"] else 0.0,
+            "reads_per_pass": total["reads"] / total["passes"] if total["passes"] else 0.0,
+            "calls_per_pass": total["reasons"] / total["passes"] if total["passes"] else 0.0,
+            "pass_on_us": statistics.median(pass_on) * 1e6, "pass_off_us": statistics.median(pass_off) * 1e6}
 
 
 def main_reasons(a) -> int:
@@ -161,9 +186,16 @@ def main_reasons(a) -> int:
              "(`sampler.READ_REASONS`), alternating, each against its own bare run.", "",
              "| | wall-time ratio to bare (median) |", "|---|---|",
              f"| sampler, reasons off | {r['without']:.3f} |", f"| sampler, reasons on | {r['with']:.3f} |", "",
-             f"Time in the reason reads: {r['share'] * 100:.2f} % of the time of the sampling passes "
-             f"({r['per_read_us']:.1f} µs per thread-interval that needed a reason, a cached wait included); "
-             f"the overhead ratios differ by {(over_with - over_without) * 100:+.2f} points "
+             f"Time inside the reasons (`_Thread.reason`: /proc reads and carried reasons): "
+             f"{r['share'] * 100:.2f} % of the time of the sampling passes of the same runs "
+             f"({r['per_read_us']:.2f} µs per thread-interval that needed a reason; {r['calls_per_pass']:.2f} "
+             f"such intervals and {r['reads_per_pass']:.3f} /proc reads per pass, at most one read per thread "
+             f"per {sampler.READ_EVERY * 1e3:g} ms: `sampler.READ_EVERY`).  ",
+             f"Sampling-pass time (median of the runs' median passes): {r['pass_on_us']:.1f} µs with reasons, "
+             f"{r['pass_off_us']:.1f} µs without ({(r['pass_on_us'] / r['pass_off_us'] - 1) * 100:+.1f} %: "
+             "everything the reasons add to a pass: the on-CPU test made in the pass itself, `_Thread.reason`, "
+             "the two sample columns and the stack rows they split; and the machine's noise).  ",
+             f"The overhead ratios differ by {(over_with - over_without) * 100:+.2f} points "
              f"(on {over_without * 100:.2f} % without reasons), within this machine's noise.", ""]
     text = "\n".join(lines)
     print(text)

@@ -319,18 +319,180 @@ def python_leaf(frame) -> tuple[str, str | None]:
     return hit
 
 
+# -- the Python leaf from a profile's frames (py-spy) ------------------------------------------------
+MAX_SOURCE = 4 << 20   # bytes: a larger source file is not parsed for its leaf call
+_sources: dict = {}    # path -> (defs, calls) or None
+_lines: dict = {}      # (path, line) -> (function, call)
+
+
+def _source_index(path: str):
+    """(defs as (first, last line, qualname), calls as (first, last line, callee name)) of a Python
+    source file, or None: not an absolute ``.py`` path to a regular file of at most MAX_SOURCE
+    bytes that parses. Opened without blocking (a FIFO named ``x.py`` is refused, not waited on)."""
+    import ast
+    import stat
+    hit = _sources.get(path, 0)
+    if hit != 0:
+        return hit
+    out = None
+    if isinstance(path, str) and os.path.isabs(path) and path.endswith(".py"):
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            try:
+                if stat.S_ISREG(os.fstat(fd).st_mode):
+                    with os.fdopen(fd, "rb", closefd=False) as fh:
+                        data = fh.read(MAX_SOURCE + 1)
+                    if len(data) <= MAX_SOURCE:
+                        out = _index_tree(ast.parse(data))
+            finally:
+                os.close(fd)
+        except (OSError, SyntaxError, ValueError, RecursionError):
+            out = None
+    if out is None and isinstance(path, str):   # a notebook cell: its source is in linecache only
+        import linecache
+        entry = linecache.cache.get(path)
+        if entry and len(entry) > 2 and isinstance(entry[2], list) and sum(map(len, entry[2])) <= MAX_SOURCE:
+            try:
+                out = _index_tree(ast.parse("".join(entry[2])))
+            except (SyntaxError, ValueError, RecursionError):
+                out = None
+    if len(_sources) > 1000:
+        _sources.clear()
+    _sources[path] = out
+    return out
+
+
+def _index_tree(tree):
+    import ast
+    defs, calls = [], []
+
+    def walk(node, prefix):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                q = prefix + child.name
+                if not isinstance(child, ast.ClassDef):
+                    defs.append((child.lineno, child.end_lineno or child.lineno, q))
+                    walk(child, q + ".<locals>.")
+                else:
+                    walk(child, q + ".")
+                continue
+            if isinstance(child, ast.Call):
+                f = child.func
+                name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+                if name:
+                    calls.append((child.lineno, child.end_lineno or child.lineno, name))
+            elif isinstance(child, (ast.With, ast.AsyncWith)):
+                calls.append((child.lineno, child.lineno, WITH))
+            walk(child, prefix)
+    walk(tree, "")
+    return defs, calls
+
+
+def source_leaf(file: str | None, line, rules: list[Rule] | None = None) -> tuple[str | None, str | None]:
+    """(``module.qualname`` of the function at ``file:line``, the call that line makes) from the
+    source on disk, for profilers that give a leaf Python frame's line but not the instruction
+    (py-spy). The call: of the calls spanning the line, the one whose name a ``call`` rule
+    matches, when they all give one reason (``x = len(y); time.sleep(1)`` is ``sleep``: a call no
+    rule names counts as none; ``lock.acquire(); time.sleep(1)`` says nothing: None). (None, None)
+    without a readable source (a notebook cell's is taken from linecache)."""
+    try:
+        line = int(line)
+    except (TypeError, ValueError):
+        return None, None
+    key = (file, line)
+    hit = _lines.get(key)
+    if hit is not None and rules is None:
+        return hit
+    idx = _source_index(file)
+    if idx is None:
+        hit = (None, None)
+    else:
+        defs, calls = idx
+        inner = [d for d in defs if d[0] <= line <= d[1]]
+        module = os.path.basename(file)[:-3]
+        if module == "__init__":
+            module = os.path.basename(os.path.dirname(file))
+        fn = f"{module}.{max(inner)[2]}" if inner else None
+        said = {}
+        for a, b, name in calls:
+            if a <= line <= b:
+                r = match("call", name, rules)
+                if r is not None:
+                    said.setdefault(r, name)
+        hit = (fn, next(iter(said.values())) if len(said) == 1 else None)
+    if rules is None:
+        if len(_lines) > 100_000:
+            _lines.clear()
+        _lines[key] = hit
+    return hit
+
+
+def leaf_reasons(profile, rules: list[Rule] | None = None):
+    """``profile`` with a ``reason`` stacks column (and samples column) from each stack's leaf
+    alone, for profilers that see no kernel (py-spy): the native frames above the leaf Python frame
+    (``--native``), then the Python function and the call its line makes (``source_leaf``), by the
+    same table (``classify`` with no kernel word). A stack with no off-CPU time (wall <= cpu) is
+    ``cpu``; without a cpu column every stack is classified (on-CPU time cannot be told apart);
+    a leaf that says nothing is ``unknown``. A profile without wall time is returned as it is."""
+    import numpy as np
+    st = profile.stacks
+    if "wall" not in st or not len(st):
+        return profile
+    fr = profile.frames
+    names = fr["name"].astype(object).tolist()
+    files = fr["file"].astype(object).tolist()
+    lines = fr["line"].astype(object).tolist()
+    kinds = fr["kind"].astype(object).tolist()
+    pos = {f: i for i, f in enumerate(fr.index.tolist())}
+    wall = np.nan_to_num(st["wall"].to_numpy(dtype=np.float64))
+    cpu = np.nan_to_num(st["cpu"].to_numpy(dtype=np.float64)) if "cpu" in st else None
+    table = RULES if rules is None else rules
+    memo: dict = {}
+    out = []
+    for i, stack in enumerate(st["stack"].tolist()):
+        if cpu is not None and wall[i] - cpu[i] <= 1e-12 * max(wall[i], 1.0):
+            out.append(CPU)
+            continue
+        leaf = stack[-1] if len(stack) and kinds[pos[stack[-1]]] == "python" else None
+        r = memo.get(leaf)
+        if r is None:
+            native, fn, call = [], None, None
+            for f in reversed(stack):
+                j = pos[f]
+                if kinds[j] == "python":
+                    name = names[j]
+                    fn, call = source_leaf(files[j], lines[j], rules)
+                    if fn is None and isinstance(files[j], str) and files[j].endswith(".py"):
+                        fn = f"{os.path.basename(files[j])[:-3]}.{name}"
+                    break
+                native.append((names[j], "kernel" if kinds[j] == "kernel" else "native"))
+            r = _classify(None, None, None, native, fn, call, table)
+            if leaf is not None:
+                memo[leaf] = r
+        out.append(r)
+    stacks = st.assign(reason=out)
+    samples = profile.samples
+    if samples is not None and len(samples) and "stack" in samples:
+        samples = samples.assign(reason=np.asarray(out, dtype=object)[samples["stack"].to_numpy()])
+    return profile.replace(stacks=stacks, samples=samples)
+
+
 # -- /proc reads (the samplers) -------------------------------------------------------------------
 def _holding_pread():
-    """libc's pread called without releasing the GIL (ctypes.PyDLL), or None. os.pread releases
-    it: a sampler reading /proc handed the GIL to a spinning thread at every read, then saw it
-    running (state R) and waited up to a switch interval to get the GIL back."""
+    """libc's pread and open called without releasing the GIL (ctypes.PyDLL), or None. os.pread and
+    os.open release it: a sampler reading /proc handed the GIL to a spinning thread at every read
+    (and at every first open of a thread's file: a switch interval, 5 ms, for one pass), then saw
+    it running (state R) and waited up to a switch interval to get the GIL back."""
     try:
         import ctypes
         libc = ctypes.PyDLL(None)
         fn = libc.pread
         fn.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_long)
         fn.restype = ctypes.c_ssize_t
-        return fn, ctypes.create_string_buffer(512)
+        op = libc.open
+        op.argtypes = (ctypes.c_char_p, ctypes.c_int)
+        op.restype = ctypes.c_int
+        return fn, ctypes.create_string_buffer(512), op
     except (OSError, AttributeError, ImportError):
         return None
 
@@ -350,20 +512,25 @@ class ProcReader:
         self.runq = self.wait_ns()
 
     def _read(self, name: str) -> str | None:
-        fd = self.fds.get(name, -1)
-        if fd == -1:
-            try:
-                fd = os.open(self.base + name, os.O_RDONLY | os.O_CLOEXEC)
-            except OSError:
-                fd = None
-            self.fds[name] = fd
-        if fd is None:
-            return None
         global _PREAD
         if _PREAD is None:
             _PREAD = _holding_pread() or False
+        fd = self.fds.get(name, -1)
+        if fd == -1:
+            flags = os.O_RDONLY | os.O_CLOEXEC
+            if _PREAD:   # /proc's open does not block: the GIL stays held
+                fd = _PREAD[2]((self.base + name).encode(), flags)
+                fd = fd if fd >= 0 else None
+            else:
+                try:
+                    fd = os.open(self.base + name, flags)
+                except OSError:
+                    fd = None
+            self.fds[name] = fd
+        if fd is None:
+            return None
         if _PREAD:
-            fn, buf = _PREAD
+            fn, buf = _PREAD[:2]
             n = fn(fd, buf, 512, 0)
             return buf.raw[:n].decode(errors="replace") if n >= 0 else None
         try:
@@ -418,6 +585,7 @@ class ProcReader:
 # Calls a thread waits in interruptibly (state S); a read or write may be a disk's (D): its state is read.
 _SLEEPING_CALLS = frozenset(("poll", "ppoll", "select", "pselect6", "epoll_wait", "epoll_pwait", "epoll_pwait2",
                              "accept", "accept4", "recvfrom", "recvmsg", "recvmmsg", "pause", "rt_sigtimedwait"))
+_said: dict = {}   # (syscall name, len(RULES)) -> its rule's reason: match() rebuilds the table's key each call
 GIL_WORDS: set[str] = set()   # futex addresses a thread between bytecodes waited on: the GIL's (this process)
 
 
@@ -432,7 +600,10 @@ def sampled_reason(off: float, runq: float, facts, leaf) -> str:
         return GIL      # between bytecodes only the GIL (or a core: runq) stops a thread; no more reads
     proc = facts
     name, arg = proc.syscall()   # /proc/<tid>/stat costs several times more: read only when needed
-    said = match("syscall", name)
+    key = (name, len(RULES))
+    said = _said.get(key, 0)
+    if said == 0:
+        said = _said[key] = match("syscall", name)
     state = "R" if name is None and arg is None else \
         "S" if said in (LOCK, SLEEP, CHILD) or name in _SLEEPING_CALLS else proc.state()
     wchan = proc.wchan() if said is None else None

@@ -12,7 +12,7 @@ import reason_work
 import tools
 
 from profmagic import reasons
-from profmagic.backends import eustack, perf, sampler
+from profmagic.backends import eustack, perf, pyspy, sampler
 from profmagic.backends.base import Options
 from profmagic.formats import speedscope
 from profmagic.model import Raw
@@ -251,6 +251,60 @@ def test_the_header_says_what_a_backend_cannot_see():
     p = perf_script.read(SCHED_TEXT, source="sched.txt", meta={"backend": "perf"})
     (note,) = [n for n in notes(p) if n.startswith("Off-CPU reasons:")]
     assert note.startswith("Off-CPU reasons: perf cannot see Python leaf calls") and "wakeup it did not record" in note
+
+
+# -- py-spy: the leaf line alone ----------------------------------------------------------------------
+def test_source_leaf_names_the_blocking_call_of_a_line(tmp_path):
+    """py-spy gives the leaf Python frame's line, not its instruction: the call is read from the
+    source; a line whose calls give two reasons, or none, says nothing."""
+    src = tmp_path / "leafy.py"
+    src.write_text("import time, queue\n"
+                   "class Box:\n"
+                   "    def nap(self, lock, q):\n"
+                   "        x = len([1]); time.sleep(0.1)\n"
+                   "        lock.acquire()\n"
+                   "        lock.acquire(); time.sleep(1)\n"
+                   "        with lock:\n"
+                   "            return sum(\n"
+                   "                [x])\n")
+    f = str(src)
+    assert reasons.source_leaf(f, 4) == ("leafy.Box.nap", "sleep")
+    assert reasons.source_leaf(f, 5) == ("leafy.Box.nap", "acquire")
+    assert reasons.source_leaf(f, 6) == ("leafy.Box.nap", None)      # lock and sleep: says nothing
+    assert reasons.source_leaf(f, 7) == ("leafy.Box.nap", reasons.WITH)
+    assert reasons.source_leaf(f, 9) == ("leafy.Box.nap", None)
+    assert reasons.source_leaf(str(tmp_path / "absent.py"), 3) == (None, None)
+    os.mkfifo(tmp_path / "fifo.py")   # refused without blocking
+    assert reasons.source_leaf(str(tmp_path / "fifo.py"), 1) == (None, None)
+
+
+def _pyspy_record(scenario: str):
+    def rec(pid):
+        o = Options(pid=pid, rate=100, mode="both")
+        return pyspy.PairRecorder(o), o
+    return _child(scenario, rec, pyspy.read)
+
+
+@pytest.mark.requires("py-spy", "ptrace")
+@pytest.mark.parametrize("scenario", ["sleep", "lock"])
+def test_pyspy_reasons_from_the_leaf_line(scenario):
+    """py-spy --mode both: a time.sleep thread's off-CPU time is sleep, a thread blocked on a
+    threading.Lock's is lock, within 10 points of what the workload measured. py-spy counts a
+    runnable thread as active, so its cpu is the thread's CPU and run-queue time, and core is 0."""
+    p, measured = _pyspy_record(scenario)
+    assert p.meta["reasons"]["cannot_see"].startswith("the kernel's state")
+    split = reasons.split(p)
+    ((tid, m),) = measured.items()
+    (label,) = [t for t in split.index if str(t).startswith(f"Thread {tid} ")]
+    got = split.loc[label] / split.loc[label].sum()
+    reason = m["reason"]
+    want = {reason: m[reason] / m["wall"], "cpu": (m["cpu"] + m["core"]) / m["wall"]}
+    for r, share in want.items():
+        assert abs(got[r] - share) <= TOLERANCE, (scenario, r, str(got.round(3).to_dict()), want)
+    assert got["core"] == 0
+    wrong = sum(got[r] for r in reasons.REASONS if r not in (reason, "cpu", "unknown"))
+    assert wrong <= 0.05, str(got.round(3).to_dict())
+    assert list(p.stacks["reason"].cat.categories) == list(reasons.REASONS)
 
 
 def _documented(error_id: str, text: str) -> None:

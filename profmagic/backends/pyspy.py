@@ -506,6 +506,17 @@ def read(capture: Capture, options: Options) -> Profile:
     if options.native:   # C/C++ frames named as perf and eu-stack name them (formats/native_names.py)
         from ..formats import native_names
         p = native_names.rename(p, ("native", "other"))
+    if metric == "both":   # why off-CPU, from the leaf alone (reasons.py); --idle alone cannot tell busy from waiting
+        from .. import reasons
+        p = reasons.leaf_reasons(p)
+        meta["reasons"] = {
+            "from": "each stack's leaf: the Python function and the call its line makes (read from the "
+                    "source; reasons.RULES, with no kernel word); off-CPU is the --idle recording's time "
+                    "less the active samples'",
+            "cannot_see": "the kernel's state, wchan or system call (a wait whose leaf line names no "
+                          "blocking call is 'unknown': the GIL, a C call it cannot name); run-queue time "
+                          "(py-spy counts a runnable thread as active: it is in cpu); the leaf instruction "
+                          "(a line whose calls give two reasons says nothing)"}
     # A capture without samples has no time column: keep the reader's metric then.
     out_metric = "wall" if metric == "both" else metric
     return p.replace(meta=p.meta.replace(**meta), metric=out_metric if out_metric in p.metrics else p.metric)

@@ -42,10 +42,11 @@ def available() -> tuple[bool, str]:
 
 READ_REASONS = True   # read /proc for each sample's reason (bench/bench_sampler.py turns it off to compare)
 FEW_OFF = 0.1         # an interval at most this share off-CPU is ``cpu``: no /proc read
+READ_EVERY = 0.1      # seconds: at most one /proc read per thread in this time; intervals between carry a reason
 
 
 class _Thread(ThreadClock):
-    __slots__ = ("label", "proc", "off", "seen")
+    __slots__ = ("label", "proc", "off", "seen", "next_read", "memo")
 
     def __init__(self, ident: int, native_id: int | None, label: str):
         super().__init__(ident, native_id)
@@ -53,12 +54,17 @@ class _Thread(ThreadClock):
         self.proc = reasons.ProcReader(os.getpid(), native_id) if native_id is not None and READ_REASONS else None
         self.off = 0.0          # off-CPU seconds since the last run-queue read
         self.seen = None        # (leaf frame's code, instruction, reason) of the last /proc read
+        self.next_read = 0.0    # perf_counter time before which no /proc read is made
+        self.memo: dict = {}    # (code, instruction) -> the reason the last read there gave
 
-    def reason(self, f, wall: float, cpu: float) -> tuple[str, float]:
+    def reason(self, f, wall: float, cpu: float, now: float) -> tuple[str, float]:
         """Why this interval was off-CPU (reasons.py): run-queue time (schedstat), else the state,
         wchan and system call now and the leaf Python call. A thread still in the same wait
-        (same leaf instruction, no CPU used) keeps its reason without a read. Returns (reason,
-        run-queue seconds since the last read)."""
+        (same leaf instruction, no CPU used) keeps its reason without a read; otherwise at most
+        one read per ``READ_EVERY`` seconds, and an interval between reads carries the reason the
+        last read at its leaf instruction gave (else the thread's last read's). Run-queue time is
+        a counter: the next read covers the intervals without one. Returns (reason, run-queue
+        seconds since the last read)."""
         off = wall - cpu if cpu == cpu else 0.0
         self.off += max(off, 0.0)   # the run-queue time read next covers these intervals too
         if off <= FEW_OFF * wall:
@@ -67,12 +73,18 @@ class _Thread(ThreadClock):
             leaf = reasons.python_leaf(f)
             return reasons.classify(function=leaf[0], call=leaf[1]), 0.0
         last = self.seen
-        if last is not None and last[0] is f.f_code and last[1] == f.f_lasti and cpu < 0.05 * wall:
-            return last[2], 0.0
+        code, at = f.f_code, f.f_lasti
+        if last is not None:
+            if last[0] is code and last[1] == at and cpu < 0.05 * wall:
+                return last[2], 0.0
+            if now < self.next_read:
+                return self.memo.get((code, at), last[2]), 0.0
         runq = self.proc.runq_delta()
         r = reasons.sampled_reason(self.off, runq, self.proc, reasons.python_leaf(f))
         self.off = 0.0
-        self.seen = (f.f_code, f.f_lasti, r)
+        self.seen = (code, at, r)
+        self.next_read = now + READ_EVERY
+        self.memo[(code, at)] = r
         return r, runq
 
 
@@ -134,7 +146,13 @@ class Recorder:
                 stack = self._codes.stack(f)
             cpu = st.delta()
             if READ_REASONS:
-                r, runq = st.reason(f, wall, cpu)
+                off = wall - cpu if cpu == cpu else 0.0
+                if off <= FEW_OFF * wall:   # on a core (st.reason's first test, without the call)
+                    if off > 0.0:
+                        st.off += off
+                    r, runq = reasons.CPU, 0.0
+                else:
+                    r, runq = st.reason(f, wall, cpu, now)
                 b.add(b.stack(st.label, stack, reason=r), samples=1, time=t, wall=wall, cpu=cpu,
                       columns={"reason": r, "runq": runq})
             else:
@@ -202,10 +220,15 @@ class Recorder:
             "python": sys.version.split()[0],
             "pid": self.options.pid,
             "reasons": {"from": "each thread's run-queue time (schedstat), its state, wchan and system call "
-                                "(/proc) and its leaf Python call, read at each pass where it was off-CPU "
-                                "(reasons.RULES)" if READ_REASONS else None,
+                                "(/proc) and its leaf Python call (reasons.RULES), read where it was off-CPU, at most "
+                                f"once per {READ_EVERY * 1e3:g} ms per thread; an interval between reads "
+                                "carries the reason the last read at its leaf instruction gave (else the "
+                                "thread's last), and the next read's run-queue time covers it"
+                                if READ_REASONS else None,
                         "cannot_see": "native frames (a futex under a call it cannot name is 'unknown'); "
-                                      "what a thread did between passes"},
+                                      "what a thread did between passes; the run-queue time after a "
+                                      f"thread's last read (at most {READ_EVERY * 1e3:g} ms of its wall "
+                                      "time)"},
             "note": ("wall = time since the previous sampling pass; cpu = the thread's CPU clock over "
                      "it, split with the previous sample where the stack changed; CPU used by a thread "
                      "after the last pass before it ended is not seen"),
