@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import uncertainty
+
 RUNS = 10                # runs remembered per cell
 CELLS = 50               # cells remembered per kernel
 KEEP = 2                 # newest runs per cell that keep a compact profile (for the differential view)
@@ -145,13 +147,7 @@ def refusal(a: Run, b: Run) -> str | None:
 
 
 def _not_comparable(a, b) -> list[str]:
-    if a is None or b is None:
-        return []
-    try:
-        from . import uncertainty
-        return list(uncertainty.not_comparable(a, b))
-    except (ImportError, AttributeError):   # the uncertainty model is not there: settings checked above
-        return []
+    return [] if a is None or b is None else list(uncertainty.not_comparable(a, b))
 
 
 def significance(a: Run, b: Run) -> str | None:
@@ -160,7 +156,6 @@ def significance(a: Run, b: Run) -> str | None:
     if a.profile is None or b.profile is None:
         return None
     try:
-        from . import uncertainty
         h = []
         for r in (a, b):
             f = r.profile.functions(r.metric)
@@ -171,7 +166,7 @@ def significance(a: Run, b: Run) -> str | None:
         sig = uncertainty.significant(h[1][2] - h[0][2], h[0][0] - h[0][2], h[0][1] - h[0][2],
                                       h[1][0] - h[1][2], h[1][1] - h[1][2])
         return "significant" if bool(np.asarray(sig).item()) else "within noise"
-    except (ImportError, AttributeError, KeyError, ValueError, TypeError):
+    except (KeyError, ValueError, TypeError):
         return None
 
 
@@ -279,14 +274,6 @@ def _bound(box) -> None:
     _shown.append(box)
     while len(_shown) > max(0, int(keep.LIVE)):
         _close([_shown.pop(0)])
-
-
-def _close(widget) -> None:
-    for child in getattr(widget, "children", ()):
-        _close(child)
-    for part in (getattr(widget, "layout", None), getattr(widget, "style", None), widget):
-        if part is not None and hasattr(part, "close"):
-            part.close()
 
 
 def after_run(code: str, profile, number: int, line: bool) -> LastRun | None:

@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from . import reasons
+from .derived import memo
 
 HOPS = 4
 OTHERS = "\0other processes"   # chain(): other processes' wakers, one wait
@@ -94,7 +95,12 @@ def _stack_functions(p) -> np.ndarray:
 
 def waits(p) -> pd.DataFrame:
     """Off-CPU seconds by thread, reason, function, waker, waker function and how the wait ended,
-    largest first (module docstring)."""
+    largest first (module docstring); computed once per profile (the header, the tab and the static
+    block all ask; each caller gets its own copy)."""
+    return memo(p, "waits", lambda: _waits(p)).copy()
+
+
+def _waits(p) -> pd.DataFrame:
     sm = p.samples
     if sm is None or not len(sm) or "wall" not in sm or "cpu" not in sm:
         return pd.DataFrame(columns=COLUMNS)
@@ -155,6 +161,11 @@ def _cpu_of(p, thread: str) -> tuple[float, str | None]:
 
 
 def chain(p, hops: int = HOPS) -> pd.DataFrame:
+    """The wait chain (``_chain``), once per profile and number of hops."""
+    return memo(p, ("chain", hops), lambda: _chain(p, hops)).copy()
+
+
+def _chain(p, hops: int) -> pd.DataFrame:
     """The wait chain from the cell's thread (module docstring): one row per hop, with ``thread``,
     ``doing`` (``wait`` or ``cpu``), ``reason``, ``function``, ``waker``, ``waker_function``,
     ``ended``, ``seconds`` and ``share`` of the cell's wall."""
