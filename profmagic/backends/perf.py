@@ -67,6 +67,14 @@ SCRIPT_FIELDS = "comm,pid,tid,time,period,event,ip,sym,dso"
 # --mode wall/both: off-CPU time from the scheduler. Tracepoints keep period 1 (every switch) only
 # when no -F is given, so cpu-clock's rate goes in its own event terms.
 SCHED_EVENTS = ("sched:sched_switch", "sched:sched_waking")
+def _script(fields: list[str], data_file: str, what: str) -> bytes:
+    """``perf script`` of ``data_file`` as text, or a ProfilerError with perf's own words."""
+    res = subprocess.run(["perf", "script", *fields, "-i", data_file], capture_output=True)
+    if res.returncode != 0:
+        raise ProfilerError(f"{what} failed: " + res.stderr.decode(errors="replace")[-2000:])
+    return res.stdout
+
+
 SCHED_SCRIPT = ["-F", SCRIPT_FIELDS + ",trace", "--show-switch-events", "--show-task-events",
                 "--show-lost-events"]
 # User stack copied per sample for DWARF unwinding. A cell in ipykernel runs below asyncio, IPython
@@ -177,6 +185,7 @@ class Recorder:
         self.options = options
         self.tmp = TempDir("profmagic-perf-")
         self.proc: subprocess.Popen | None = None
+        self.system: subprocess.Popen | None = None   # --system's perf record -a
         self.ctl = self.ack = None
         self.mode = "native"
         self.activated = False
@@ -324,21 +333,18 @@ class Recorder:
             if res.returncode != 0:
                 raise ProfilerError("perf inject --jit failed: " + res.stderr.decode(errors="replace")[-2000:])
             data_file = jit_file
-        res = subprocess.run(["perf", "script"] + (SCHED_SCRIPT if self.offcpu else ["-F", SCRIPT_FIELDS])
-                             + ["-i", data_file], capture_output=True)
-        if res.returncode != 0:
-            raise ProfilerError("perf script failed: " + res.stderr.decode(errors="replace")[-2000:])
+        text = _script((SCHED_SCRIPT if self.offcpu else ["-F", SCRIPT_FIELDS]), data_file, "perf script")
         meta = {"backend": NAME, "python_mode": self.mode, "pid": self.options.pid, "event": "cpu-clock",
                 "duration": (self.disabled_at - self.enabled_at) if self.enabled_at else None,
                 "trampoline_unwind": (f"jitdump of {self.jit_entries} trampolines (perf_jitdump.py)"
                                       if self.jitdump is not None else None),
                 "stray_maps_hidden": stray or None}
-        data = self.jitdump.rename(res.stdout) if self.jitdump is not None else res.stdout
+        data = self.jitdump.rename(text) if self.jitdump is not None else text
         if self.offcpu:
             from ..formats.perf_sched import header_line
             data = header_line(self.window[0], self.window[1], self.options.pid, self.alive, charged).encode() + data
             data += system
-            switches = res.stdout.count(b" sched:sched_switch:")
+            switches = text.count(b" sched:sched_switch:")
             meta.update(switch_stack=self.switch_stack, stack_bytes=STACK_BYTES,
                         cost=(f"perf copied {_kb(STACK_BYTES)} of user stack per cpu-clock sample and "
                               f"{_kb(self.switch_stack)} at each of {switches:,} context switches "
@@ -350,7 +356,7 @@ class Recorder:
 
     def _system_wakeups(self) -> bytes:
         """--system: the every-CPU wakeups as perf script text (appended to the per-process one)."""
-        if getattr(self, "system", None) is None:
+        if self.system is None:
             return b""
         self.system.send_signal(signal.SIGINT)
         try:
@@ -359,14 +365,10 @@ class Recorder:
             reap(self.system, signal.SIGKILL)
             raise ProfilerError("perf record -a (--system) did not stop within 60 s of SIGINT") from None
         self.system = None
-        res = subprocess.run(["perf", "script", "-F", SCRIPT_FIELDS + ",trace", "-i", self.tmp.file("system.data")],
-                             capture_output=True)
-        if res.returncode != 0:
-            raise ProfilerError("perf script (--system) failed: " + res.stderr.decode(errors="replace")[-2000:])
-        return res.stdout
+        return _script(["-F", SCRIPT_FIELDS + ",trace"], self.tmp.file("system.data"), "perf script (--system)")
 
     def close(self) -> None:
-        if getattr(self, "system", None) is not None:
+        if self.system is not None:
             reap(self.system, signal.SIGINT)
             self.system = None
         if self.proc is not None:
