@@ -2,8 +2,9 @@
 
 ``waits(p)`` is a pandas frame, one row per (thread, reason, function, waker, waker function,
 ended): the off-CPU seconds (``wall - cpu`` of the samples) and their share of the cell's wall.
-``function`` is the leafmost Python frame of the stack the thread waited in (else its leafmost
-native frame, else its leaf); ``waker_function`` the same of the waker's stack at the wakeup.
+``function`` is the leafmost Python frame of the stack the thread waited in (a private helper
+called from its own file gives way to its caller there: ``_stack_functions``), else its leafmost
+native frame, else its leaf; ``waker_function`` the same of the waker's stack at the wakeup.
 ``waker`` is a thread label of the profile, or ``COMM (pid P)`` for another process (perf
 ``--system``); ``ended`` says how the wait ended: ``thread``/``process`` (a waker), ``timeout``,
 ``signal``, ``interrupt``, or empty where no wakeup was recorded.
@@ -75,20 +76,33 @@ def _pick(names: list, kinds: dict) -> str | None:
     return names[-1] if names else None
 
 
+def _private(name: str) -> bool:
+    last = name.rsplit(".", 1)[-1]
+    return last.startswith("_") and not (last.startswith("__") and last.endswith("__"))
+
+
 def _stack_functions(p) -> np.ndarray:
-    """Per stacks row: the function it waited in (_pick)."""
+    """Per stacks row: the function it waited in (_pick). A Python function that is a private helper
+    (``Engine._wait``) called from its own file names its caller there instead: the call the user
+    made (``Tensor.result``), not the library's internals; one called from another file (a thread's
+    ``_loop`` that threading's ``Thread.run`` called) is the user's own and keeps its name."""
     names = p.frames["name"].to_numpy()
     kinds = p.frames["kind"].to_numpy()
+    files = p.frames["file"].to_numpy() if "file" in p.frames else np.full(len(names), None, dtype=object)
     out = []
     for frames in p.stacks["stack"]:
         fn = None
-        for want in ("python", "native"):
+        py = [f for f in frames if kinds[f] == "python" and names[f]]
+        if py:
+            k = len(py) - 1
+            while k and _private(names[py[k]]) and files[py[k]] and files[py[k - 1]] == files[py[k]]:
+                k -= 1
+            fn = names[py[k]]
+        else:
             for f in reversed(frames):
-                if kinds[f] == want and names[f]:
+                if kinds[f] == "native" and names[f]:
                     fn = names[f]
                     break
-            if fn:
-                break
         out.append(fn if fn else (names[frames[-1]] if len(frames) else None))
     return np.asarray(out, dtype=object)
 

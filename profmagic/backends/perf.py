@@ -29,7 +29,9 @@ Measured with perf 6.1 on this machine kind:
   active, or activated by us in this process): ``py::`` frames from ``/tmp/perf-PID.map`` (written
   as each function first runs after activation). In this process a jitdump of the trampolines
   (``perf_jitdump.py``) lets the unwind go on through them to the thread's root; in another
-  process it stops at the innermost Python frame. ``native`` (3.11): interpreter frames only.
+  process it stops at the innermost Python frame. ``native`` (3.11): interpreter frames, named by a
+  poller that reads the target's Python stacks at the sampling rate (``perf_pynames.py``, spliced by
+  ``formats/perf_pyframes.py``; ``extra={"pynames": False}`` turns it off).
 * A library mapped a second time elsewhere in the process (a symbolizer reading it) breaks perf's
   DWARF unwind through it: such mappings are hidden in perf.data before ``perf script``
   (``perf_maps.py``; ``meta["stray_maps_hidden"]``).
@@ -55,6 +57,7 @@ from ..tempdirs import TempDir
 from .base import OWN_GROUP, Capabilities, Capture, Options, reap, tool_version
 from . import perf_maps
 from .perf_jitdump import JitDump
+from .perf_pynames import Poller
 
 NAME = "perf"
 # cpu-clock alone by default (perf's own view, as cheap as perf gets); --mode wall/both add
@@ -200,6 +203,8 @@ class Recorder:
         self.jit_entries = 0
         self.switch_stack = STACK_BYTES
         self.switch_stack_why = ""
+        self.poller: Poller | None = None   # Python names where perf sees none (perf_pynames.py)
+        self.poller_error: str | None = None
 
     def _ctl(self, cmd: str, exited_ok: bool = False) -> float:
         """Write a control command and wait for perf's ack; returns when it was acknowledged.
@@ -266,6 +271,11 @@ class Recorder:
         self.ctl = os.open(ctl, os.O_RDWR)
         self.ack = os.open(ack, os.O_RDWR | os.O_NONBLOCK)
         rate = max(1, int(round(o.rate)))
+        if self.mode == "native" and o.extra.get("pynames", True):   # before perf: it would follow the poller
+            self.poller = Poller(o.pid, rate, self.tmp.file("pyframes.txt"))
+            self.poller_error = self.poller.start()
+            if self.poller_error is not None:
+                self.poller = None
         if self.offcpu:
             events = ["-e", f"cpu-clock/period={10 ** 9 // rate},name=cpu-clock/"]
             # sched_waking's stack serves only to tell a wakeup in an interrupt (a timer's) from one by
@@ -278,7 +288,7 @@ class Recorder:
             events += ["--switch-events", "-k", "CLOCK_MONOTONIC"]
         else:
             events = ["-e", "cpu-clock", "-F", str(rate)] + (
-                ["-k", "CLOCK_MONOTONIC"] if self.mode == "perf_jit" or self.jitdump else [])
+                ["-k", "CLOCK_MONOTONIC"] if self.mode == "perf_jit" or self.jitdump or self.poller else [])
         if os.geteuid() == 0:  # (an unprivileged user may lock only perf_event_mlock_kb, 516 KB)
             events += ["--mmap-pages", str(MMAP_PAGES)]
         cmd = (["perf", "record"] + events + ["--call-graph", f"dwarf,{STACK_BYTES}", "--no-bpf-event",
@@ -319,6 +329,7 @@ class Recorder:
             reap(self.proc, signal.SIGKILL)
             raise ProfilerError("perf did not stop within 60 s of SIGINT") from None
         self.status = self._stderr()
+        pyframes = self.poller.stop() if self.poller is not None else b""
         system = self._system_wakeups()
         data_file = self.tmp.file("perf.data")
         if not os.path.exists(data_file):
@@ -352,7 +363,9 @@ class Recorder:
             meta.update(events=["cpu-clock", *SCHED_EVENTS], mode=self.options.mode,
                         metric_note=("wall = on-CPU (cpu-clock samples) + off-CPU (sched_switch: each stretch "
                                      "off a core goes to the stack the thread left it in)"))
-        return Capture(data, FORMAT, meta)
+        if self.poller_error:
+            meta["python_names"] = {"error": self.poller_error}
+        return Capture(data + pyframes, FORMAT, meta)
 
     def _system_wakeups(self) -> bytes:
         """--system: the every-CPU wakeups as perf script text (appended to the per-process one)."""
@@ -368,6 +381,9 @@ class Recorder:
         return _script(["-F", SCRIPT_FIELDS + ",trace"], self.tmp.file("system.data"), "perf script (--system)")
 
     def close(self) -> None:
+        if self.poller is not None:
+            self.poller.close()
+            self.poller = None
         if self.system is not None:
             reap(self.system, signal.SIGINT)
             self.system = None

@@ -494,7 +494,8 @@ def read(data: bytes, source: str = "<input>", pid: bool = False, tid: bool = Fa
     if "\r\n" in text[:65536]:
         text = text.replace("\r\n", "\n")
     b = StackBuilder()
-    from . import perf_sched
+    from . import perf_pyframes, perf_sched
+    text, pysection = perf_pyframes.split(text)   # Python stacks the recorder polled (perf_pyframes.py)
     sched = perf_sched.is_sched(text)
     names: dict[int, str] = {}  # frame id -> name, for the sched reader
 
@@ -508,6 +509,9 @@ def read(data: bytes, source: str = "<input>", pid: bool = False, tid: bool = Fa
                     pid=pid, tid=tid, event_filter=event_filter, strict=strict, thread_name=thread_name,
                     all_events=sched)
     records = list(parser.records())
+    if pysection is not None:
+        records, py_meta = perf_pyframes.splice(text, pysection, records, b, frame, source)
+        meta = {**(meta or {}), "python_names": py_meta}
     if sched:  # context switches: wall and CPU time (formats/perf_sched.py)
         base = {"format": NAME, "backend": "perf", "source": source, "events_seen": parser.events_seen,
                 "records": sum(isinstance(r, Sample) for r in records), "folded_thread_roots": False,
