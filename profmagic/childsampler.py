@@ -30,13 +30,20 @@ import threading
 import time
 
 try:
+    from . import reasons
     from .sampling import Codes, ThreadClock, code_name, every
 except ImportError:  # loaded by path from a child's sitecustomize, outside the package
     import importlib.util as _u
-    _spec = _u.spec_from_file_location("_profmagic_sampling",
-                                       os.path.join(os.path.dirname(os.path.abspath(__file__)), "sampling.py"))
-    _sampling = _u.module_from_spec(_spec)
-    _spec.loader.exec_module(_sampling)
+
+    def _load(name: str):
+        spec = _u.spec_from_file_location(f"_profmagic_{name}",
+                                          os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py"))
+        mod = _u.module_from_spec(spec)
+        sys.modules[spec.name] = mod   # (dataclasses look their module up)
+        spec.loader.exec_module(mod)
+        return mod
+    _sampling = _load("sampling")
+    reasons = _load("reasons")
     Codes, ThreadClock, code_name, every = _sampling.Codes, _sampling.ThreadClock, _sampling.code_name, _sampling.every
 
 ENV_DIR = "PROFMAGIC_CHILD_DIR"
@@ -50,8 +57,23 @@ _hook_installed = False
 _active: tuple[str, float] | None = None   # (dir, rate) while a recording in this process wants children
 
 
+class _Thread(ThreadClock):
+    """A thread's CPU clock and what ``reasons.interval_reason`` keeps between its samples."""
+    __slots__ = ("proc", "off", "seen", "next_read", "memo")
+
+    def __init__(self, ident: int, native_id: int | None):
+        super().__init__(ident, native_id)
+        self.proc = reasons.ProcReader(os.getpid(), native_id) if native_id is not None else None
+        self.off = 0.0
+        self.seen = None
+        self.next_read = 0.0
+        self.memo: dict = {}
+
+
 class ChildSampler:
-    """Samples every Python thread of this process into ``<dir>/<pid>.jsonl``."""
+    """Samples every Python thread of this process into ``<dir>/<pid>.jsonl``, each sample with its
+    reason (``reasons.interval_reason``, as the built-in sampler) and its run-queue seconds when
+    a /proc read measured some."""
 
     CHECK_EVERY = 10   # passes between looks for the STOP file
 
@@ -62,7 +84,7 @@ class ChildSampler:
         self.image, self.fd = _own_file(directory)
         self.codes = Codes(self.new_code)
         self.nframes = 0
-        self.clocks: dict[tuple, ThreadClock] = {}
+        self.clocks: dict[tuple, _Thread] = {}
         self.pending: list = []   # records of this pass: frames first seen in it, then samples
         # The thread that starts the sampler: after fork() on Python < 3.13 its Thread object still
         # carries the parent's native_id (threading._after_fork does not update it).
@@ -70,7 +92,7 @@ class ChildSampler:
         for t in threading.enumerate():   # CPU from now on: the start-up before the sampler is not sampled
             nid = self.native_id(t)
             if nid is not None:
-                clock = self.clocks[(t.ident, nid)] = ThreadClock(t.ident, nid)
+                clock = self.clocks[(t.ident, nid)] = _Thread(t.ident, nid)
                 clock.baseline()
         self.name = None
         self.stop = threading.Event()
@@ -106,6 +128,9 @@ class ChildSampler:
         except OSError:   # the directory went away: the recording is over
             pass
         finally:
+            for clock in self.clocks.values():
+                if clock.proc is not None:
+                    clock.proc.close()
             try:
                 os.close(self.fd)
             except OSError:
@@ -127,11 +152,17 @@ class ChildSampler:
             nid = self.native_id(t)
             clock = self.clocks.get((ident, nid))
             if clock is None:
-                clock = self.clocks[(ident, nid)] = ThreadClock(ident, nid)
+                clock = self.clocks[(ident, nid)] = _Thread(ident, nid)
             cpu = clock.delta() if nid is not None else None
             stack = self.codes.stack(f)   # appends the records of frames first seen to out
-            out.append(["s", now, nid, t.name if t is not None else "?", wall,
-                        None if cpu is None or cpu != cpu else cpu, stack])
+            if cpu is None or cpu != cpu:
+                out.append(["s", now, nid, t.name if t is not None else "?", wall, None, stack, reasons.UNKNOWN])
+                continue
+            reason, runq = reasons.interval_reason(clock, f, wall, cpu, now)
+            rec = ["s", now, nid, t.name if t is not None else "?", wall, cpu, stack, reason]
+            if runq > 0.0:
+                rec.append(round(runq, 9))
+            out.append(rec)
         self.pending = []
         self.write(*out)
 

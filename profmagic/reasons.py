@@ -630,6 +630,42 @@ def _sampled_reason(off: float, runq: float, facts, leaf) -> str:
     return CORE if r == UNKNOWN and state == "R" else r   # runnable now, and no name says more
 
 
+FEW_OFF = 0.1      # an interval at most this share off-CPU is ``cpu``: no /proc read
+READ_EVERY = 0.1   # seconds: at most one /proc read per thread in this time; intervals between carry a reason
+
+
+def interval_reason(st, f, wall: float, cpu: float, now: float) -> tuple[str, float]:
+    """Why one sampling interval of a thread was off-CPU (the built-in sampler's and the child
+    sampler's threads: ``st`` has ``proc`` (a ProcReader or None), ``off``, ``seen``, ``next_read``
+    and ``memo``; ``f`` is its leaf frame): run-queue time (schedstat), else the state, wchan and
+    system call now and the leaf Python call. A thread still in the same wait (same leaf
+    instruction, no CPU used) keeps its reason without a read; otherwise at most one read per
+    ``READ_EVERY`` seconds, and an interval between reads carries the reason the last read at its
+    leaf instruction gave (else the thread's last read's). Run-queue time is a counter: the next
+    read covers the intervals without one. Returns (reason, run-queue seconds since the last read)."""
+    off = wall - cpu if cpu == cpu else 0.0
+    st.off += max(off, 0.0)   # the run-queue time read next covers these intervals too
+    if off <= FEW_OFF * wall:
+        return CPU, 0.0
+    if st.proc is None:
+        leaf = python_leaf(f)
+        return classify(function=leaf[0], call=leaf[1]), 0.0
+    last = st.seen
+    code, at = f.f_code, f.f_lasti
+    if last is not None:
+        if last[0] is code and last[1] == at and cpu < 0.05 * wall:
+            return last[2], 0.0
+        if now < st.next_read:
+            return st.memo.get((code, at), last[2]), 0.0
+    runq = st.proc.runq_delta()
+    r = sampled_reason(st.off, runq, st.proc, python_leaf(f))
+    st.off = 0.0
+    st.seen = (code, at, r)
+    st.next_read = now + READ_EVERY
+    st.memo[(code, at)] = r
+    return r, runq
+
+
 # -- the split ------------------------------------------------------------------------------------
 def split(profile, by: str = "thread"):
     """Wall seconds per ``by`` (a stacks column) and reason: ``cpu`` gets the CPU time; each

@@ -116,6 +116,50 @@ time.sleep(0.4)
     check_clean(kernel)
 
 
+REASON_SECONDS = 1.5
+TOLERANCE = 0.10
+
+
+def test_children_give_reasons_as_they_measured(kernel):
+    """A forked child that sleeps and a spawned one (subprocess, the sitecustomize hook) that reads
+    a slow pipe: each thread's wall split by reason within 10 points of what it measured of itself
+    (tests/reason_work.py), as the built-in sampler's own threads are (test_reasons.py)."""
+    tests = os.path.dirname(os.path.abspath(__file__))
+    cell = f'''%%profile -b sampler --subprocesses -q
+import sys, json
+sys.path.insert(0, {tests!r})
+import reason_work
+box = mp.get_context("fork").SimpleQueue()
+w = mp.get_context("fork").Process(target=lambda: box.put(reason_work.run("sleep", {REASON_SECONDS})), name="napper")
+w.start(); slept = box.get(); w.join()
+r = subprocess.run([sys.executable, reason_work.__file__, "pipe", "{REASON_SECONDS}"], input="go\\n\\n",
+                   capture_output=True, text=True, check=True)
+piped = json.loads(r.stdout.splitlines()[1])
+'''
+    assert kernel.run("import profmagic").status == "ok"
+    r = kernel.run(cell)
+    assert r.status == "ok", (r.text(), r.error)
+    measured = kernel.value("{int(k): v for d in (slept, piped) for k, v in d.items()}")
+    assert sorted(m["reason"] for m in measured.values()) == ["io", "sleep"], measured
+    r = kernel.run("import pandas as pd\ntids = {l: int(t) for l, t in zip(_profile.thread_table['label'], "
+                   "_profile.thread_table['tid']) if pd.notna(t)}")
+    assert r.status == "ok", r.error
+    got = kernel.value("{tids[l]: s.to_dict() for l, s in profmagic.reasons.shares(_profile).iterrows() if l in tids}")
+    for tid, m in measured.items():
+        share = got[tid]
+        want = {m["reason"]: m[m["reason"]] / m["wall"], "cpu": m["cpu"] / m["wall"], "core": m["core"] / m["wall"]}
+        for reason, w in want.items():
+            assert abs(share[reason] - w) <= TOLERANCE, (m["name"], reason, str(share), want)
+    # waits(p) (the Waits tab's table): each child thread's largest wait has its reason.
+    rows = kernel.value("[(tids.get(t), r, s) for t, r, s in profmagic.waits(_profile)[['thread', 'reason', "
+                        "'seconds']].values.tolist()]")
+    for tid, m in measured.items():
+        top = max((s, r) for t, r, s in rows if t == tid)
+        assert top[1] == m["reason"], (m["name"], rows)
+    assert kernel.value("profmagic.waits.has_reasons(_profile)") is True
+    check_clean(kernel)
+
+
 def test_without_subprocesses_no_process_column(kernel):
     r = kernel.run("%%profile -b sampler -q\nspin(0.2)\n")
     assert r.status == "ok", r.text()

@@ -91,6 +91,42 @@ def test_children_capture_round_trips():
     assert_same(p, profmagic.load(p.raw))
 
 
+def test_children_reasons_read_save_and_refuse():
+    """A child's samples carry a reason and run-queue seconds (8th and 9th fields); a 7-field capture
+    reads without reasons; an unknown reason is refused with the documented message."""
+    import pytest
+    from test_reasons import _documented
+
+    from profmagic import reasons
+    from profmagic.errors import ProfileFormatError
+    from profmagic.formats import children, speedscope
+    head = b'{"v":1,"pid":5,"ppid":1,"argv":["python"],"t0":10.0,"rate":100.0}\n["f",0,"main","a.py",1]\n'
+    data = head + (b'["s",10.1,77,"MainThread",0.01,0.01,[0],"cpu"]\n'
+                   b'["s",10.2,77,"MainThread",0.02,0.0,[0],"sleep"]\n'
+                   b'["s",10.3,77,"MainThread",0.01,0.0,[0],"io",0.004]\n')
+    p = profmagic.load(data)
+    assert p.samples["reason"].astype(str).tolist() == ["cpu", "sleep", "io"]
+    assert p.samples["runq"].tolist() == [0.0, 0.0, 0.004]
+    assert list(p.stacks["reason"].cat.categories) == list(reasons.REASONS)
+    # The run-queue seconds go to core; the rest of the 0.03 s off-CPU is shared 2:1 by the samples' parts.
+    split = reasons.split(p).iloc[0]
+    assert split[["cpu", "core", "sleep", "io"]].round(6).tolist() == [0.01, 0.004, 0.017333, 0.008667]
+    assert_same(p, profmagic.load(p.raw))
+    again = profmagic.load(speedscope.write(p))
+    assert again.samples["reason"].astype(str).tolist() == ["cpu", "sleep", "io"]
+    old = head + b'["s",10.1,77,"MainThread",0.01,0.0,[0]]\n'
+    assert "reason" not in profmagic.load(old).samples
+    mixed = profmagic.load(data + b'["s",10.4,77,"MainThread",0.01,0.0,[0]]\n')
+    assert mixed.samples["reason"].astype(str).tolist()[-1] == "unknown"
+    for bad, what in ((b'"napping"', "field 8 (the reason)"), (b'"sleep",-1', "field 9 (run-queue seconds)"),
+                      (b'null', "field 8 (the reason)")):
+        with pytest.raises(ProfileFormatError) as e:
+            children.read(head + b'["s",10.1,77,"MainThread",0.01,0.0,[0],' + bad + b']\n', source="c.jsonl")
+        assert str(e.value).startswith(f"c.jsonl: line 3: sample {what}: expected "), str(e.value)
+        if what.startswith("field 8"):
+            _documented("child-reason-unknown", str(e.value))
+
+
 def rank(r: int):
     b = StackBuilder()
     th = b.thread('Thread 7 "MainThread"', tid=7, pid=1000 + r, name="MainThread", python=True)

@@ -41,8 +41,7 @@ def available() -> tuple[bool, str]:
 
 
 READ_REASONS = True   # read /proc for each sample's reason (bench/bench_sampler.py turns it off to compare)
-FEW_OFF = 0.1         # an interval at most this share off-CPU is ``cpu``: no /proc read
-READ_EVERY = 0.1      # seconds: at most one /proc read per thread in this time; intervals between carry a reason
+FEW_OFF, READ_EVERY = reasons.FEW_OFF, reasons.READ_EVERY   # (shared with the child sampler)
 
 
 class _Thread(ThreadClock):
@@ -58,34 +57,8 @@ class _Thread(ThreadClock):
         self.memo: dict = {}    # (code, instruction) -> the reason the last read there gave
 
     def reason(self, f, wall: float, cpu: float, now: float) -> tuple[str, float]:
-        """Why this interval was off-CPU (reasons.py): run-queue time (schedstat), else the state,
-        wchan and system call now and the leaf Python call. A thread still in the same wait
-        (same leaf instruction, no CPU used) keeps its reason without a read; otherwise at most
-        one read per ``READ_EVERY`` seconds, and an interval between reads carries the reason the
-        last read at its leaf instruction gave (else the thread's last read's). Run-queue time is
-        a counter: the next read covers the intervals without one. Returns (reason, run-queue
-        seconds since the last read)."""
-        off = wall - cpu if cpu == cpu else 0.0
-        self.off += max(off, 0.0)   # the run-queue time read next covers these intervals too
-        if off <= FEW_OFF * wall:
-            return reasons.CPU, 0.0
-        if self.proc is None:
-            leaf = reasons.python_leaf(f)
-            return reasons.classify(function=leaf[0], call=leaf[1]), 0.0
-        last = self.seen
-        code, at = f.f_code, f.f_lasti
-        if last is not None:
-            if last[0] is code and last[1] == at and cpu < 0.05 * wall:
-                return last[2], 0.0
-            if now < self.next_read:
-                return self.memo.get((code, at), last[2]), 0.0
-        runq = self.proc.runq_delta()
-        r = reasons.sampled_reason(self.off, runq, self.proc, reasons.python_leaf(f))
-        self.off = 0.0
-        self.seen = (code, at, r)
-        self.next_read = now + READ_EVERY
-        self.memo[(code, at)] = r
-        return r, runq
+        """This interval's reason and run-queue seconds (``reasons.interval_reason``)."""
+        return reasons.interval_reason(self, f, wall, cpu, now)
 
 
 class Recorder:
@@ -147,7 +120,7 @@ class Recorder:
             cpu = st.delta()
             if READ_REASONS:
                 off = wall - cpu if cpu == cpu else 0.0
-                if off <= FEW_OFF * wall:   # on a core (st.reason's first test, without the call)
+                if off <= FEW_OFF * wall:   # on a core (interval_reason's first test, without the call)
                     if off > 0.0:
                         st.off += off
                     r, runq = reasons.CPU, 0.0
