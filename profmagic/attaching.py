@@ -14,20 +14,25 @@ from .session import PidsTarget, Session, make_options
 
 def attach(pids, duration: float | None = 10.0, backend: str = "py-spy", *, rate: float = 100.0,
            mode: str | None = None, idle: bool | None = None, native: bool = False, timing: str | None = None,
-           announce=None) -> Profile:
+           system: bool = False, announce=None) -> Profile:
     """Record ``pids`` for ``duration`` seconds (None: until Ctrl-C). The default clock is wall time
     (py-spy's ``--idle``: waiting threads are sampled too). A process that ends meanwhile keeps what
     was sampled and is marked ``ended`` in ``meta["processes"]``.
 
     ``timing`` (py-spy): "timed" (the default for wall time: there is no cell to calibrate to, so
     each sample weighs the time to py-spy's next sample of its thread) or "calibrated" (1/rate per
-    sample; the only choice for --mode cpu)."""
+    sample; the only choice for --mode cpu).
+
+    ``system`` (``--system``; perf ``--mode both`` or ``wall``, root or perf_event_paranoid <= 0):
+    each recorder also records every CPU's wakeups, so a wait that another process ended names it
+    (pid and command). Refused with any other backend or mode."""
     pids = validate.pids(pids)
     duration = validate.duration(duration)
     if mode is None and idle is not None:
         mode = "wall" if idle else "cpu"
     target = PidsTarget(pids, duration)
-    s = Session(backend, make_options(rate=rate, mode=mode, native=native, all_threads=True, timing=timing),
+    s = Session(backend, make_options(rate=rate, mode=mode, native=native, all_threads=True, timing=timing,
+                                      system=system),
                 target=target, announce=announce)
     try:
         s.start()

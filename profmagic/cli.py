@@ -406,7 +406,7 @@ def record_pids(args) -> int:
     old = signal.signal(signal.SIGTERM, signal.default_int_handler)   # ends like Ctrl-C: recorders reaped
     try:
         p = attach(pids, duration, backend=backend, rate=args.rate, mode=args.mode, native=args.native,
-                   timing=args.timing)
+                   timing=args.timing, system=args.system)
     finally:
         signal.signal(signal.SIGTERM, old)
         progress.stop()

@@ -247,7 +247,8 @@ class ProfileMagics(Magics):
             with interrupts.at("attaching to the processes", interrupts.ATTACH_LOST):
                 profile = attach_pids(args.pid, args.duration, backend=args.backend, rate=args.rate,
                                       mode="cpu" if args.gil else ("wall" if args.idle else args.mode),
-                                      native=args.native, timing=args.timing, announce=out.text)
+                                      native=args.native, timing=args.timing, system=args.system,
+                                      announce=out.text)
         except ProfilerError as e:
             print(f"profmagic: {e}", file=sys.stderr)
             return None

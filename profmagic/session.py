@@ -173,6 +173,9 @@ class Session:
         o.mode, timing = defaults(self.module, self.target.kind, o, auto=self.requested == "auto")
         if timing is not None:
             o.extra["timing"] = timing
+        if o.system and (self.module.NAME != "perf" or o.mode not in ("both", "wall")):
+            raise ProfilerError(f"--system needs --backend perf --mode both (here --backend {self.name} --mode "
+                                f"{o.mode}): it adds every CPU's wakeups to perf's scheduler events")
         self.target.check(self)
         self.prepared = True
 

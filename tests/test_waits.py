@@ -165,6 +165,73 @@ def test_system_names_another_process_that_woke_the_thread():
     assert any("pipe_write" in f for s in sm["waker_stack"] for f in s)   # the write that woke it
 
 
+@PERF
+def test_attach_system_names_another_process_that_woke_the_thread():
+    """profmagic.attach(pid, backend="perf", mode="both", system=True) (``record --pid``, ``%profile
+    --pid``): the attached process's main thread waits on its stdin; a thread of this process (another
+    process) writes the line that wakes it."""
+    import threading
+    p = subprocess.Popen(["nice", "-n", "19", *_python(), wait_work.__file__, "stdin", str(SECONDS)],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    waker = {}
+
+    def drive():
+        with open(f"/proc/self/task/{threading.get_native_id()}/comm") as f:
+            waker["comm"] = f.read().strip()
+        p.stdin.write("go\n")
+        p.stdin.flush()
+        time.sleep(SECONDS / 2)
+        p.stdin.write("wake\n")
+        p.stdin.flush()
+    driver = threading.Thread(target=drive, daemon=True)
+
+    def announced(text):   # every recorder has started
+        if text.startswith("recording") and not driver.is_alive() and not waker:
+            driver.start()
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        prof = profmagic.attach([p.pid], duration=4 * SECONDS, backend="perf", mode="both", system=True,
+                                announce=announced)
+        driver.join()
+        m = json.loads(p.stdout.readline())
+    finally:
+        p.kill()
+        p.wait()
+    me = f"{waker['comm']} (pid {os.getpid()})"
+    c = prof.chain()
+    assert c["thread"].iloc[0] == _label(prof, p.pid, p.pid) and c["reason"].iloc[0] == "io", c
+    assert c["waker"].iloc[0] == me and c["ended"].iloc[0] == "process", c
+    assert abs(c["seconds"].iloc[0] - m["waited"]) <= TOLERANCE * m["wall"], (c, m)
+    sm = prof.samples[prof.samples["woken_by"] == me]
+    assert set(sm["waker_pid"]) == {os.getpid()}
+    assert any("pipe_write" in f for s in sm["waker_stack"] for f in s)   # the write that woke it
+    assert prof.meta["processes"][next(iter(prof.meta["processes"]))]["pid"] == p.pid
+
+
+def test_system_is_refused_where_it_cannot_name_wakers(tmp_path):
+    """--system needs perf --mode both (or wall): another backend or perf's cpu clock is refused
+    before anything is recorded, for attach, record --pid and record -- COMMAND alike."""
+    from profmagic.errors import ProfilerError
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        for backend, mode in (("py-spy", "wall"), ("perf", "cpu"), ("perf", None)):
+            with pytest.raises(ProfilerError) as e:
+                profmagic.attach([p.pid], duration=1, backend=backend, mode=mode, system=True)
+            assert str(e.value).startswith(f"--system needs --backend perf --mode both (here --backend {backend} "
+                                           f"--mode {mode or 'cpu'})"), str(e.value)
+        for argv in (["--pid", str(p.pid), "-b", "perf", "--mode", "cpu"],
+                     ["-b", "sampler", "--", sys.executable, "-c", "0"]):
+            out = tmp_path / "p.speedscope.json"
+            r = subprocess.run([sys.executable, "-m", "profmagic", "record", "--system", *argv, "-o", str(out)],
+                               capture_output=True, text=True, timeout=120)
+            assert r.returncode == 2 and "--system needs --backend perf --mode both" in r.stderr, (argv, r.stderr)
+            assert not out.exists()
+        assert not profmagic.procfs.ended(p.pid)   # attach refused before it touched the process
+    finally:
+        p.kill()
+        p.wait()
+
+
 def test_without_wakers_the_chain_stops_and_says_what_it_needs():
     """The built-in sampler sees reasons but no wakers."""
     import threading
