@@ -95,6 +95,8 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--system", action="store_true",
                    help="perf --mode both: record every CPU's wakeups, to name another process that woke a "
                         "thread (root or perf_event_paranoid <= 0)")
+    r.add_argument("--lean-switches", action="store_true",
+                   help="perf --mode both: cheaper on code that switches threads often (no kernel frames, no wakers)")
     r.add_argument("-o", "--output", default=None, metavar="FILE",
                    help=f"where to write the profile, by extension ({_suffix_help()}); "
                         "default profile-<command>-<pid>.speedscope.json")
@@ -423,7 +425,8 @@ def record_command(args, command: list[str], guard: _Guard) -> int:
     from .session import CommandTarget, Session, make_options
     target = CommandTarget(command, own_group=not _terminal_delivers_sigint())
     s = Session(args.backend, make_options(rate=args.rate, mode=args.mode, native=args.native, timing=args.timing,
-                                                   system=args.system),
+                                                   system=args.system,
+                                                   **({"lean_switches": True} if args.lean_switches else {})),
                 target=target)
     s.prepare()
     python = target.python

@@ -89,6 +89,8 @@ class ProfileMagics(Magics):
     @argument("--system", action="store_true",
               help="perf --mode both: record every CPU's wakeups, to name another process that woke a thread "
                    "(root or perf_event_paranoid <= 0)")
+    @argument("--lean-switches", action="store_true",
+              help="perf --mode both: cheaper on code that switches threads often (no kernel frames, no wakers)")
     @argument("--subprocesses", action="store_true", help="profile child processes too")
     @argument("--memory", action="store_true",
               help="record memory with memray beside the time backend, in the same run (wall, CPU and peak "
@@ -284,7 +286,8 @@ class ProfileMagics(Magics):
                 subprocesses=args.subprocesses, all_threads=args.all_threads, cell_filename=cell.filename,
                 system=args.system,
                 rerun=args.rerun, timing=args.timing,
-                **{k: True for k in ("memory", "leaks", "allocated", "memory_exact") if getattr(args, k)})
+                **{k: True for k in ("memory", "leaks", "allocated", "memory_exact", "lean_switches")
+                       if getattr(args, k)})
             names = transforms.cell_names(getattr(ip.compile, "_filename_map", {}))
         out = live.Output(enabled=not args.quiet)
         session_kw = dict(cell=code, file_names=names, announce=out.text, cluster=args.cluster)

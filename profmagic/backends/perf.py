@@ -70,6 +70,11 @@ SCRIPT_FIELDS = "comm,pid,tid,time,period,event,ip,sym,dso"
 # --mode wall/both: off-CPU time from the scheduler. Tracepoints keep period 1 (every switch) only
 # when no -F is given, so cpu-clock's rate goes in its own event terms.
 SCHED_EVENTS = ("sched:sched_switch", "sched:sched_waking")
+# lean_switches=True (--lean-switches): the switch-out stacks without their kernel part and no
+# sched_waking, the two costs of a switch that the wall split does not need (bench/RESULTS.md, issue 27).
+# perf's --user-callchains is global, so the cpu-clock samples lose their kernel frames too: a second
+# ``perf script -G`` pass gives each sample taken in the kernel its leaf function back (_kernel_leaves).
+LEAN_EVENTS = ("sched:sched_switch",)
 def _script(fields: list[str], data_file: str, what: str) -> bytes:
     """``perf script`` of ``data_file`` as text, or a ProfilerError with perf's own words."""
     res = subprocess.run(["perf", "script", *fields, "-i", data_file], capture_output=True)
@@ -203,6 +208,7 @@ class Recorder:
         self.jit_entries = 0
         self.switch_stack = STACK_BYTES
         self.switch_stack_why = ""
+        self.lean = self.offcpu and bool(options.extra.get("lean_switches"))
         self.poller: Poller | None = None   # Python names where perf sees none (perf_pynames.py)
         self.poller_error: str | None = None
 
@@ -284,8 +290,8 @@ class Recorder:
                                                                     self.jitdump is not None)
             switch = ("sched:sched_switch" if self.switch_stack == STACK_BYTES
                       else f"sched:sched_switch/call-graph=dwarf,stack-size={self.switch_stack}/")
-            events += ["-e", switch, "-e", "sched:sched_waking/call-graph=fp/"]
-            events += ["--switch-events", "-k", "CLOCK_MONOTONIC"]
+            events += ["-e", switch] + ([] if self.lean else ["-e", "sched:sched_waking/call-graph=fp/"])
+            events += ["--switch-events", "-k", "CLOCK_MONOTONIC"] + (["--user-callchains"] if self.lean else [])
         else:
             events = ["-e", "cpu-clock", "-F", str(rate)] + (
                 ["-k", "CLOCK_MONOTONIC"] if self.mode == "perf_jit" or self.jitdump or self.poller else [])
@@ -345,6 +351,8 @@ class Recorder:
                 raise ProfilerError("perf inject --jit failed: " + res.stderr.decode(errors="replace")[-2000:])
             data_file = jit_file
         text = _script((SCHED_SCRIPT if self.offcpu else ["-F", SCRIPT_FIELDS]), data_file, "perf script")
+        if self.lean:
+            text = _kernel_leaves(text, data_file)
         meta = {"backend": NAME, "python_mode": self.mode, "pid": self.options.pid, "event": "cpu-clock",
                 "duration": (self.disabled_at - self.enabled_at) if self.enabled_at else None,
                 "trampoline_unwind": (f"jitdump of {self.jit_entries} trampolines (perf_jitdump.py)"
@@ -359,8 +367,11 @@ class Recorder:
             meta.update(switch_stack=self.switch_stack, stack_bytes=STACK_BYTES,
                         cost=(f"perf copied {_kb(STACK_BYTES)} of user stack per cpu-clock sample and "
                               f"{_kb(self.switch_stack)} at each of {switches:,} context switches "
-                              f"(sched_switch; {self.switch_stack_why})"))
-            meta.update(events=["cpu-clock", *SCHED_EVENTS], mode=self.options.mode,
+                              f"(sched_switch; {self.switch_stack_why})"
+                              + ("; lean switches: user stacks only (a sample in the kernel keeps its leaf "
+                                 "function), no wakeup records" if self.lean else "")))
+            meta.update(events=["cpu-clock", *(LEAN_EVENTS if self.lean else SCHED_EVENTS)], mode=self.options.mode,
+                        switches="lean" if self.lean else "full",
                         metric_note=("wall = on-CPU (cpu-clock samples) + off-CPU (sched_switch: each stretch "
                                      "off a core goes to the stack the thread left it in)"))
         if self.poller_error:
@@ -414,6 +425,20 @@ class Recorder:
             except OSError:
                 pass
         self.tmp.close()
+
+
+_CPU_HEAD = re.compile(rb"^.*? \d+/(\d+) +(\d+\.\d+): +\d+ +cpu-clock: *$", re.M)
+_KERNEL_IP = re.compile(rb"^ *(\d+) +(\d+\.\d+): +cpu-clock: +(ffff[0-9a-f]+) +(\S+)", re.M)
+
+
+def _kernel_leaves(text: bytes, data_file: str) -> bytes:
+    """Lean switches: each cpu-clock sample taken in the kernel gets its leaf function (the sample's
+    own IP, from ``perf script -G``) above its user stack; the reader needs it to tell a period
+    carried over a switch (leaf ``finish_task_switch``) from time the thread ran."""
+    ips = {(m[1], m[2]): m[3] + b" " + m[4] for m in _KERNEL_IP.finditer(
+        _script(["-G", "-F", "tid,time,event,ip,sym"], data_file, "perf script -G"))}
+    return _CPU_HEAD.sub(lambda m: m[0] + (b"\n\t" + ips[(m[1], m[2])] + b" ([kernel.kallsyms])"
+                                           if (m[1], m[2]) in ips else b""), text)
 
 
 def _kb(n: int) -> str:
