@@ -211,6 +211,8 @@ def test_attach_system_names_another_process_that_woke_the_thread():
 def test_system_is_refused_where_it_cannot_name_wakers(tmp_path):
     """--system needs perf --mode both (or wall): another backend or perf's cpu clock is refused
     before anything is recorded, for attach, record --pid and record -- COMMAND alike."""
+    from test_reasons import _documented
+
     from profmagic.errors import ProfilerError
     p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
@@ -219,6 +221,7 @@ def test_system_is_refused_where_it_cannot_name_wakers(tmp_path):
                 profmagic.attach([p.pid], duration=1, backend=backend, mode=mode, system=True)
             assert str(e.value).startswith(f"--system needs --backend perf --mode both (here --backend {backend} "
                                            f"--mode {mode or 'cpu'})"), str(e.value)
+            _documented("system-needs-perf-both", str(e.value))
         for argv in (["--pid", str(p.pid), "-b", "perf", "--mode", "cpu"],
                      ["-b", "sampler", "--", sys.executable, "-c", "0"]):
             out = tmp_path / "p.speedscope.json"
