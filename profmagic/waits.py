@@ -34,7 +34,7 @@ from .derived import memo
 HOPS = 4
 OTHERS = "\0other processes"   # chain(): other processes' wakers, one wait
 FUNCTION_SHARE = 0.25         # chain(): a hop names each function holding this share of its wait
-NO_WAKERS = "wakers need `--backend perf --mode both`"
+NO_WAKERS = "wakers need `--backend perf --mode both` (without `--lean-switches`)"
 COLUMNS = ["thread", "reason", "function", "waker", "waker_function", "ended", "seconds", "share"]
 
 

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from profmagic import waits
 from profmagic.backends import perf
 from profmagic.backends.base import Options
 
@@ -92,18 +93,22 @@ def test_lean_switches_keep_the_wall_split_and_say_what_they_leave_out():
     assert m["switches"] == "lean" and m["events"] == ["cpu-clock", "sched:sched_switch"]
     assert "lean switches: user stacks only" in m["cost"] and "no wakeup records" in m["cost"]
     assert p.meta["lost_events"] == 0
-    # No wakeup records: no waker anywhere.
-    assert p.samples["woken_by"].isna().all()
+    # No wakeup records: no waker anywhere, and the Waits sentence says what wakers need.
+    assert p.samples["woken_by"].isna().all() and not waits.has_wakers(p)
+    assert waits.NO_WAKERS in waits.sentence(p) and "--lean-switches" in waits.NO_WAKERS
     # Kernel frames: at most the leaf of an on-CPU sample (the sample's own IP), none in a switch-out stack.
     kernel = set(p.frames.index[p.frames["kind"] == "kernel"])
     leaf_first = [tuple(reversed(st)) for st in p.stacks["stack"]]
     assert all(not (set(st[1:]) & kernel) for st in leaf_first)
     off = p.samples[p.samples["reason"] != "cpu"]
     assert all(p.stacks["stack"][s][-1] not in kernel for s in off["stack"])
-    # Reasons from prev_state and libc's frames: the waits are a lock (a condition's futex) or a core.
-    waits = off.groupby("reason")["wall"].sum()
-    assert waits.get("lock", 0) + waits.get("core", 0) >= 0.95 * waits.sum(), waits.to_dict()
-    assert waits.get("lock", 0) >= 0.5 * waits.sum(), waits.to_dict()
+    # Reasons from prev_state and libc's frames: a condition's futex (lock), the GIL taken back after
+    # it, or a core (preempted; under load most of the rest); nothing left unknown.
+    why = off.groupby("reason")["wall"].sum()
+    assert set(why.index) <= {"lock", "gil", "core", "unknown"}, why.to_dict()
+    assert why.get("unknown", 0) <= 0.02 * why.sum() and why.get("lock", 0) >= 0.25 * why.sum(), why.to_dict()
+    sleeping = off[off["state"] == "S"]
+    assert set(sleeping["reason"]) <= {"lock", "gil"}, set(sleeping["reason"])
 
 
 @PERF
