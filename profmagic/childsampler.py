@@ -145,11 +145,13 @@ class ChildSampler:
                 self.name = name
                 out.append(["n", name])
         live = {t.ident: t for t in threading.enumerate()}
+        sampled = set()
         for ident, f in sys._current_frames().items():
             if ident == me:
                 continue
             t = live.get(ident)
             nid = self.native_id(t)
+            sampled.add((ident, nid))
             clock = self.clocks.get((ident, nid))
             if clock is None:
                 clock = self.clocks[(ident, nid)] = _Thread(ident, nid)
@@ -163,6 +165,11 @@ class ChildSampler:
             if runq > 0.0:
                 rec.append(round(runq, 9))
             out.append(rec)
+        if len(self.clocks) > len(sampled):   # threads that ended: their /proc files closed (a long-lived
+            for key in [k for k in self.clocks if k not in sampled]:   # child may start thousands)
+                gone = self.clocks.pop(key)
+                if gone.proc is not None:
+                    gone.proc.close()
         self.pending = []
         self.write(*out)
 

@@ -160,6 +160,25 @@ piped = json.loads(r.stdout.splitlines()[1])
     check_clean(kernel)
 
 
+def test_a_child_that_starts_many_threads_keeps_few_files_open():
+    """Each thread's /proc files (its reasons) are closed when the thread ends: a child that starts
+    300 threads that sleep ends with about as many descriptors as it started with (611 before)."""
+    import subprocess
+    import sys
+
+    import profmagic
+    code = ("import os, threading, time\nn = len(os.listdir('/proc/self/fd'))\nfor i in range(300):\n"
+            "    t = threading.Thread(target=time.sleep, args=(0.03,)); t.start(); t.join()\n"
+            "print(n, len(os.listdir('/proc/self/fd')))\n")
+    with profmagic.profile("sampler", mode="both", subprocesses=True, announce=lambda text: None) as rec:
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    before, after = map(int, r.stdout.split())
+    assert after <= before + 8, (before, after)   # the sampler's own: its capture and one thread's files
+    p = rec.profile
+    child = p.samples[p.samples["thread"].astype(str).str.contains(r"Thread-\d+ \(sleep\)")]
+    assert child["reason"].astype(str).value_counts().idxmax() == "sleep"
+
+
 def test_without_subprocesses_no_process_column(kernel):
     r = kernel.run("%%profile -b sampler -q\nspin(0.2)\n")
     assert r.status == "ok", r.text()
