@@ -48,6 +48,7 @@ BENCHES = {
     "bench_first_icicle": ([], ["--runs", "1", "--apps", "lab"]),
     "bench_coverage": ([], ["--runs", "1", "--duration", "1"]),
     "bench_waits": (["--write"], ["--rounds", "1"]),
+    "bench_perf_pynames": (["--write"], ["--rounds", "1"]),
 }
 
 

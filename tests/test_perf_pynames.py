@@ -196,3 +196,32 @@ def test_a_bad_pyframes_line_is_a_format_error_naming_its_line():
     with pytest.raises(ProfileFormatError) as e:
         perf_pyframes.parse(perf_pyframes.split(text)[1], 3, "cap")
     assert "rate='0'" in str(e.value) and "above 0 and at most 1e6" in str(e.value)
+
+
+@NEEDS
+def test_a_poller_killed_mid_recording_leaves_its_snapshots_and_says_so():
+    p = subprocess.Popen(["nice", "-n", "19", PY311, pynames_work.__file__, "1.5"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        o = Options(pid=p.pid, rate=100, mode="both")
+        rec = perf.Recorder(o)
+        try:
+            rec.start()
+            p.stdin.write("go\n")
+            p.stdin.flush()
+            time.sleep(1.0)
+            rec.poller.proc.kill()   # a real SIGKILL: no summary line, maybe a line cut short
+            ids = json.loads(p.stdout.readline())
+            cap = rec.stop()
+        finally:
+            rec.close()
+    finally:
+        p.kill()
+        p.wait()
+    prof = perf.read(cap, o)
+    names = prof.meta["python_names"]
+    assert names["error"] == "the poller ended without its summary (exit -9)", names
+    # The main thread blocked before the kill: its one long wait still has a snapshot inside it.
+    named, off = _off_cpu_named(prof, ids["main"], "blocked_on_lock")
+    assert off >= 1.0 and named >= 0.9 * off, (named, off, names)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import select
+import signal
 import sys
 import time
 from urllib.parse import quote
@@ -75,9 +76,9 @@ def poll(pid: int, rate: float, out, stop_fd: int) -> None:
                 body.append(f"# py {t0:.6f} {' '.join(entries)}\n")
             reads += 1
             spent += time.monotonic() - t0
-            if len(body) > 256:
-                out.writelines(body)
-                body.clear()
+            out.writelines(body)   # each read as it is made: a poller killed keeps what it read
+            out.flush()
+            body.clear()
             next_t += interval
             now = time.monotonic()
             if next_t < now:
@@ -114,11 +115,13 @@ class Poller:
     def start(self) -> str | None:
         """Start polling; None when it runs, else why it could not."""
         import subprocess
+        from .. import interrupts
         from .base import OWN_GROUP, allow_tracer, reap
-        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--pid", str(self.pid),
-                                      "--rate", str(self.rate), "--out", self.out],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     **OWN_GROUP)
+        with interrupts.deferred():   # a Ctrl-C between the start and the assignment would orphan it
+            self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--pid", str(self.pid),
+                                          "--rate", str(self.rate), "--out", self.out],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                         **OWN_GROUP)
         if self.pid == os.getpid():
             allow_tracer(self.proc.pid)   # Yama ptrace_scope=1: reading a parent's memory needs it
         deadline = time.monotonic() + self.READY_TIMEOUT
@@ -130,14 +133,14 @@ class Poller:
                 break
         if line.strip() == b"ready":
             return None
-        self.proc.kill()
-        err = self.proc.stderr.read().decode(errors="replace").strip()[-500:]
-        reap(self.proc)
+        rc = self.proc.poll()
+        reap(self.proc, signal.SIGKILL)
         self.proc = None
-        return f"the Python stack poller did not start: {err or 'no ready signal in time'}"
+        return ("the Python stack poller did not start: "
+                + (f"it exited with status {rc}" if rc is not None else f"no ready signal in {self.READY_TIMEOUT:g} s"))
 
     def stop(self) -> bytes:
-        """Stop polling; the capture's section (header first), or b"" when nothing was read."""
+        """Stop polling; the capture's section (header first; one the poller did not write says so)."""
         import subprocess
         from .base import reap
         if self.proc is None:
@@ -147,20 +150,22 @@ class Poller:
         except OSError:
             pass
         try:
-            self.proc.wait(10.0)
+            self.proc.wait(30.0)
         except subprocess.TimeoutExpired:
             pass   # reap's SIGINT ends it (its reads in a finally: still written)
-        reap(self.proc)
+        rc = reap(self.proc)
         self.proc = None
         try:
             with open(self.out, "rb") as f:
                 text = f.read()
         except OSError:
-            return b""
-        body, _, header = text.rstrip(b"\n").rpartition(b"\n")
-        if not header.startswith(HEADER.encode()):
-            return b""
-        return b"\n" + header + b"\n" + body + (b"\n" if body else b"")
+            text = b""
+        lines = text.split(b"\n")[:-1]   # (a line cut by a kill has no newline: dropped)
+        heads = [ln for ln in lines if ln.startswith(HEADER.encode())]
+        body = [ln for ln in lines if not ln.startswith(HEADER.encode())]
+        header = heads[-1] if heads else (f"{HEADER} pid={self.pid} rate={self.rate:g} error="
+                                          + quote(f"the poller ended without its summary (exit {rc})", safe="")).encode()
+        return b"\n" + b"\n".join([header] + body) + b"\n"
 
     def close(self) -> None:
         from .base import reap

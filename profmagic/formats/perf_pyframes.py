@@ -109,9 +109,7 @@ def splice(text: str, section: str, records: list, b, frame, source: str = "<inp
     for r in records:
         ev = getattr(r, "event", None)
         if ev not in ("sched:sched_switch", "cpu-clock") or not r.leaf_first or r.tid not in snaps:
-            if ev in ("sched:sched_switch", "cpu-clock"):
-                counts["off" if ev == "sched:sched_switch" else "cpu"] += 1
-            out.append(r)
+            out.append(r)   # (a thread with no Python stack in any snapshot is not counted)
             continue
         mine, st = snaps[r.tid], starts[r.tid]
         if ev == "sched:sched_switch":
@@ -148,10 +146,12 @@ def splice(text: str, section: str, records: list, b, frame, source: str = "<inp
     meta = {"from": (f"snapshots of the target's Python stacks read from its memory at {facts['rate']:g} Hz "
                      f"(backends/perf_pynames.py; {facts.get('reads', '?')} reads of {facts.get('read_ms', '?')} ms "
                      "each on average)"),
-            "off_cpu": (f"{counts['off_named']:,} of {counts['off']:,} switch-outs named by a snapshot taken "
-                        "inside their off-CPU interval (exact: a waiting thread's stack does not change)"),
-            "on_cpu": (f"{counts['cpu_named']:,} of {counts['cpu']:,} cpu-clock samples named by the thread's "
-                       f"nearest snapshot within {near * 1e3:g} ms (near: a running thread moves on)"),
+            "off_cpu": (f"{counts['off_named']:,} of the Python threads' {counts['off']:,} switch-outs named by "
+                        "a snapshot taken inside their off-CPU interval (exact: a waiting thread's stack does "
+                        "not change)"),
+            "on_cpu": (f"{counts['cpu_named']:,} of the Python threads' {counts['cpu']:,} cpu-clock samples named "
+                       f"by the thread's nearest snapshot within {near * 1e3:g} ms (near: a running thread moves "
+                       "on)"),
             "unnamed": "records with no matching snapshot keep their native frames",
             **({"error": facts["error"]} if facts.get("error") else {}), "counts": counts}
     return out, meta
