@@ -223,21 +223,26 @@ def raw_run(py: list[str], code: str, args: list[str] | None, tmp: str) -> dict:
 
 
 def breakdown_variants(rate: float) -> dict:
+    """One part added per row, up to the default and the lean mode (``lean_switches``), plain
+    ``perf record`` with backends/perf.py's flags."""
     clock = f"cpu-clock/period={int(1e9 // rate)}/"
     dwarf = ["--call-graph", f"dwarf,{perf.STACK_BYTES}"]
     sw = ["--switch-events", "-k", "CLOCK_MONOTONIC"]
-    wake = ["-e", "sched:sched_wakeup/call-graph=fp/"]
-    both = lambda sched: ["-e", clock, "-e", sched, *wake, *sw, *dwarf]  # noqa: E731
+    kb = perf.SHALLOW_SWITCH_STACK
+    switch = f"sched:sched_switch/call-graph=dwarf,stack-size={kb}/"
+    base = ["-e", clock, *sw, *dwarf]
     return {
         "bare": None,
-        "--mode cpu (cpu-clock, 32 KB stacks)": ["-e", "cpu-clock", "-F", str(int(rate)), *dwarf],
-        "+ switch records (--switch-events)": ["-e", clock, *sw, *dwarf],
-        "+ sched_switch, no user stack at a switch": ["-e", clock, "-e", "sched:sched_switch/call-graph=fp/", *sw,
-                                                      *dwarf],
-        "+ sched_wakeup (no user stack)": both("sched:sched_switch/call-graph=fp/"),
-        f"+ {perf.SHALLOW_SWITCH_STACK // 1024} KB user stack at each switch (the cheaper mode)":
-            both(f"sched:sched_switch/call-graph=dwarf,stack-size={perf.SHALLOW_SWITCH_STACK}/"),
-        "32 KB instead (--mode both before)": both("sched:sched_switch"),
+        "cpu-clock + switch records (--switch-events)": base,
+        "+ sched_switch, no call graph": [*base, "-e", "sched:sched_switch/call-graph=no/"],
+        f"+ sched_switch, {kb // 1024} KB user stack only (--user-callchains): **lean switches**":
+            [*base, "-e", switch, "--user-callchains"],
+        f"+ sched_switch, {kb // 1024} KB user stack and its kernel call graph":
+            [*base, "-e", switch],
+        "+ sched_waking with its kernel call graph: **the default**":
+            [*base, "-e", switch, "-e", "sched:sched_waking/call-graph=fp/"],
+        "lean + sched_waking without call graph (wakers kept, interrupts' not told)":
+            [*base, "-e", switch, "-e", "sched:sched_waking/call-graph=no/", "--user-callchains"],
     }
 
 
@@ -260,7 +265,7 @@ def breakdown(py: list[str], rounds: int) -> list[str]:
            "| target CPU (user + system): ratio median "
            "| target user CPU s | target system CPU s (kernel side: events, stack copies) | perf's own CPU s "
            "(reads the ring buffers, writes perf.data) | (target + perf CPU) / bare target CPU | perf.data MB "
-           "| target system CPU added per hand-off (µs, medians) |", "|---|---|---|---|---|---|---|---|---|---|"]
+           "| target CPU (user + system) added per hand-off (µs, medians) |", "|---|---|---|---|---|---|---|---|---|---|"]
     cpu = lambda x: x["user"] + x["sys"]  # noqa: E731
     for n in names_:
         xs = res[n]
@@ -272,7 +277,7 @@ def breakdown(py: list[str], rounds: int) -> list[str]:
                    + (f"{med(x['perf_cpu'] for x in xs):.3f} | "
                       f"{med((cpu(x) + x['perf_cpu']) / cpu(b) for x, b in zip(xs, bare)):.3f} | "
                       f"{med(x['mb'] for x in xs):.1f} | "
-                      f"{1e6 * (med(x['sys'] for x in xs) - med(b['sys'] for b in bare)) / (2 * 3000):.1f} |"
+                      f"{1e6 * (med(cpu(x) for x in xs) - med(cpu(b) for b in bare)) / (2 * 3000):.1f} |"
                       if variants[n] else "- | 1.000 | - | - |"))
     return out
 
@@ -290,21 +295,23 @@ def offcpu_by_leaf(p) -> dict:
     return {k: 100 * v / total for k, v in out.items()} if total else {}
 
 
+KINDS = [("bare", None), ("default", {}), ("lean switches", {"lean_switches": True})]
+
+
 def cheaper(py: list[str], rounds: int, args: tuple = ()) -> list[str]:
-    """Bare, --mode both as before (32 KB at each switch) and as now (4 KB for this target), paired:
-    the target's slowdown and the wall split each profile gives, against the target's own."""
+    """Bare, --mode both by default and with lean switches, through backends/perf.py, paired: the
+    target's slowdown and the wall split each profile gives, against the target's own."""
     import json
-    kinds = [("bare", None), ("32 KB (before)", perf.STACK_BYTES), ("4 KB (default now)", None)]
+    kinds = KINDS
     res = {k: [] for k, _ in kinds}
     for r in range(rounds):
-        for k, size in kinds[r % 3:] + kinds[:r % 3]:
+        for k, extra in kinds[r % 3:] + kinds[:r % 3]:
             child = subprocess.Popen([*py, "-c", SPLIT, *map(str, args)], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE)
             rec = None
             try:
-                if k != "bare":
-                    rec = perf.Recorder(Options(pid=child.pid, rate=RATE, mode="both",
-                                                extra={"switch_stack": size} if size else {}))
+                if extra is not None:
+                    rec = perf.Recorder(Options(pid=child.pid, rate=RATE, mode="both", extra=extra))
                     rec.start()
                 child.stdin.write(b"go\n")
                 child.stdin.flush()
@@ -316,8 +323,11 @@ def cheaper(py: list[str], rounds: int, args: tuple = ()) -> list[str]:
                        "truth": 100 * truth["work"] / (truth["work"] + truth["wait"])}
                 if rec:
                     p = perf.read(rec.stop(), Options(rate=RATE))
-                    row.update(split=split(p), stack=p.meta["switch_stack"], cost=p.meta["cost"],
-                               lost=p.meta.get("lost_events") or 0, off=offcpu_by_leaf(p))
+                    off = p.samples[p.samples["reason"] != "cpu"]
+                    row.update(split=split(p), cost=p.meta["cost"], lost=p.meta.get("lost_events") or 0,
+                               off=offcpu_by_leaf(p), woken=int(p.samples["woken_by"].notna().sum()),
+                               reasons={k: 100 * v / off["wall"].sum()
+                                        for k, v in off.groupby("reason")["wall"].sum().items()})
                 res[k].append(row)
             finally:
                 if rec:
@@ -327,39 +337,48 @@ def cheaper(py: list[str], rounds: int, args: tuple = ()) -> list[str]:
                     child.wait()
                 child.stdout.close()
         print(f"cheaper round {r + 1}: " + ", ".join(f"{k} {v[-1]['s'] / res['bare'][-1]['s']:.2f}"
+                                                   f" cpu {v[-1]['cpu'] / res['bare'][-1]['cpu']:.2f}"
                                                    + (f" split {v[-1]['split']:.1f}/{v[-1]['truth']:.1f}"
                                                       if 'split' in v[-1] else "") for k, v in res.items()),
               flush=True)
     med = statistics.median
     bare = res["bare"]
-    every = {c for k, _ in kinds[1:] for x in res[k] for c in x["off"]}
-    keys = sorted((c for c in every if max(med(x["off"].get(c, 0.0) for x in res[k]) for k, _ in kinds[1:]) >= 1),
-                  key=lambda c: -med(x["off"].get(c, 0.0) for x in res[kinds[2][0]]))
-    for k, _ in kinds[1:]:
+    prof = [k for k, _ in kinds[1:]]
+    every = {c for k in prof for x in res[k] for c in x["off"]}
+    keys = sorted((c for c in every if max(med(x["off"].get(c, 0.0) for x in res[k]) for k in prof) >= 1),
+                  key=lambda c: -med(x["off"].get(c, 0.0) for x in res[prof[0]]))
+    for k in prof:
         for x in res[k]:
             x["off"]["other"] = sum(v for c, v in x["off"].items() if c not in keys)
     keys.append("other")
-    out = ["| --mode both | stack copied at each switch | target wall: ratio median [min, max] "
-           "| target wall: best of the rounds / bare's best | target CPU: ratio median | work share of work + waits: profile, median [min, max] "
+    why = sorted({c for k in prof for x in res[k] for c in x["reasons"]})
+    out = ["| --mode both | target wall: ratio median [min, max] "
+           "| target wall: best of the rounds / bare's best | target CPU: ratio median [min, max] "
+           "| work share of work + waits: profile, median [min, max] "
            "| the target's own, same runs (median) | profile − own, median [worst] (points) "
-           "| perf's lost-event records (median) | " + " | ".join(f"off-CPU wall in `{c}` (median %)" for c in keys)
-           + " |", "|---|---|---|---|---|---|---|---|---|" + "---|" * len(keys)]
-    for k, _ in kinds[1:]:
+           "| perf's lost-event records (median) | samples with a waker (median) | "
+           + " | ".join(f"off-CPU wall in `{c}` (median %)" for c in keys) + " | "
+           + " | ".join(f"off-CPU wall, reason `{c}` (median %)" for c in why) + " |",
+           "|---|---|---|---|---|---|---|---|---|" + "---|" * (len(keys) + len(why))]
+    for k in prof:
         xs = res[k]
         rat = [x["s"] / b["s"] for x, b in zip(xs, bare)]
+        crat = [x["cpu"] / b["cpu"] for x, b in zip(xs, bare)]
         sp = [x["split"] for x in xs]
-        out.append(f"| {k} | {xs[0]['stack']} bytes | {med(rat):.3f} [{min(rat):.2f}, {max(rat):.2f}] | "
+        out.append(f"| {k} | {med(rat):.3f} [{min(rat):.2f}, {max(rat):.2f}] | "
                    f"{min(x['s'] for x in xs) / min(b['s'] for b in bare):.3f} | "
-                   f"{med(x['cpu'] / b['cpu'] for x, b in zip(xs, bare)):.3f} | "
+                   f"{med(crat):.3f} [{min(crat):.2f}, {max(crat):.2f}] | "
                    f"{med(sp):.1f} [{min(sp):.1f}, {max(sp):.1f}] | {med(x['truth'] for x in xs):.1f} | "
                    f"{med(x['split'] - x['truth'] for x in xs):+.1f} [{max(abs(x['split'] - x['truth']) for x in xs):.1f}] | "
-                   f"{med(x['lost'] for x in xs):.0f} | "
-                   + " | ".join(f"{med(x['off'].get(c, 0.0) for x in xs):.1f}" for c in keys) + " |")
-    a, b = res[kinds[2][0]], res[kinds[1][0]]
-    d = [x["split"] - y["split"] for x, y in zip(a, b)]
-    out += ["", f"4 KB minus 32 KB, round by round: work share median {med(d):+.2f} points [{min(d):+.2f}, "
-            f"{max(d):+.2f}]; target wall ratio 4 KB / 32 KB median {med(x['s'] / y['s'] for x, y in zip(a, b)):.3f}.",
-            "", f"What the header says (meta[\"cost\"], shown as its Cost note; last 4 KB run): {a[-1]['cost']}"]
+                   f"{med(x['lost'] for x in xs):.0f} | {med(x['woken'] for x in xs):.0f} | "
+                   + " | ".join(f"{med(x['off'].get(c, 0.0) for x in xs):.1f}" for c in keys) + " | "
+                   + " | ".join(f"{med(x['reasons'].get(c, 0.0) for x in xs):.1f}" for c in why) + " |")
+    a, b = res[prof[1]], res[prof[0]]
+    d = [(x["split"] - x["truth"]) - (y["split"] - y["truth"]) for x, y in zip(a, b)]
+    out += ["", f"Lean minus default, round by round: error against the target's own split, median {med(d):+.2f} "
+            f"points [{min(d):+.2f}, {max(d):+.2f}]; target CPU lean / default median "
+            f"{med(x['cpu'] / y['cpu'] for x, y in zip(a, b)):.3f}, wall {med(x['s'] / y['s'] for x, y in zip(a, b)):.3f}.",
+            "", f"What the header says (meta[\"cost\"], shown as its Cost note; last lean run): {a[-1]['cost']}"]
     return out
 
 
@@ -403,6 +422,8 @@ def main() -> None:
     ap.add_argument("--scenarios", default=",".join(gt.SCENARIOS))
     ap.add_argument("--skip", default="", help="comma list of parts to skip: accuracy,cost,names,switches")
     ap.add_argument("--switch-rounds", type=int, default=9)
+    ap.add_argument("--switch-parts", default="breakdown,fine,coarse",
+                    help="switches: which tables (a quick look in a quiet moment: --switch-parts breakdown)")
     ap.add_argument("--write", action="store_true")
     a = ap.parse_args()
     skip = set(a.skip.split(","))
@@ -442,24 +463,29 @@ def switches(a) -> None:
     py = [py[-1], "-X", "perf"]
     load = os.getloadavg()[0]
     cmd = f".venv/bin/python bench/bench_perf.py --skip accuracy,cost,names --switch-rounds {a.switch_rounds}" + \
+        (f" --switch-parts {a.switch_parts}" if a.switch_parts != "breakdown,fine,coarse" else "") + \
         (" --write" if a.write else "")
     lines = ["## perf on switch-heavy code (issue 27)", "",
              f"Command: `nice -n 19 {cmd}` ({time.strftime('%Y-%m-%d %H:%M')}, 2 cores shared with the work of "
-             f"seven other sessions, load average {load:.1f} at the start: measured under load, so only the "
-             f"side-by-side ratios mean anything; perf {perf.version()}, {RATE:g} Hz, `-e cpu-clock`). Target: "
+             f"other sessions, load average {load:.1f} at the start, LOAD_END at the end: measured under load, so "
+             f"only the side-by-side ratios mean anything; perf {perf.version()}, {RATE:g} Hz, `-e cpu-clock`). Target: "
              f"two threads of `{os.path.basename(py[0])} -X perf` (perf trampoline) handing a token back and forth "
              "3,000 times, each turn ~30 µs of Python work (bench_perf.py's SPLIT; it times its own work and "
              "waits). Every round runs every variant once, in rotating order; ratio = variant / the round's "
              "bare run."]
-    lines += ["", f"### Where the time goes ({a.switch_rounds} rounds; plain `perf record` with the backend's "
-              "flags, one part added per row)", ""] + breakdown(py, a.switch_rounds)
-    lines += ["", f"### The cheaper mode against the one before, through backends/perf.py ({a.switch_rounds} "
-              "rounds)", ""] + cheaper(py, a.switch_rounds)
-    lines += ["", f"### The same on coarser turns, where 100 Hz can measure the split ({a.switch_rounds} rounds; "
-              "SPLIT with 30,000 iterations of work a turn (~1-2 ms), 400 turns a thread)", ""] + \
-        cheaper(py, a.switch_rounds, (30000, 400))
+    parts = set(a.switch_parts.split(","))
+    if "breakdown" in parts:
+        lines += ["", f"### Where the time goes ({a.switch_rounds} rounds; plain `perf record` with the backend's "
+                  "flags, one part added per row)", ""] + breakdown(py, a.switch_rounds)
+    if "fine" in parts:
+        lines += ["", f"### Lean switches against the default, through backends/perf.py ({a.switch_rounds} "
+                  "rounds)", ""] + cheaper(py, a.switch_rounds)
+    if "coarse" in parts:
+        lines += ["", f"### The same on coarser turns, where 100 Hz can measure the split ({a.switch_rounds} "
+                  "rounds; SPLIT with 30,000 iterations of work a turn (~1-2 ms), 400 turns a thread)", ""] + \
+            cheaper(py, a.switch_rounds, (30000, 400))
     lines += ["", f"({time.perf_counter() - t0:.0f} s)"]
-    text = "\n".join(lines) + "\n"
+    text = "\n".join(lines).replace("LOAD_END", f"{os.getloadavg()[0]:.1f}") + "\n"
     print(text)
     if a.write:
         write_section(text)
