@@ -121,3 +121,46 @@ def test_the_default_keeps_kernel_frames_and_wakers():
     assert p.samples["woken_by"].notna().sum() >= TURNS   # each hand-off's waiter knows its waker
     kernel = set(p.frames.index[p.frames["kind"] == "kernel"])
     assert any(len(set(st) & kernel) > 3 for st in p.stacks["stack"])
+
+
+READER = """\
+import os, sys, time
+sys.stdin.readline()
+fd = os.open("/dev/zero", os.O_RDONLY)
+end = time.perf_counter() + 1.0
+while time.perf_counter() < end:
+    os.read(fd, 1 << 20)
+print("done", flush=True)
+"""
+
+
+@PERF
+def test_lean_switches_keep_the_kernel_leaf_of_an_on_cpu_sample():
+    """perf's --user-callchains drops every kernel frame; the second perf script pass puts the
+    sample's own kernel function back as its leaf: a thread reading /dev/zero spends most of its
+    time in the kernel, under os.read."""
+    child = subprocess.Popen(["nice", "-n", "19", *_python(), "-c", READER], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        o = Options(pid=child.pid, rate=100, mode="both", extra={"lean_switches": True})
+        rec = perf.Recorder(o)
+        try:
+            rec.start()
+            child.stdin.write("go\n")
+            child.stdin.flush()
+            assert child.stdout.readline().strip() == "done"
+            cap = rec.stop()
+        finally:
+            rec.close()
+        p = perf.read(cap, o)
+    finally:
+        child.kill()
+        child.wait()
+    kernel = set(p.frames.index[p.frames["kind"] == "kernel"])
+    on = p.samples[p.samples["reason"] == "cpu"]
+    stacks = [p.stacks["stack"][s] for s in on["stack"]]
+    in_kernel = [st for st in stacks if st and st[-1] in kernel]
+    assert len(in_kernel) >= 0.3 * len(stacks) and len(stacks) >= 20, (len(in_kernel), len(stacks))
+    assert all(len(set(st) & kernel) == 1 for st in in_kernel)
+    names = p.frames["name"]
+    assert all(any(names[f] == "<module>" for f in st) for st in in_kernel)
