@@ -164,3 +164,22 @@ def test_lean_switches_keep_the_kernel_leaf_of_an_on_cpu_sample():
     assert all(len(set(st) & kernel) == 1 for st in in_kernel)
     names = p.frames["name"]
     assert all(any(names[f] == "<module>" for f in st) for st in in_kernel)
+
+
+@PERF
+@pytest.mark.parametrize("scenario", ["gil", "sleep", "pipe", "lock", "core"])
+def test_lean_switches_split_each_thread_by_reason_as_it_measured(scenario):
+    """tests/test_reasons.py's perf cases with lean switches: the reasons come from prev_state and
+    libc's frames, each thread within the same 10 points of what it measured (run-queue time after a
+    wakeup stays in the wait's reason, which that check's slack already allows for perf)."""
+    import test_reasons
+    import tools
+    if scenario == "core" and len(os.sched_getaffinity(0)) < 2:
+        tools.lacking("three spinning processes on one core need a second core for the profiler")
+
+    def rec(pid):
+        o = Options(pid=pid, rate=100, mode="both", extra={"lean_switches": True})
+        return perf.Recorder(o), o
+    p, measured = test_reasons._child(scenario, rec, perf.read)
+    assert p.meta["switches"] == "lean"
+    test_reasons._check(p, measured, scenario, "perf")
