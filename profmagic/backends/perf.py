@@ -20,7 +20,8 @@ Measured with perf 6.1 on this machine kind:
   Tracepoints need root/CAP_PERFMON or perf_event_paranoid -1, and tracefs: refused, one message
   says which and names eu-stack. Each switch costs a stack copy: 32 KB where the unwind reaches
   the thread's root, 4 KB where it ends at the innermost Python frame anyway (``switch_stack()``;
-  ``meta["cost"]`` says which ran). A thread switching thousands of times a second slows (bench/RESULTS.md).
+  ``meta["cost"]`` says which ran). A thread switching thousands of times a second slows (bench/RESULTS.md);
+  ``lean_switches`` records no kernel call graph and no sched_waking, for about 0.8x that (``LEAN_EVENTS``).
 * Python frames, by what the target interpreter allows (``meta["python_mode"]``):
   ``perf_jit`` (3.13 started with ``-X perf_jit``): ``perf record -k 1`` + ``perf inject --jit``
   give mixed Python and C stacks. CPython buffers its ``/tmp/jit-PID.dump``, so code jitted

@@ -42,6 +42,8 @@ order:
   ``thread``). A wakeup in a timer interrupt ends the wait by ``timeout``, one from a signal's delivery
   by ``signal``, another interrupt's by ``interrupt``. With ``--system`` (perf.py) every CPU's wakeups
   are appended: a waker in another process is named ``COMM (pid P)`` (``ended`` ``process``).
+  A capture with lean switches (perf.py's ``lean_switches``) has no wakeup records and switch-out
+  stacks without kernel frames: no wakers, reasons from the state and the native frames alone.
 * Each sample has a ``reason`` (profmagic/reasons.py): ``cpu`` on a core; off-CPU, from the
   switch-out state (``R``: preempted, ``core``) and the switch-out stack's kernel and native leaf
   frames; ``unknown`` for the labelled rows.
