@@ -5,7 +5,10 @@ default; --allocated; --memory beside the sampler) beside memray's own %%memray_
 The cell is the issue's: alloc() keeps 20,000 x 1 kB bytearrays alive, strs() makes 100,000 short
 strings and drops them before the peak. Accuracy and cost drive the recorders directly (start, the
 cell, stop, read, close), as the Session does; cell end -> view goes through the magic.
-Usage: .venv/bin/python bench/bench_memray.py [--rounds N] [--write]   (issue 27: cost per option)
+Usage: .venv/bin/python bench/bench_memray.py [--rounds N] [--write]   (issue 27: cost per option, then
+       the sampled tracker's tables)
+       .venv/bin/python bench/bench_memray.py --sampled [--rounds N] [--write]   (issue 27 item 5 only:
+       --memory's sampled tracker per interval beside memray and tracemalloc)
        .venv/bin/python bench/bench_memray.py --issue20 [--rounds N] [--write]
 (issue 20's tables, which memray traced Python's allocators for: --memory-exact since issue 27)
 
@@ -130,9 +133,14 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--write", action="store_true", help="write the tables to their section of bench/RESULTS.md")
     ap.add_argument("--issue20", action="store_true", help="issue 20's tables instead of issue 27's")
+    ap.add_argument("--sampled", action="store_true",
+                    help="issue 27 item 5: profmagic's sampled allocation tracker beside memray and tracemalloc")
     a = ap.parse_args()
+    if a.sampled:
+        return sampled(a)
     if not a.issue20:
-        return options(a)
+        options(a)
+        return sampled(a)
     from kernel import Kernel
     import tempfile
     work = tempfile.mkdtemp(prefix="bench-memray-")   # %%memray_flamegraph writes memray-results/ in the cwd
@@ -313,6 +321,11 @@ def time_cfg():
     o = make_options(mode="both")
     return lambda: sampler.Recorder(o), lambda cap: sampler.read(cap, o)
 
+def sampled_cfg(**extra):
+    from profmagic.backends import memsample
+    o = make_options(**extra)
+    return lambda: memsample.Recorder(o), lambda cap: memsample.read(cap, o)
+
 OPTION_CONFIGS = {
     "--backend memray (the default: pymalloc by blocks, aggregated)": memray_cfg(),
     "the default without filling pymalloc's free space first": memray_cfg(fill=False),
@@ -327,6 +340,24 @@ OPTION_CONFIGS = {
     "sampler --mode both --memory (the default)": both_cfg(),
     "sampler --mode both --memory --memory-exact": both_cfg(memory_exact=True),
 }
+# issue 27 item 5: profmagic's sampled allocation tracker (backends/memsample.py), per mean interval.
+SAMPLED_CONFIGS = {
+    **{f"sampled tracker, {k} KiB": sampled_cfg(memory_interval=k * 1024) for k in (8, 32, 128)},
+    "sampled tracker, 32 KiB, RAW domain too": sampled_cfg(memory_interval=32 * 1024, memory_raw=True),
+    "--backend memray (the default: pymalloc by blocks, aggregated)": memray_cfg(),
+    "tracemalloc (1 frame), for reference": (Tracemalloc, lambda peak: peak),
+    "sampler --mode both (time alone)": time_cfg(),
+    "sampler --mode both --memory, sampled tracker": both_cfg(memory_tracker="sampled"),
+    "sampler --mode both --memory, memray": both_cfg(memory_tracker="memray"),
+}
+# The function whose bytes each workload keeps (inclusive), against tracemalloc's bytes kept by one run.
+KEEPER = {"alloc-heavy: issue 20's cell": "alloc", "small objects": "small", "records (dicts)": "records"}
+
+def kept(workload):
+    """Bytes one run of the workload's keeping function leaves alive, by tracemalloc."""
+    f = globals()[KEEPER[workload]]
+    gc.collect(); tracemalloc.start(); keep = f(); n = tracemalloc.get_traced_memory()[0]; tracemalloc.stop()
+    return n
 
 def bare_run(f):
     gc.collect(); t = time.perf_counter(); keep = f(); return time.perf_counter() - t
@@ -344,18 +375,34 @@ def recorded_run(f, make, read):
         rec.close()
     del keep
     nbytes = p if p is None or isinstance(p, int) else (p.total("bytes") if "bytes" in p.metrics else None)
+    fn = None
+    if not (p is None or isinstance(p, int)) and "bytes" in p.metrics and KEEPER.get(CURRENT):
+        t = p.functions("bytes")
+        fn = int(t["total"].get(KEEPER[CURRENT], 0))
+        half = (p.meta.get("memory") or p.meta).get("memory_sampling")
+        if half:   # the 95% half-width the profile states for this function's figure
+            from profmagic.backends import memsample
+            fn = (fn, float(memsample.halfwidth(fn, half["interval"])))
+    RUN_EXTRA.append(fn)
     return t2 - t1, t3 - t2, t4 - t3, nbytes, t1 - t0
 
-def option_costs(workload, rounds):
-    """Per config: [(cell / mean of the bare runs around it, stop s, read s, bytes at the peak)]."""
+CURRENT = None
+RUN_EXTRA = []
+
+def option_costs(workload, rounds, configs="OPTION_CONFIGS"):
+    """Per config: [(cell / mean of the bare runs around it, stop s, read s, bytes at the peak, bare s,
+    start s, the keeping function's bytes at the peak (and stated half-width))]."""
+    global CURRENT
+    CURRENT = workload
+    cfgs = globals()[configs]
     f = repeated(WORKLOADS[workload], REPEAT.get(workload, 1))
     bare_run(f)
-    out = {name: [] for name in OPTION_CONFIGS}
+    out = {name: [] for name in cfgs}
     for _ in range(rounds):
-        for name, (make, read) in OPTION_CONFIGS.items():
+        for name, (make, read) in cfgs.items():
             b1 = bare_run(f); c, stop, rd, nbytes, start = recorded_run(f, make, read); b2 = bare_run(f)
             out[name].append((c / ((b1 + b2) / 2), stop, rd, None if nbytes != nbytes else nbytes, (b1 + b2) / 2,
-                              start))
+                              start, RUN_EXTRA.pop()))
     return out
 
 def reader_profile():
@@ -445,6 +492,94 @@ def options(a) -> None:
     if a.write:
         write_section(f"\n## memray: cost per option (issue 27)\n\nCommand: `nice -n 19 .venv/bin/python "
                       f"bench/bench_memray.py --rounds {a.rounds} --write`.\n{table}\n")
+
+def sampled(a) -> None:
+    """Cost, bytes at the peak and per-function bytes of the sampled tracker (backends/memsample.py)
+    per mean interval, side by side with memray's default and tracemalloc in one run."""
+    from kernel import Kernel
+    load0 = os.getloadavg()[0]
+    k = Kernel()
+    try:
+        r = k.run(OPTIONS_SETUP + "\nimport os\n%load_ext profmagic\n")
+        assert r.status == "ok" and r.error is None, r.text() + str(r.error)
+
+        def value(expr, timeout=1800):
+            r = k.run(f"print(repr({expr}))", timeout=timeout)
+            if r.error:
+                raise RuntimeError(f"{expr}: {r.error['ename']}: {r.error['evalue']}")
+            return ast.literal_eval(r.stdout.strip().splitlines()[-1])
+
+        k.run("from profmagic.backends import memsample; memsample.module()")   # built before timing
+        names = value("list(WORKLOADS)")
+        res = {w: value(f"option_costs({w!r}, {a.rounds}, 'SAMPLED_CONFIGS')") for w in names}
+        truth = {w: value(f"kept({w!r})") for w in value("list(KEEPER)")}
+        version = value("mb.fmt.version()")
+    finally:
+        k.close()
+    load1 = os.getloadavg()[0]
+    configs = list(next(iter(res.values())))
+    tm = "tracemalloc (1 frame), for reference"
+    lines = [f"Python {sys.version.split()[0]}, memray {version}, a real ipykernel, 2 cores shared with four other "
+             f"helpers' work (load average {load0:.1f} at the start, {load1:.1f} at the end). Each round runs, for "
+             "every configuration, the bare cell, the recorded cell, the bare cell again; the ratio is the recorded "
+             f"cell's time over the mean of the two bare runs around it; {a.rounds} rounds, median (min–max). "
+             "Workloads as in \"memray: cost per option\" (the bench's OPTIONS_SETUP).", "",
+             "### Cell time recorded / cell time alone", "",
+             "| recording | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for c in configs:
+        cells = []
+        for w in names:
+            r = [x[0] for x in res[w][c]]
+            cells.append(f"{med(r):.2f} ({min(r):.2f}–{max(r):.2f})")
+        lines.append(f"| {c} | " + " | ".join(cells) + " |")
+    both = {"sampled tracker": "sampler --mode both --memory, sampled tracker", "memray": "sampler --mode both --memory, memray"}
+    for label, c in both.items():
+        lines.append(f"| --memory ({label}) / time alone (medians' ratio) | " + " | ".join(
+            f"{med(x[0] for x in res[w][c]) / med(x[0] for x in res[w]['sampler --mode both (time alone)']):.2f}"
+            for w in names) + " |")
+    lines.append("| (bare cell s, median) | " + " | ".join(f"{med(x[4] for x in res[w][configs[0]]):.3f}" for w in names) + " |")
+    lines += ["", "### Bytes at the high-water mark against tracemalloc's peak (same cell, same run; median, min–max "
+              "over the rounds)", "", "| recording | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for c in configs:
+        if c == tm or "time alone" in c:
+            continue
+        cells = []
+        for w in names:
+            peak = med(x[3] for x in res[w][tm])
+            got = [x[3] for x in res[w][c] if x[3] is not None]
+            if peak < 1_000_000 or not got:
+                cells.append(f"{med(got) if got else 0:,.0f} B (tracemalloc {peak:,.0f} B)")
+            else:
+                e = [(g - peak) / peak * 100 for g in got]
+                cells.append(f"{med(e):+.1f}% ({min(e):+.1f}…{max(e):+.1f})")
+        lines.append(f"| {c} | " + " | ".join(cells) + " |")
+    lines.append("| tracemalloc's peak, bytes | " + " | ".join(f"{med(x[3] for x in res[w][tm]):,.0f}" for w in names) + " |")
+    lines += ["", "### The keeping function's bytes at the peak against tracemalloc's bytes kept by one run", "",
+              "Each cell: the error of every round; for the sampled tracker, in brackets, how many rounds fell "
+              "within the 95% interval the profile states (`memsample.halfwidth`).", "",
+              "| recording | " + " | ".join(f"{w} ({KEEPER_NAMES[w]}(), {truth[w]:,} B)" for w in truth) + " |",
+              "|---|" + "---|" * len(truth)]
+    for c in configs:
+        if c == tm or "time alone" in c:
+            continue
+        cells = []
+        for w in truth:
+            vals = [x[6] for x in res[w][c] if x[6] is not None]
+            if not vals:
+                cells.append("n/a")
+                continue
+            errs = [((v[0] if isinstance(v, (list, tuple)) else v) - truth[w]) / truth[w] * 100 for v in vals]
+            inside = [abs(v[0] - truth[w]) <= v[1] for v in vals if isinstance(v, (list, tuple))]
+            cells.append(", ".join(f"{e:+.1f}%" for e in errs) + (f" ({sum(inside)}/{len(inside)} within)" if inside else ""))
+        lines.append(f"| {c} | " + " | ".join(cells) + " |")
+    table = "\n".join(lines)
+    print(table)
+    if a.write:
+        write_section(f"\n## Sampled allocation tracker (issue 27 item 5)\n\nCommand: `nice -n 19 .venv/bin/python "
+                      f"bench/bench_memray.py --sampled --rounds {a.rounds} --write`.\n{table}\n")
+
+
+KEEPER_NAMES = {"alloc-heavy: issue 20's cell": "alloc", "small objects": "small", "records (dicts)": "records"}
 
 if __name__ == "__main__":
     main()

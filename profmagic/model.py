@@ -851,7 +851,10 @@ class Profile:
         rate = m.get("rate")
         if rate and not memory and math.isfinite(float(rate)):
             parts.append(f"{float(rate):.4g} Hz")
-        if memory and "allocations" in self.stacks and self.stacks["allocations"].notna().any():
+        sampled = m.get("memory_sampling") or (m.get("memory") or {}).get("memory_sampling")
+        if memory and sampled:   # profmagic's sampled tracker (formats/memsample.py)
+            parts.append(f"{int(sampled['samples']):,} sampled allocations (estimated, not every one)")
+        elif memory and "allocations" in self.stacks and self.stacks["allocations"].notna().any():
             parts.append(f"{int(self.stacks['allocations'].sum()):,} allocations (every one recorded, not sampled)")
         elif memory and m.get("memray_mode") == "aggregated":
             parts.append("aggregated while recording (no record of each allocation)")

@@ -343,7 +343,8 @@ class CellTarget(_Target):
         if s.announce:
             what = f"{s.name} at {o.rate:g} Hz" if clocked else f"{s.name} ({memray_mode(o)})"
             if memray is not None:
-                what += f", and memory with memray ({memray_mode(o)})"
+                what += (f", and memory by sampling allocations ({memray.sampled_mode(o)})" if memray.sampled(o)
+                         else f", and memory with memray ({memray_mode(o)})")
             workers = f" and every {s.cluster.engine} worker" if s.cluster is not None else ""
             s.announce(f"recording with {what} (pid {o.pid}){workers}…")
         backend_options = o

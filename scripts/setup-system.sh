@@ -10,6 +10,10 @@ command -v stap >/dev/null 2>&1 || need+=(systemtap)
 command -v gcc >/dev/null 2>&1 || need+=(gcc)
 command -v gcore >/dev/null 2>&1 || need+=(gdb)
 command -v g++ >/dev/null 2>&1 || need+=(g++)
+# --memory's sampled tracker is a C extension built at first use: it needs the kernel's Python headers.
+py=.venv/bin/python; [ -x "$py" ] || py=python3
+"$py" -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+  2>/dev/null || need+=(python3-dev)
 command -v perl >/dev/null 2>&1 || need+=(perl)
 command -v node >/dev/null 2>&1 || need+=(nodejs)   # speedscope's app, for tests/test_speedscope_app.py
 command -v npm >/dev/null 2>&1 || need+=(npm)

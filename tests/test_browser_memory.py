@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.timeout(600),
 
 SETUP = "%load_ext profmagic\n" + workloads.SOURCE + workloads.MEMORY_SOURCE
 MEMRAY_CELL = "%%profile --backend memray\nkeep = cell()"
-BOTH_CELL = "%%profile --backend sampler --memory\nkeep2 = cell()\nspin(0.3)"
+BOTH_CELL = "%%profile --backend sampler --memory --memory-exact\nkeep2 = cell()\nspin(0.3)"   # memray beside time
 
 
 @pytest.fixture(scope="module")

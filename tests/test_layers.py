@@ -22,7 +22,7 @@ ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 # Layer of each module or package (by its path under profmagic/); lower layers know nothing above.
 LAYERS = {
     "errors": 0, "threads": 0, "procfs": 0, "tempdirs": 0, "awaits": 0, "nested": 0, "sampling": 0, "terminal": 0,
-    "interrupts": 0, "uncertainty": 0, "reasons": 0, "derived": 0,
+    "interrupts": 0, "uncertainty": 0, "reasons": 0, "derived": 0, "cbuild": 0,
     "waits": 0.5,   # reads reasons; the model's chain() reads it
     "model": 1, "validate": 1, "launch": 1, "kernel": 1,
     "transforms": 2, "multi": 2, "boilerplate": 2,

@@ -403,7 +403,7 @@ def test_out_of_process_time_beside_memray_memory(backend, opts):
     module = __import__(f"profmagic.backends.{backend}", fromlist=["x"])
     ok, why = module.available()
     assert ok, why
-    o = make_options(rate=100, **opts)
+    o = make_options(rate=100, memory_tracker="memray", **opts)   # memray, not --memory's sampled default
     rec = mb.TimeAndMemory(module.NAME, backends.recorder(module, o), o)
     rec.start()
     try:

@@ -116,10 +116,12 @@ def test_default_is_aggregated_and_leaks_names_its_metric(clean):
 
 @pytest.mark.timed
 def test_time_beside_memory_in_one_run(clean):
-    """--memory: the sampler's wall and CPU time and memray's bytes per function, from one run."""
+    """--memory --allocated: the sampler's wall and CPU time and memray's bytes per function, from one
+    run (--memory alone samples allocations: tests/test_memsample.py)."""
     k = clean
     r = k.run("runs = 0\n")
-    r = k.run("%%profile --backend sampler --memory\nruns += 1\nkeep = cell()\nspin(0.3)\nnap(0.3)\n", timeout=300)
+    r = k.run("%%profile --backend sampler --memory --allocated\nruns += 1\nkeep = cell()\nspin(0.3)\nnap(0.3)\n",
+              timeout=300)
     assert r.error is None, r.text()
     assert k.value("runs") == 1
     t = k.value("memory.side_by_side(_profile).set_index('name')[['wall', 'cpu', 'bytes']].to_dict('index')")
@@ -128,9 +130,9 @@ def test_time_beside_memory_in_one_run(clean):
     assert t["nap"]["wall"] > 0.2 and t["nap"]["cpu"] < 0.05 and t["nap"]["bytes"] < 1_000
     assert t["alloc"]["bytes"] > 20_000_000 and t["alloc"]["wall"] > 0
     html = static(r)
-    assert f"memory: memray {mf.version()} (aggregated)" in html and "Time beside memory" in html
+    assert f"memory: memray {mf.version()} (every allocation)" in html and "Time beside memory" in html
     assert "profmagic-memory-strip" in html and "seconds since the time recorder" in html
-    assert "recording with sampler at 100 Hz, and memory with memray (aggregated" in plain(r)
+    assert "recording with sampler at 100 Hz, and memory with memray (every allocation" in plain(r)
 
 
 @pytest.mark.parametrize("opts, error_id", [

@@ -24,8 +24,10 @@ every thread it can (live at start or stop, and profmagic's own threads that cam
 function each runs, so the reader gives memray's threads their OS ids (formats/memray.py, ``threads``). Threads that already
 exist are named by setting each name to itself once tracking runs (memray intercepts the assignment).
 
-Memory beside time: ``TimeAndMemory`` runs another backend's recorder and memray in one run, and
-``read_both`` puts both into one Profile (``transforms.time_and_memory``), its raw a container.
+Memory beside time: ``TimeAndMemory`` runs another backend's recorder and a memory recorder in one run
+(profmagic's sampled tracker by default, backends/memsample.py; memray with --memory-exact, --allocated,
+--leaks or --native), and ``read_both`` puts both into one Profile (``transforms.time_and_memory``), its
+raw a container.
 """
 from __future__ import annotations
 
@@ -397,6 +399,30 @@ def refusal(backend: str, version: tuple = sys.version_info[:2]) -> str | None:
     return None
 
 
+def sampled(options: Options) -> bool:
+    """Whether --memory records with profmagic's sampled tracker (backends/memsample.py: the default,
+    1.1-1.3x the cell's time where memray's untraced mode took 2-5x; bench/RESULTS.md, "Sampled
+    allocation tracker") rather than memray: ``memory_tracker="memray"``, --memory-exact and memray's
+    own options (--allocated, --leaks, --native) choose memray."""
+    extra = options.extra
+    return extra.get("memory_tracker", "sampled") == "sampled" and not any(
+        extra.get(k) for k in ("memory_exact", "python_allocators", "allocated", "leaks")) and not options.native
+
+
+def sampled_mode(options: Options) -> str:
+    """How the sampled tracker records, in words for the announce line."""
+    from . import memsample
+    kib = float(options.extra.get("memory_interval", memsample.INTERVAL)) / 1024
+    return f"one allocation per {kib:g} KiB on average, bytes estimated; --memory-exact traces each with memray"
+
+
+def memory_recorder(options: Options):
+    if sampled(options):
+        from . import memsample
+        return memsample.Recorder(options)
+    return Recorder(options)
+
+
 class TimeAndMemory:
     """A time backend's recorder (``time_recorder``, not started) and memray's, around one run.
 
@@ -411,7 +437,7 @@ class TimeAndMemory:
             raise ProfilerError(f"--memory with --backend {time_backend}: {why}")
         self.time_backend = time_backend
         self.time = time_recorder
-        self.memory = Recorder(options)
+        self.memory = memory_recorder(options)
         self.helpers: set[int] = set()
         self.time_started: float | None = None
 
@@ -453,7 +479,11 @@ def read_both(time_module, capture: Capture, options: Options) -> Profile:
     from .. import transforms
     m = capture.meta
     t = time_module.read(m["time"], options)
-    mem = read(m["memory"], options)
+    if m["memory"].format == "memsample":
+        from . import memsample
+        mem = memsample.read(m["memory"], options)
+    else:
+        mem = read(m["memory"], options)
     meta = {"helpers": m.get("helpers") or [], "time_started_unix": m.get("time_started_unix"),
             "backend": m.get("time_backend")}
     p = transforms.time_and_memory(t, mem, drop_tids=meta["helpers"], time_started=meta["time_started_unix"])

@@ -20,7 +20,7 @@ from ..model import METRICS, Profile, Raw
 from .registry import Format
 
 # Module names, most specific first. A format whose module is missing is skipped.
-_ORDER = ("memray", "container", "children", "gecko", "chrome_trace", "speedscope", "pyinstrument", "pstats",
+_ORDER = ("memray", "memsample", "container", "children", "gecko", "chrome_trace", "speedscope", "pyinstrument", "pstats",
           "eu_stack", "perf_script", "stap", "folded")
 HEAD_BYTES = 64 * 1024      # what sniffing looks at...
 LINE_BYTES = 4 << 20        # ...or up to the end of the first line, when that is longer (a deep stack)

@@ -1,4 +1,5 @@
-"""Joining time with memory: a time recording and a memray recording of the same run in one Profile."""
+"""Joining time with memory: a time recording and a memory recording (memray's, or profmagic's sampled
+tracker's) of the same run in one Profile."""
 from __future__ import annotations
 
 from typing import Iterable
@@ -18,6 +19,9 @@ MEMORY_SLOWS = ("wall and CPU time were measured while memray recorded: its prof
 MEMORY_EXACT_SLOWS = ("wall and CPU time were measured while memray traced every allocation and every Python "
                       "object (--memory-exact), which slows allocation-heavy code several times over "
                       "(bench/RESULTS.md, memray: cost per option)")
+
+MEMORY_SAMPLED_SLOWS = ("wall and CPU time were measured while profmagic's sampled tracker counted allocations "
+                        "(no profile function; bench/RESULTS.md, Sampled allocation tracker)")
 
 
 def align_names(mem_p: Profile, time_p: Profile) -> Profile:
@@ -129,5 +133,6 @@ def time_and_memory(time_p: Profile, mem_p: Profile, drop_tids: Iterable = (),
         unknown={**dict(time_p.meta.unknown), **dict(m.unknown)},
         metric_labels={**dict(time_p.meta.get("metric_labels") or {}), **dict(m.get("metric_labels") or {})},
         approximate="; ".join(x for x in (time_p.meta.get("approximate"), m.get("approximate"),
-                                          MEMORY_EXACT_SLOWS if m.get("python_allocators") else MEMORY_SLOWS) if x))
+                                          MEMORY_EXACT_SLOWS if m.get("python_allocators") else
+                                          MEMORY_SAMPLED_SLOWS if m.get("backend") == "memsample" else MEMORY_SLOWS) if x))
     return Profile(frames, pd.DataFrame(cols), samples, meta, None, time_p.metric, threads=thread_table(table))

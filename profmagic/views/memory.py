@@ -73,6 +73,9 @@ def caption(profile: Profile) -> str:
                 " (aggregated recording; --allocated records the heap's highest point between snapshots)"
                 if s["steps"] is None else ""))
     version = profile.meta.get("memray")
+    if tl.get("sampled"):   # profmagic's sampled tracker (formats/memsample.py)
+        return (f"Memory over time · heap: live bytes estimated from sampled allocations, all threads, every "
+                f"10 ms · high-water mark {fmt_bytes(s['peak'])} (estimated), {when} · seconds since {s['origin']}")
     return (f"Memory over time · heap: bytes memray{' ' + str(version) if version else ''} saw allocated and not "
             f"yet freed, all threads, one snapshot every 10 ms · high-water mark {fmt_bytes(s['peak'])}, {when} · "
             f"seconds since {s['origin']}")
