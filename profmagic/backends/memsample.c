@@ -27,7 +27,7 @@
 
 typedef struct { int64_t t_ns; int64_t size; double weight; uint32_t stack; uint32_t tid; } event_t;
 typedef struct { void *ptr; int64_t size; double weight; uint32_t stack; uint32_t tid; } live_t;
-typedef struct { PyCodeObject *code; int lasti; } frame_t;
+typedef struct { PyCodeObject *code; int lasti; } frame_t;   /* lasti: the instruction's offset in bytes */
 typedef struct { uint64_t hash; uint32_t start, depth; } stack_t_;
 
 typedef struct { int64_t countdown; uint64_t rng; int in_hook; int seeded; uint32_t tid; } tls_t;
@@ -135,7 +135,7 @@ static uint32_t capture_stack(void) {
 #endif
         if (_PyFrame_IsIncomplete(f)) continue;
         buf[depth].code = f->f_code;
-        buf[depth].lasti = _PyInterpreterFrame_LASTI(f);
+        buf[depth].lasti = _PyInterpreterFrame_LASTI(f) * (int)sizeof(_Py_CODEUNIT);   /* bytes */
         depth++;
     }
 #else
@@ -323,9 +323,11 @@ static int np_ready = 0;
 
 /* -- module functions ------------------------------------------------------------------------- */
 static void clear_log(void) {
+    lock();   /* a RAW hook entered just before it was removed may still be running */
     free(events); events = NULL; n_events = cap_events = 0;
     free(live); live = NULL; live_cap = live_n = 0;
     memset(bloom, 0, sizeof(bloom));
+    unlock();
     for (size_t i = 0; i < n_frames; i++) Py_DECREF(frames[i].code);
     free(frames); frames = NULL; n_frames = cap_frames = 0;
     free(stacks); stacks = NULL; n_stacks = cap_stacks = 0;
@@ -421,7 +423,7 @@ static PyObject *ms_stop(PyObject *self, PyObject *unused) {
             frame_t *f = &frames[stacks[s].start + k];
             PyObject *name = PyObject_GetAttrString((PyObject *)f->code, "co_qualname");
             if (!name) { PyErr_Clear(); name = f->code->co_name; Py_INCREF(name); }
-            int line = PyCode_Addr2Line(f->code, f->lasti * (int)sizeof(_Py_CODEUNIT));
+            int line = PyCode_Addr2Line(f->code, f->lasti);
             PyObject *t = Py_BuildValue("(NOi)", name, f->code->co_filename, line);
             if (!t) goto fail;
             PyList_SET_ITEM(fl, k, t);
