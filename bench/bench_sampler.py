@@ -112,91 +112,111 @@ def _waiting_threads():
 
 
 def reasons_cost(pairs: int, rate: float = 100.0) -> dict:
-    """Overhead ratios with and without reasons, alternating; the time inside ``_Thread.reason``
-    against the time of the sampling passes of the same runs (an interval on a core is decided in
-    the pass, not there); and the median pass time with and without."""
+    """Recordings with and without reasons, alternating (the order flips every pair), each beside
+    its own bare run: their wall-time ratios to bare, and every sampling pass timed where it is
+    called (``Recorder._tick``, wrapped the same way in both kinds of recording: nothing inside a
+    pass is timed) by the clock (perf_counter) and by the sampler thread's CPU clock. What the
+    reasons add to a pass is the difference of the two kinds' pass times."""
     from profmagic import reasons
-    run = {"reason": 0.0, "tick": 0.0, "reasons": 0, "reads": 0, "passes": 0}
-    orig_reason, orig_tick, orig_runq = sampler._Thread.reason, sampler.Recorder._tick, reasons.ProcReader.runq_delta
+    orig_tick, orig_runq = sampler.Recorder._tick, reasons.ProcReader.runq_delta
+    reads, inside = [0], [0]
+    passes: list = []   # (wall, thread CPU) of each pass of the current recording
+    clock, cpu_clock = time.perf_counter, time.thread_time
 
-    def counted_runq(self):   # every /proc read of a reason starts with this one (schedstat)
-        run["reads"] += 1
+    def counted_runq(self):   # every /proc read of a reason in a pass starts with this one (schedstat)
+        reads[0] += inside[0]
         return orig_runq(self)
 
-    def timed_reason(self, f, wall, cpu, now):
-        t = time.perf_counter()
-        try:
-            return orig_reason(self, f, wall, cpu, now)
-        finally:
-            run["reason"] += time.perf_counter() - t
-            run["reasons"] += 1
-
     def timed_tick(self, me, now, wall):
-        t = time.perf_counter()
-        try:
-            return orig_tick(self, me, now, wall)
-        finally:
-            d = time.perf_counter() - t
-            run["tick"] += d
-            run["passes"] += 1
-            durations.append(d)
+        inside[0] = 1
+        t, c = clock(), cpu_clock()
+        orig_tick(self, me, now, wall)
+        passes.append((clock() - t, cpu_clock() - c))
+        inside[0] = 0
 
-    durations: list[float] = []
     end = _waiting_threads()
-    with_r, without, pass_on, pass_off = [], [], [], []
-    total = dict.fromkeys(run, 0)
+    ratios = {True: [], False: []}
+    walls = {True: [], False: []}       # every pass but each recording's first
+    cpus = {True: [], False: []}
+    firsts = {True: [], False: []}      # each recording's first pass (threads met, /proc files opened)
+    pair_med = []                       # per pair: median pass CPU with reasons / without
+    fixed = {True: [], False: []}       # start + stop seconds
+    n_passes = {True: 0, False: 0}
     try:
         bare(), sampled(rate)   # warm up
-        sampler._Thread.reason, sampler.Recorder._tick = timed_reason, timed_tick
+        sampler.Recorder._tick = timed_tick
         reasons.ProcReader.runq_delta = counted_runq
         for k in range(pairs):
+            med = {}
             for on in ((True, False) if k % 2 == 0 else (False, True)):
                 sampler.READ_REASONS = on
                 b = bare()
-                run.update(dict.fromkeys(run, 0))
-                durations.clear()
-                s, _, _ = sampled(rate)
-                (with_r if on else without).append(s[0] / b[0])
-                if durations:   # the run's median pass: a pass the kernel preempted is not the sampler's
-                    (pass_on if on else pass_off).append(statistics.median(durations))
-                if on:
-                    for key, v in run.items():
-                        total[key] += v
+                passes.clear()
+                s, _, f = sampled(rate)
+                ratios[on].append(s[0] / b[0])
+                fixed[on].append(f)
+                if len(passes) > 1:
+                    firsts[on].append(passes[0][1])
+                    walls[on] += [w for w, _ in passes[1:]]
+                    cpus[on] += [c for _, c in passes[1:]]
+                    n_passes[on] += len(passes)
+                    med[on] = statistics.median(c for _, c in passes[1:])
+            if len(med) == 2:
+                pair_med.append(med[True] / med[False])
     finally:
         sampler.READ_REASONS = True
-        sampler._Thread.reason, sampler.Recorder._tick = orig_reason, orig_tick
-        reasons.ProcReader.runq_delta = orig_runq
+        sampler.Recorder._tick, reasons.ProcReader.runq_delta = orig_tick, orig_runq
         end()
-    return {"with": statistics.median(with_r), "without": statistics.median(without), "pairs": pairs,
-            "share": total["reason"] / total["tick"] if total["tick"] else 0.0,
-            "per_read_us": total["reason"] / total["reasons"] * 1e6 if total["reasons"] else 0.0,
-            "reads_per_pass": total["reads"] / total["passes"] if total["passes"] else 0.0,
-            "calls_per_pass": total["reasons"] / total["passes"] if total["passes"] else 0.0,
-            "pass_on_us": statistics.median(pass_on) * 1e6, "pass_off_us": statistics.median(pass_off) * 1e6}
+    m = statistics.median
+    q = statistics.quantiles(pair_med, n=4) if len(pair_med) > 1 else [pair_med[0]] * 3
+    return {"with": m(ratios[True]), "without": m(ratios[False]), "pairs": pairs,
+            "wall_on": m(walls[True]) * 1e6, "wall_off": m(walls[False]) * 1e6,
+            "cpu_on": m(cpus[True]) * 1e6, "cpu_off": m(cpus[False]) * 1e6,
+            "mean_on": statistics.fmean(cpus[True] + firsts[True]) * 1e6,
+            "mean_off": statistics.fmean(cpus[False] + firsts[False]) * 1e6,
+            "first_on": m(firsts[True]) * 1e6, "first_off": m(firsts[False]) * 1e6,
+            "fixed_on": m(fixed[True]) * 1e3, "fixed_off": m(fixed[False]) * 1e3,
+            "pair_ratio": m(pair_med), "pair_q1": q[0], "pair_q3": q[2],
+            "passes": n_passes[True], "passes_off": n_passes[False],
+            "reads_per_pass": reads[0] / n_passes[True] if n_passes[True] else 0.0}
 
 
 def main_reasons(a) -> int:
     r = reasons_cost(a.pairs)
+    load0 = os.getloadavg()[0]
     over_with, over_without = r["with"] - 1, r["without"] - 1
+    pct = lambda on, off: (on / off - 1) * 100   # noqa: E731
     lines = [REASONS_HEADER, "", "### sampler", "",
              f"Command: `nice -n 19 .venv/bin/python bench/bench_sampler.py --reasons --pairs {a.pairs}`  ",
-             f"Measured under load from other work (load average {os.getloadavg()[0]:.1f} at the end, "
-             f"{os.cpu_count()} cores), side by side in one run: the CPU-bound workload with a sleeping "
-             "and a lock-blocked thread beside it, at 100 Hz, sampled with and without reasons "
-             "(`sampler.READ_REASONS`), alternating, each against its own bare run.", "",
+             f"Measured with {os.cpu_count()} cores shared with other work (load average {load0:.1f} at the end), "
+             "side by side in one run: the CPU-bound workload with a sleeping and a lock-blocked thread "
+             f"beside it, at 100 Hz, sampled with and without reasons (`sampler.READ_REASONS`), alternating "
+             f"({a.pairs} pairs, the order flipped every pair), each recording beside its own bare run. "
+             "Every sampling pass is timed where it is called (`Recorder._tick`, wrapped alike in both "
+             "kinds of recording; nothing inside a pass is timed): by the clock and by the sampler "
+             "thread's CPU clock, which a preemption does not inflate.", "",
+             "| per sampling pass | with reasons | without | reasons add |", "|---|---|---|---|",
+             f"| thread CPU, median of {r['passes']} / {r['passes_off']} passes (each recording's first aside) | "
+             f"{r['cpu_on']:.1f} µs | {r['cpu_off']:.1f} µs | {pct(r['cpu_on'], r['cpu_off']):+.1f} % |",
+             f"| thread CPU, median over pairs of the recordings' median pass, ratio [quartiles] | | | "
+             f"{(r['pair_ratio'] - 1) * 100:+.1f} % [{(r['pair_q1'] - 1) * 100:+.1f}, "
+             f"{(r['pair_q3'] - 1) * 100:+.1f}] |",
+             f"| clock time, median | {r['wall_on']:.1f} µs | {r['wall_off']:.1f} µs | "
+             f"{pct(r['wall_on'], r['wall_off']):+.1f} % |",
+             f"| thread CPU, mean of every pass (first ones included) | {r['mean_on']:.1f} µs | "
+             f"{r['mean_off']:.1f} µs | {pct(r['mean_on'], r['mean_off']):+.1f} % |",
+             f"| a recording's first pass (median thread CPU) | {r['first_on']:.1f} µs | {r['first_off']:.1f} µs | "
+             f"{pct(r['first_on'], r['first_off']):+.1f} % |", "",
+             f"Start + stop of a recording (median): {r['fixed_on']:.2f} ms with reasons, {r['fixed_off']:.2f} ms "
+             "without (with reasons, the start reads each thread's wait and the stop each live thread's "
+             "last run-queue time).  ",
+             f"/proc reads: {r['reads_per_pass']:.3f} per pass (at most one per thread per "
+             f"{sampler.READ_EVERY * 1e3:g} ms: `sampler.READ_EVERY`; counted by a wrapper of "
+             "`ProcReader.runq_delta`, the only thing wrapped on one side only).", "",
              "| | wall-time ratio to bare (median) |", "|---|---|",
              f"| sampler, reasons off | {r['without']:.3f} |", f"| sampler, reasons on | {r['with']:.3f} |", "",
-             f"Time inside the reasons (`_Thread.reason`: /proc reads and carried reasons): "
-             f"{r['share'] * 100:.2f} % of the time of the sampling passes of the same runs "
-             f"({r['per_read_us']:.2f} µs per thread-interval that needed a reason; {r['calls_per_pass']:.2f} "
-             f"such intervals and {r['reads_per_pass']:.3f} /proc reads per pass, at most one read per thread "
-             f"per {sampler.READ_EVERY * 1e3:g} ms: `sampler.READ_EVERY`).  ",
-             f"Sampling-pass time (median of the runs' median passes): {r['pass_on_us']:.1f} µs with reasons, "
-             f"{r['pass_off_us']:.1f} µs without ({(r['pass_on_us'] / r['pass_off_us'] - 1) * 100:+.1f} %: "
-             "everything the reasons add to a pass: the on-CPU test made in the pass itself, `_Thread.reason`, "
-             "the two sample columns and the stack rows they split; and the machine's noise).  ",
              f"The overhead ratios differ by {(over_with - over_without) * 100:+.2f} points "
-             f"(on {over_without * 100:.2f} % without reasons), within this machine's noise.", ""]
+             f"(on {over_without * 100:.2f} % without reasons): this machine's noise is larger than that.", ""]
     text = "\n".join(lines)
     print(text)
     if not a.no_write:

@@ -585,6 +585,17 @@ class StackBuilder:
                 if len(col) < n + 1:
                     col.append(None)
 
+    def sample_stacks(self) -> np.ndarray:
+        """The stack row of every time-ordered sample added so far, in order."""
+        return np.asarray(self._s_stack, dtype=np.int64)
+
+    def sample_column(self, name: str, values) -> None:
+        """A per-sample column for every time-ordered sample added so far, given at once (a recorder
+        that derives it at the end instead of passing ``columns`` with each sample)."""
+        if len(values) != len(self._s_time):
+            raise ValueError(f"column {name!r} has {len(values)} values for {len(self._s_time)} samples")
+        self._s_columns[name] = [(0, values)]
+
     def add_samples(self, sids, time=None, samples=None, columns: Mapping | None = None, **weights) -> None:
         """Many samples at once, as arrays aligned with ``sids`` (stack row ids). Counts (``samples``,
         default 1 each) and ``weights`` are summed per row as ``add`` does. With ``time``, each is also

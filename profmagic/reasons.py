@@ -482,17 +482,18 @@ def _holding_pread():
     """libc's pread and open called without releasing the GIL (ctypes.PyDLL), or None. os.pread and
     os.open release it: a sampler reading /proc handed the GIL to a spinning thread at every read
     (and at every first open of a thread's file: a switch interval, 5 ms, for one pass), then saw
-    it running (state R) and waited up to a switch interval to get the GIL back."""
+    it running (state R) and waited up to a switch interval to get the GIL back. pread has no
+    argtypes (its size and offset are ready-made ctypes values) and only the bytes read are
+    copied: argtypes' conversions and a copy of the whole buffer made a read twice as long."""
     try:
         import ctypes
         libc = ctypes.PyDLL(None)
         fn = libc.pread
-        fn.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_long)
         fn.restype = ctypes.c_ssize_t
         op = libc.open
         op.argtypes = (ctypes.c_char_p, ctypes.c_int)
         op.restype = ctypes.c_int
-        return fn, ctypes.create_string_buffer(512), op
+        return fn, ctypes.create_string_buffer(512), op, ctypes.c_size_t(512), ctypes.c_long(0)
     except (OSError, AttributeError, ImportError):
         return None
 
@@ -511,7 +512,7 @@ class ProcReader:
         self.fds: dict[str, int | None] = {}
         self.runq = self.wait_ns()
 
-    def _read(self, name: str) -> str | None:
+    def _fd(self, name: str) -> int | None:
         global _PREAD
         if _PREAD is None:
             _PREAD = _holding_pread() or False
@@ -527,12 +528,18 @@ class ProcReader:
                 except OSError:
                     fd = None
             self.fds[name] = fd
+        return fd
+
+    def _read(self, name: str) -> str | None:
+        fd = self.fds.get(name, -1)
+        if fd == -1:
+            fd = self._fd(name)
         if fd is None:
             return None
         if _PREAD:
-            fn, buf = _PREAD[:2]
-            n = fn(fd, buf, 512, 0)
-            return buf.raw[:n].decode(errors="replace") if n >= 0 else None
+            fn, buf, _, size, zero = _PREAD
+            n = fn(fd, buf, size, zero)
+            return buf[:n].decode(errors="replace") if n >= 0 else None
         try:
             return os.pread(fd, 512, 0).decode(errors="replace")
         except OSError:

@@ -210,6 +210,54 @@ def test_each_thread_split_by_reason_as_it_measured(backend, scenario):
     assert p.meta["reasons"]["cannot_see"]
 
 
+def test_sampler_repeats_a_wait_without_reading_it_again():
+    """A thread blocked in one Lock.acquire for the whole recording beside a spinning one: its
+    samples are one row and one reason (its wait was read once, at the start, and repeated with
+    no read in a pass); each sample's reason is its row's; the run-queue seconds are a float column."""
+    import time
+    lock = threading.Lock()
+    lock.acquire()
+
+    def waiter():
+        lock.acquire()
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    time.sleep(0.05)
+    reads = []
+    orig = reasons.ProcReader.runq_delta
+
+    def counted(self):   # counts the /proc reads (each starts with schedstat), then reads
+        reads.append(self.base)
+        return orig(self)
+
+    rec = sampler.Recorder(Options(pid=os.getpid(), rate=100, mode="both"))
+    reasons.ProcReader.runq_delta = counted
+    try:
+        rec.start()
+        end = time.perf_counter() + 0.6
+        x = 0
+        while time.perf_counter() < end:
+            x += 1
+        cap = rec.stop()
+    finally:
+        reasons.ProcReader.runq_delta = orig
+        rec.close()
+        lock.release()
+        t.join()
+    p = sampler.read(cap, Options(rate=100, mode="both"))
+    sm = p.samples
+    label = dict(zip(p.thread_table["tid"], p.thread_table["label"]))
+    waits = sm[sm["thread"] == label[t.native_id]]
+    assert len(waits) >= 40
+    assert waits["stack"].nunique() == 1 and set(waits["reason"].astype(str)) == {"lock"}
+    # Read at the start (no run-queue read there), then only by the stop's last run-queue read.
+    assert reads.count(f"/proc/{os.getpid()}/task/{t.native_id}/") == 1
+    rows = p.stacks["reason"].astype(str).to_numpy()[sm["stack"].to_numpy()]
+    assert (sm["reason"].astype(str).to_numpy() == rows).all()
+    assert sm["runq"].dtype == "float64" and (sm["runq"] >= 0).all()
+
+
 @pytest.mark.requires("eu-stack", "ptrace")
 def test_reasons_survive_save_and_load(tmp_path):
     """The sampler's capture is speedscope; eu-stack's raw text re-read; a profile written to

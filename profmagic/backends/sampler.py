@@ -42,10 +42,12 @@ def available() -> tuple[bool, str]:
 
 READ_REASONS = True   # read /proc for each sample's reason (bench/bench_sampler.py turns it off to compare)
 FEW_OFF, READ_EVERY = reasons.FEW_OFF, reasons.READ_EVERY   # (shared with the child sampler)
+CPU = reasons.CPU
 
 
 class _Thread(ThreadClock):
-    __slots__ = ("label", "proc", "off", "seen", "next_read", "memo")
+    __slots__ = ("label", "proc", "off", "seen", "next_read", "memo",
+                 "frame", "lasti", "chain", "stack", "sid", "r", "wait", "tid", "key")
 
     def __init__(self, ident: int, native_id: int | None, label: str):
         super().__init__(ident, native_id)
@@ -55,10 +57,28 @@ class _Thread(ThreadClock):
         self.seen = None        # (leaf frame's code, instruction, reason) of the last /proc read
         self.next_read = 0.0    # perf_counter time before which no /proc read is made
         self.memo: dict = {}    # (code, instruction) -> the reason the last read there gave
+        # The previous sample: its leaf frame object and instruction, the awaits chain, the stack's
+        # frame ids, its stack row, its reason, and that reason again if it was read at this leaf
+        # instruction (so the same wait repeats it: Recorder._tick).
+        self.frame = self.chain = self.stack = self.r = self.wait = None
+        self.lasti = self.sid = -1
+        self.tid = -1           # its id in the StackBuilder
+        self.key = ()           # the stack as a tuple (with reasons)
 
     def reason(self, f, wall: float, cpu: float, now: float) -> tuple[str, float]:
         """This interval's reason and run-queue seconds (``reasons.interval_reason``)."""
         return reasons.interval_reason(self, f, wall, cpu, now)
+
+    def forget(self) -> None:
+        """Drop the previous sample's frame (it holds the thread's locals alive)."""
+        self.frame = self.chain = self.stack = self.r = self.wait = None
+        self.lasti = self.sid = -1
+        self.key = ()
+
+
+# A generator's or coroutine's frame can be suspended and resumed under another caller: the same
+# leaf frame object does not mean the same stack.
+_RESUMABLE = 0x20 | 0x80 | 0x100 | 0x200   # CO_GENERATOR, CO_COROUTINE, CO_ITERABLE_COROUTINE, CO_ASYNC_GENERATOR
 
 
 class Recorder:
@@ -74,6 +94,9 @@ class Recorder:
         self._threads: dict[tuple, _Thread] = {}  # (ident, native id) -> state
         self._seen: list[str] = []
         self.ticks = 0
+        self._n = 0                        # samples added so far
+        self._rows: dict[tuple, int] = {}  # (thread id, stack, reason) -> stack row, with reasons
+        self._runq: dict[int, float] = {}  # sample -> its run-queue seconds, where a /proc read measured some
         self._t0 = self._t1 = 0.0
 
     # -- sampling thread -------------------------------------------------------
@@ -88,14 +111,34 @@ class Recorder:
         if st is None:
             name = t.name if t is not None else "?"
             st = self._threads[key] = _Thread(ident, nid, thread_label(nid, name))
-            self._builder.thread(st.label, tid=nid, name=name, pid=os.getpid(), backend=NAME, python=True)
+            st.tid = self._builder.thread(st.label, tid=nid, name=name, pid=os.getpid(), backend=NAME, python=True)
         return st
 
     def _baseline(self, me: int) -> None:
         live = self._live()
-        for ident in sys._current_frames():
-            if ident != me:
-                self._state(ident, live).baseline()
+        frames = sys._current_frames()
+        frames.pop(me, None)
+        now = perf_counter()
+        for ident, f in frames.items():
+            st = self._state(ident, live)
+            st.baseline()
+            if st.proc is not None:   # its /proc files opened and read now, not in a pass
+                self._first_read(st, ident, f, now)
+
+    def _first_read(self, st: _Thread, ident: int, f, now: float) -> None:
+        """The reason of the wait each thread is in at the start: a thread still in it at the
+        first pass (the same frame and instruction, no CPU) keeps it, as a wait seen again does."""
+        chain = awaits.waiting(ident)
+        if chain is None and f.f_code.co_flags & _RESUMABLE:
+            return
+        # No interval yet: off-CPU time 1 against no run-queue time lets the state and calls speak.
+        r = reasons.sampled_reason(1.0, 0.0, st.proc, reasons.python_leaf(f))
+        st.seen = (f.f_code, f.f_lasti, r)
+        st.memo[(f.f_code, f.f_lasti)] = r
+        st.next_read = now + READ_EVERY
+        st.frame, st.lasti, st.chain = f, f.f_lasti, chain   # (no row yet: the first pass finds it)
+        st.stack = self._stack(chain, f)
+        st.key = tuple(st.stack)
 
     def _new_code(self, code, line: int) -> int:
         return self._builder.frame(code_name(code), code.co_filename, line, "python")
@@ -108,29 +151,81 @@ class Recorder:
         live = self._live()
         b = self._builder
         t = now - self._t0
+        on = READ_REASONS
         for ident, f in frames.items():
             if ident == me:
                 continue
             st = self._state(ident, live)
             chain = awaits.waiting(ident)
-            if chain is not None:   # the cell awaits: its coroutines, not the event loop's select
-                stack = [self._codes.code(c) for c in chain] + [b.frame(awaits.AWAIT, None, None, "other")]
-            else:
-                stack = self._codes.stack(f)
             cpu = st.delta()
-            if READ_REASONS:
-                off = wall - cpu if cpu == cpu else 0.0
-                if off <= FEW_OFF * wall:   # on a core (interval_reason's first test, without the call)
-                    if off > 0.0:
-                        st.off += off
-                    r, runq = reasons.CPU, 0.0
+            # The same leaf frame object at the same instruction (and the same awaits chain) is the
+            # same stack: a frame that is not a generator's cannot leave and come back, so its
+            # callers have not moved. The previous sample's row is reused without a walk.
+            same = f is st.frame and f.f_lasti == st.lasti and chain is st.chain and \
+                (chain is not None or not f.f_code.co_flags & _RESUMABLE)
+            if on:
+                if same and st.wait is not None and cpu < 0.05 * wall:
+                    # Still in the wait whose reason was read here: interval_reason would give it again,
+                    # and the row is the previous sample's.
+                    st.off += wall - cpu
+                    sid = st.sid
+                elif same and st.r is CPU and wall - cpu <= FEW_OFF * wall:   # (NaN: not <=)
+                    if wall > cpu:   # on a core again, at the same place: the same row
+                        st.off += wall - cpu
+                    sid = st.sid
                 else:
-                    r, runq = st.reason(f, wall, cpu, now)
-                b.add(b.stack(st.label, stack, reason=r), samples=1, time=t, wall=wall, cpu=cpu,
-                      columns={"reason": r, "runq": runq})
+                    sid = self._reason_row(st, f, chain, same, wall, cpu, now)
+            elif same:
+                sid = st.sid
             else:
-                b.add(b.stack(st.label, stack), samples=1, time=t, wall=wall, cpu=cpu)
+                st.stack = self._stack(chain, f)
+                sid = b.stack(st.tid, st.stack)
+            b.add(sid, samples=1, time=t, wall=wall, cpu=cpu)
+            self._n += 1
+            st.frame, st.lasti, st.chain, st.sid = f, f.f_lasti, chain, sid
         self.ticks += 1
+
+    def _reason_row(self, st: _Thread, f, chain, same: bool, wall: float, cpu: float, now: float) -> int:
+        """The stack row of a sample with its reason (``_tick``; a wait seen again is decided there)."""
+        off = wall - cpu if cpu == cpu else 0.0
+        runq = 0.0
+        if off <= FEW_OFF * wall:   # on a core (interval_reason's first test, without the call)
+            if off > 0.0:
+                st.off += off
+            r, wait = reasons.CPU, None
+        elif st.proc is not None and st.seen is not None and now < st.next_read:
+            # Between reads: interval_reason's carry, inlined (the call cost more than the carry).
+            st.off += off
+            seen, code, at = st.seen, f.f_code, f.f_lasti
+            if seen[0] is code and seen[1] == at:
+                r = wait = seen[2]
+            else:
+                r, wait = st.memo.get((code, at), seen[2]), None
+        else:
+            r, runq = st.reason(f, wall, cpu, now)
+            last = st.seen
+            # A reason read at this instruction is repeated by _tick's test; one carried is not.
+            wait = r if st.proc is None or (last is not None and last[2] is r and last[0] is f.f_code
+                                            and last[1] == f.f_lasti) else None
+        if runq:
+            self._runq[self._n] = runq
+        if same and r is st.r:
+            sid = st.sid
+        else:
+            if not same:
+                st.stack = self._stack(chain, f)
+                st.key = tuple(st.stack)
+            key = (st.tid, st.key, r)
+            sid = self._rows.get(key)
+            if sid is None:   # (the builder's keyword key costs more: asked once per row)
+                sid = self._rows[key] = self._builder.stack(st.tid, st.key, reason=r)
+        st.r, st.wait = r, wait
+        return sid
+
+    def _stack(self, chain, f) -> list[int]:
+        if chain is not None:   # the cell awaits: its coroutines, not the event loop's select
+            return [self._codes.code(c) for c in chain] + [self._builder.frame(awaits.AWAIT, None, None, "other")]
+        return self._codes.stack(f)
 
     def _run(self) -> None:
         mark_own()
@@ -140,6 +235,8 @@ class Recorder:
             self._baseline(me)
             self._ready.set()
             self._t1 = every(self.interval, self._stop, lambda now, wall: self._tick(me, now, wall), self._t0)
+            for st in self._threads.values():
+                st.forget()
         except BaseException as e:  # handed to the recording thread by stop()
             self._error = e
             self._ready.set()
@@ -199,19 +296,47 @@ class Recorder:
                                 "thread's last), and the next read's run-queue time covers it"
                                 if READ_REASONS else None,
                         "cannot_see": "native frames (a futex under a call it cannot name is 'unknown'); "
-                                      "what a thread did between passes; the run-queue time after a "
-                                      f"thread's last read (at most {READ_EVERY * 1e3:g} ms of its wall "
-                                      "time)"},
+                                      "what a thread did between passes; the run-queue time after the "
+                                      "last read of a thread that ended before the recording did (at most "
+                                      f"{READ_EVERY * 1e3:g} ms of its wall time)"},
             "note": ("wall = time since the previous sampling pass; cpu = the thread's CPU clock over "
                      "it, split with the previous sample where the stack changed; CPU used by a thread "
                      "after the last pass before it ended is not seen"),
         }
         # Written with wall as the primary metric; read() restores the mode's metric.
+        if READ_REASONS:
+            self._reason_columns()
         profile = split_cpu_at_stack_changes(self._builder.build(metric="wall", meta=meta))
         data = speedscope.write(profile)
         self._builder = None
         self._codes.clear()
         return Capture(data, speedscope.NAME, meta)
+
+    def _reason_columns(self) -> None:
+        """Each sample's reason (its row's: rows are keyed by reason) and run-queue seconds: 0 but
+        where a read measured some, and each live thread's since its last read on its last sample
+        (reading at most every ``READ_EVERY`` loses only an ended thread's last ones)."""
+        import numpy as np
+        b = self._builder
+        sids = b.sample_stacks()
+        n = max(self._rows.values(), default=-1) + 1   # (with reasons, every row is made by _reason_row)
+        row_reason, row_thread = np.full(n, reasons.UNKNOWN, dtype=object), np.full(n, -1, dtype=np.int64)
+        for (tid, _, r), sid in self._rows.items():
+            row_reason[sid], row_thread[sid] = r, tid
+        runq = np.zeros(len(sids))
+        if self._runq:
+            at = np.fromiter(self._runq, dtype=np.int64, count=len(self._runq))
+            runq[at] = np.fromiter(self._runq.values(), dtype=np.float64, count=len(self._runq))
+        if len(sids):
+            threads = row_thread[sids]
+            for st in self._threads.values():
+                if st.proc is not None and st.tid >= 0:
+                    q = st.proc.runq_delta()
+                    at = np.flatnonzero(threads == st.tid)
+                    if q > 0.0 and len(at):
+                        runq[at[-1]] += q
+        b.sample_column("reason", row_reason[sids])
+        b.sample_column("runq", runq)
 
     def close(self) -> None:
         self._join()
