@@ -196,7 +196,7 @@ class Session:
             "children's memory" if self.options.subprocesses else None)
         if why:
             raise ProfilerError(f"--memory with --backend {self.name}: {why}")
-        ok, reason = memray.available()
+        ok, reason = (True, "") if memray.sampled(self.options) else memray.available()   # sampling needs no memray
         if not ok:
             raise ProfilerError(f"backend memray cannot record here: {reason}")
         return memray

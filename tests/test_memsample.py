@@ -185,6 +185,20 @@ def test_sampler_time_beside_sampled_memory_and_the_raw_loads_back():
     del kept
 
 
+def test_memory_needs_no_memray():
+    """A kernel without memray (its import blocked, as Python does for a module it cannot find):
+    --memory samples allocations all the same."""
+    code = ("import sys; sys.modules['memray'] = None\n"
+            "import profmagic\n"
+            "with profmagic.profile('sampler', memory=True, announce=None) as s:\n"
+            "    kept = [bytearray(1000) for _ in range(20_000)]\n"
+            "p = s.profile\n"
+            "print(p.meta['memory']['backend'], p.total('bytes') > 15_000_000)\n")
+    import subprocess
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=HERE)
+    assert r.stdout.strip() == "memsample True", r.stdout + r.stderr
+
+
 # -- the file format -------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def capture() -> bytes:
