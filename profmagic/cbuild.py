@@ -24,10 +24,19 @@ class BuildError(RuntimeError):
     """The compiler is missing or failed: the message says which and how to fix it."""
 
 
+def _private(path: Path) -> bool:
+    """Owned by this user and writable by no one else (a loaded library runs as this user's code)."""
+    st = os.stat(path)
+    return st.st_uid == os.getuid() and not st.st_mode & 0o022
+
+
 def cache_dir(use: str) -> Path:
     base = os.environ.get("PROFMAGIC_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "profmagic")
     d = Path(base) / use
     d.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if not _private(d):
+        raise BuildError(f"the build cache {d} is not private (another user owns it or may write to it): "
+                         "set $PROFMAGIC_CACHE to a folder of your own")
     return d
 
 
@@ -57,6 +66,8 @@ def build_module(name: str, source: Path, use: str, extra: list[str] | None = No
                          + sys.version.encode() + suffix.encode()).hexdigest()[:16]
     out = cache_dir(use) / f"{name}-{key}{suffix}"
     if out.exists():
+        if not _private(out):
+            raise BuildError(f"{out} is not private (another user owns it or may write to it): remove it")
         return out
     fd, tmp = tempfile.mkstemp(suffix=suffix, dir=out.parent)
     os.close(fd)
@@ -64,6 +75,7 @@ def build_module(name: str, source: Path, use: str, extra: list[str] | None = No
         r = subprocess.run([cc, *flags, "-o", tmp, str(source), "-lm"], capture_output=True, text=True)
         if r.returncode != 0:
             raise BuildError(f"compiling {source} failed:\n{r.stderr[-4000:]}")
+        os.chmod(tmp, 0o755)   # whatever the umask: writable by this user only (``_private``)
         os.replace(tmp, out)
     finally:
         if os.path.exists(tmp):

@@ -274,3 +274,22 @@ def test_profile_memory_in_a_kernel_estimates_each_function():
         assert "estimated by sampling" in k.value("_profile.meta['approximate']")
     finally:
         k.close()
+
+
+def test_a_cache_others_may_write_is_refused(tmp_path, monkeypatch):
+    """The compiled library runs as this user's code: a cache folder or file another user may write
+    is refused, not loaded."""
+    from profmagic import cbuild
+    monkeypatch.setenv("PROFMAGIC_CACHE", str(tmp_path))
+    d = tmp_path / "memsample"
+    d.mkdir()
+    os.chmod(d, 0o777)
+    with pytest.raises(cbuild.BuildError) as e:
+        cbuild.cache_dir("memsample")
+    assert "is not private" in str(e.value)
+    os.chmod(d, 0o700)
+    path = cbuild.build_module("_memsample", memsample.SOURCE, "memsample")
+    os.chmod(path, 0o666)
+    with pytest.raises(cbuild.BuildError) as e:
+        cbuild.build_module("_memsample", memsample.SOURCE, "memsample")
+    assert "is not private" in str(e.value) and "remove it" in str(e.value)
