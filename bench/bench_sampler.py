@@ -140,6 +140,7 @@ def reasons_cost(pairs: int, rate: float = 100.0) -> dict:
     cpus = {True: [], False: []}
     firsts = {True: [], False: []}      # each recording's first pass (threads met, /proc files opened)
     pair_med = []                       # per pair: median pass CPU with reasons / without
+    pair_mean = []                      # per pair: mean pass CPU (every pass) with reasons - without
     fixed = {True: [], False: []}       # start + stop seconds
     n_passes = {True: 0, False: 0}
     try:
@@ -147,7 +148,7 @@ def reasons_cost(pairs: int, rate: float = 100.0) -> dict:
         sampler.Recorder._tick = timed_tick
         reasons.ProcReader.runq_delta = counted_runq
         for k in range(pairs):
-            med = {}
+            med, mean = {}, {}
             for on in ((True, False) if k % 2 == 0 else (False, True)):
                 sampler.READ_REASONS = on
                 b = bare()
@@ -161,8 +162,10 @@ def reasons_cost(pairs: int, rate: float = 100.0) -> dict:
                     cpus[on] += [c for _, c in passes[1:]]
                     n_passes[on] += len(passes)
                     med[on] = statistics.median(c for _, c in passes[1:])
+                    mean[on] = statistics.fmean(c for _, c in passes)
             if len(med) == 2:
                 pair_med.append(med[True] / med[False])
+                pair_mean.append(mean[True] - mean[False])
     finally:
         sampler.READ_REASONS = True
         sampler.Recorder._tick, reasons.ProcReader.runq_delta = orig_tick, orig_runq
@@ -176,13 +179,68 @@ def reasons_cost(pairs: int, rate: float = 100.0) -> dict:
             "mean_off": statistics.fmean(cpus[False] + firsts[False]) * 1e6,
             "first_on": m(firsts[True]) * 1e6, "first_off": m(firsts[False]) * 1e6,
             "fixed_on": m(fixed[True]) * 1e3, "fixed_off": m(fixed[False]) * 1e3,
+            "mean_diff": statistics.fmean(pair_mean) * 1e6,
+            "mean_ci": 1.96 * statistics.stdev(pair_mean) / len(pair_mean) ** 0.5 * 1e6 if len(pair_mean) > 1 else 0.0,
             "pair_ratio": m(pair_med), "pair_q1": q[0], "pair_q3": q[2],
             "passes": n_passes[True], "passes_off": n_passes[False],
             "reads_per_pass": reads[0] / n_passes[True] if n_passes[True] else 0.0}
 
 
+def interleaved_cost(recordings: int, rate: float = 100.0) -> dict:
+    """The same workload and threads, each recording's passes alternating with and without reasons
+    (``sampler.READ_REASONS`` is read at each pass): both kinds of pass meet the same load, caches
+    and threads, so the recordings' drift cancels. Each pass is timed by the sampler thread's CPU
+    clock around ``Recorder._tick``. Reads are due by time (``READ_EVERY``), so they fall on the
+    passes with reasons, half the passes: twice as many per such pass as in a recording with
+    reasons throughout (the difference overstates their part)."""
+    orig_tick = sampler.Recorder._tick
+    cpu_clock = time.thread_time
+    kind = [False]
+    passes = {True: [], False: []}
+    diffs = []
+
+    def timed_tick(self, me, now, wall):
+        on = kind[0] = not kind[0]
+        sampler.READ_REASONS = on
+        c = cpu_clock()
+        orig_tick(self, me, now, wall)
+        passes[on].append(cpu_clock() - c)
+
+    end = _waiting_threads()
+    try:
+        sampled(rate)   # warm up
+        sampler.Recorder._tick = timed_tick
+        for _ in range(recordings):
+            n = {k: len(v) for k, v in passes.items()}
+            rec = sampler.Recorder(Options(rate=rate, mode="both"))
+            try:
+                sampler.READ_REASONS = True   # the threads' /proc readers are made at the start
+                rec.start()
+                cpu_bound()
+                sampler.Recorder._tick = orig_tick
+                sampler.READ_REASONS = False   # the rows are mixed: the capture is not built with reasons
+                rec.stop()
+            finally:
+                sampler.Recorder._tick = timed_tick
+                rec.close()
+            got = {k: v[n[k] + 1:] for k, v in passes.items()}   # each recording's first passes aside
+            if got[True] and got[False]:
+                diffs.append(statistics.fmean(got[True]) - statistics.fmean(got[False]))
+    finally:
+        sampler.READ_REASONS = True
+        sampler.Recorder._tick = orig_tick
+        end()
+    m = statistics.median
+    return {"n_on": len(passes[True]), "n_off": len(passes[False]), "recordings": recordings,
+            "med_on": m(passes[True]) * 1e6, "med_off": m(passes[False]) * 1e6,
+            "mean_on": statistics.fmean(passes[True]) * 1e6, "mean_off": statistics.fmean(passes[False]) * 1e6,
+            "diff": statistics.fmean(diffs) * 1e6,
+            "ci": 1.96 * statistics.stdev(diffs) / len(diffs) ** 0.5 * 1e6 if len(diffs) > 1 else 0.0}
+
+
 def main_reasons(a) -> int:
     r = reasons_cost(a.pairs)
+    i = interleaved_cost(2 * a.pairs)
     load0 = os.getloadavg()[0]
     over_with, over_without = r["with"] - 1, r["without"] - 1
     pct = lambda on, off: (on / off - 1) * 100   # noqa: E731
@@ -205,8 +263,20 @@ def main_reasons(a) -> int:
              f"{pct(r['wall_on'], r['wall_off']):+.1f} % |",
              f"| thread CPU, mean of every pass (first ones included) | {r['mean_on']:.1f} µs | "
              f"{r['mean_off']:.1f} µs | {pct(r['mean_on'], r['mean_off']):+.1f} % |",
+             f"| the same, per pair (recording with reasons - its neighbour without), mean ± 95 % | | | "
+             f"{r['mean_diff']:+.1f} ± {r['mean_ci']:.1f} µs ({r['mean_diff'] / r['mean_off'] * 100:+.1f} "
+             f"± {r['mean_ci'] / r['mean_off'] * 100:.1f} %) |",
              f"| a recording's first pass (median thread CPU) | {r['first_on']:.1f} µs | {r['first_off']:.1f} µs | "
              f"{pct(r['first_on'], r['first_off']):+.1f} % |", "",
+             f"Passes alternating with and without reasons inside the same {i['recordings']} recordings "
+             "(the same load, caches and threads for both; the reads, due by time, all fall on the half with "
+             "reasons, so their part counts twice), thread CPU:", "",
+             "| per sampling pass | with reasons | without | reasons add |", "|---|---|---|---|",
+             f"| median of {i['n_on']} / {i['n_off']} passes | {i['med_on']:.1f} µs | {i['med_off']:.1f} µs | "
+             f"{pct(i['med_on'], i['med_off']):+.1f} % |",
+             f"| mean | {i['mean_on']:.1f} µs | {i['mean_off']:.1f} µs | {pct(i['mean_on'], i['mean_off']):+.1f} % |",
+             f"| per recording (each one's first passes aside), mean ± 95 % | | | {i['diff']:+.2f} ± {i['ci']:.2f} µs "
+             f"({i['diff'] / i['mean_off'] * 100:+.1f} ± {i['ci'] / i['mean_off'] * 100:.1f} %) |", "",
              f"Start + stop of a recording (median): {r['fixed_on']:.2f} ms with reasons, {r['fixed_off']:.2f} ms "
              "without (with reasons, the start reads each thread's wait and the stop each live thread's "
              "last run-queue time).  ",

@@ -123,22 +123,16 @@ class Recorder:
             st = self._state(ident, live)
             st.baseline()
             if st.proc is not None:   # its /proc files opened and read now, not in a pass
-                self._first_read(st, ident, f, now)
+                self._first_read(st, f, now)
 
-    def _first_read(self, st: _Thread, ident: int, f, now: float) -> None:
-        """The reason of the wait each thread is in at the start: a thread still in it at the
-        first pass (the same frame and instruction, no CPU) keeps it, as a wait seen again does."""
-        chain = awaits.waiting(ident)
-        if chain is None and f.f_code.co_flags & _RESUMABLE:
-            return
+    def _first_read(self, st: _Thread, f, now: float) -> None:
+        """The reason of the wait each thread is in at the start: a thread still at that instruction
+        at the first pass gets it without a read, as a wait seen again does."""
         # No interval yet: off-CPU time 1 against no run-queue time lets the state and calls speak.
         r = reasons.sampled_reason(1.0, 0.0, st.proc, reasons.python_leaf(f))
         st.seen = (f.f_code, f.f_lasti, r)
         st.memo[(f.f_code, f.f_lasti)] = r
         st.next_read = now + READ_EVERY
-        st.frame, st.lasti, st.chain = f, f.f_lasti, chain   # (no row yet: the first pass finds it)
-        st.stack = self._stack(chain, f)
-        st.key = tuple(st.stack)
 
     def _new_code(self, code, line: int) -> int:
         return self._builder.frame(code_name(code), code.co_filename, line, "python")
