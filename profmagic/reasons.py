@@ -665,7 +665,8 @@ def interval_reason(st, f, wall: float, cpu: float, now: float) -> tuple[str, fl
         if now < st.next_read:
             return st.memo.get((code, at), last[2]), 0.0
     runq = st.proc.runq_delta()
-    r = sampled_reason(st.off, runq, st.proc, python_leaf(f))
+    # (sampled_reason's first test, before the leaf: python_leaf may disassemble a code object)
+    r = CORE if runq >= 0.9 * st.off else sampled_reason(st.off, runq, st.proc, python_leaf(f))
     st.off = 0.0
     st.seen = (code, at, r)
     st.next_read = now + READ_EVERY
