@@ -298,7 +298,7 @@ def offcpu_by_leaf(p) -> dict:
 KINDS = [("bare", None), ("default", {}), ("lean switches", {"lean_switches": True})]
 
 
-def cheaper(py: list[str], rounds: int, args: tuple = ()) -> list[str]:
+def cheaper(py: list[str], rounds: int, args: tuple = (), rate: float = RATE) -> list[str]:
     """Bare, --mode both by default and with lean switches, through backends/perf.py, paired: the
     target's slowdown and the wall split each profile gives, against the target's own."""
     import json
@@ -311,7 +311,7 @@ def cheaper(py: list[str], rounds: int, args: tuple = ()) -> list[str]:
             rec = None
             try:
                 if extra is not None:
-                    rec = perf.Recorder(Options(pid=child.pid, rate=RATE, mode="both", extra=extra))
+                    rec = perf.Recorder(Options(pid=child.pid, rate=rate, mode="both", extra=extra))
                     rec.start()
                 child.stdin.write(b"go\n")
                 child.stdin.flush()
@@ -322,7 +322,7 @@ def cheaper(py: list[str], rounds: int, args: tuple = ()) -> list[str]:
                 row = {"s": truth["seconds"], "cpu": ru.ru_utime + ru.ru_stime,
                        "truth": 100 * truth["work"] / (truth["work"] + truth["wait"])}
                 if rec:
-                    p = perf.read(rec.stop(), Options(rate=RATE))
+                    p = perf.read(rec.stop(), Options(rate=rate))
                     off = p.samples[p.samples["reason"] != "cpu"]
                     row.update(split=split(p), cost=p.meta["cost"], lost=p.meta.get("lost_events") or 0,
                                off=offcpu_by_leaf(p), woken=int(p.samples["woken_by"].notna().sum()),
@@ -422,6 +422,8 @@ def main() -> None:
     ap.add_argument("--scenarios", default=",".join(gt.SCENARIOS))
     ap.add_argument("--skip", default="", help="comma list of parts to skip: accuracy,cost,names,switches")
     ap.add_argument("--switch-rounds", type=int, default=9)
+    ap.add_argument("--switch-rate", type=float, default=RATE,
+                    help="switches: the backend's rate in the fine and coarse tables (Hz)")
     ap.add_argument("--switch-parts", default="breakdown,fine,coarse",
                     help="switches: which tables (a quick look in a quiet moment: --switch-parts breakdown)")
     ap.add_argument("--write", action="store_true")
@@ -464,11 +466,13 @@ def switches(a) -> None:
     load = os.getloadavg()[0]
     cmd = f".venv/bin/python bench/bench_perf.py --skip accuracy,cost,names --switch-rounds {a.switch_rounds}" + \
         (f" --switch-parts {a.switch_parts}" if a.switch_parts != "breakdown,fine,coarse" else "") + \
+        (f" --switch-rate {a.switch_rate:g}" if a.switch_rate != RATE else "") + \
         (" --write" if a.write else "")
     lines = ["## perf on switch-heavy code (issue 27)", "",
              f"Command: `nice -n 19 {cmd}` ({time.strftime('%Y-%m-%d %H:%M')}, 2 cores shared with the work of "
              f"other sessions, load average {load:.1f} at the start, LOAD_END at the end: measured under load, so "
-             f"only the side-by-side ratios mean anything; perf {perf.version()}, {RATE:g} Hz, `-e cpu-clock`). Target: "
+             f"only the side-by-side ratios mean anything; perf {perf.version()}, `-e cpu-clock` at {RATE:g} Hz in the "
+             f"plain recordings, {a.switch_rate:g} Hz through the backend). Target: "
              f"two threads of `{os.path.basename(py[0])} -X perf` (perf trampoline) handing a token back and forth "
              "3,000 times, each turn ~30 µs of Python work (bench_perf.py's SPLIT; it times its own work and "
              "waits). Every round runs every variant once, in rotating order; ratio = variant / the round's "
@@ -479,11 +483,11 @@ def switches(a) -> None:
                   "flags, one part added per row)", ""] + breakdown(py, a.switch_rounds)
     if "fine" in parts:
         lines += ["", f"### Lean switches against the default, through backends/perf.py ({a.switch_rounds} "
-                  "rounds)", ""] + cheaper(py, a.switch_rounds)
+                  f"rounds, {a.switch_rate:g} Hz)", ""] + cheaper(py, a.switch_rounds, rate=a.switch_rate)
     if "coarse" in parts:
         lines += ["", f"### The same on coarser turns, where 100 Hz can measure the split ({a.switch_rounds} "
-                  "rounds; SPLIT with 30,000 iterations of work a turn (~1-2 ms), 400 turns a thread)", ""] + \
-            cheaper(py, a.switch_rounds, (30000, 400))
+                  f"rounds, {a.switch_rate:g} Hz; SPLIT with 30,000 iterations of work a turn (~1-2 ms), 400 turns "
+                  "a thread)", ""] + cheaper(py, a.switch_rounds, (30000, 400), a.switch_rate)
     lines += ["", f"({time.perf_counter() - t0:.0f} s)"]
     text = "\n".join(lines).replace("LOAD_END", f"{os.getloadavg()[0]:.1f}") + "\n"
     print(text)
