@@ -80,6 +80,16 @@ def test_off_cpu_time_gets_the_python_functions_it_waited_in():
     assert b"\n# profmagic pyframes pid=" in cap.data and b"\n# py " in cap.data
     back = perf_script.read(prof.raw.data, source="saved", thread_labels="threads", native_names=True)
     assert _off_cpu_named(back, ids["main"], "blocked_on_lock") == _off_cpu_named(prof, ids["main"], "blocked_on_lock")
+    # The same capture with no snapshot left: every record keeps its native frames, and the splice
+    # moved no time between threads or reasons.
+    bare = b"\n".join(ln for ln in cap.data.split(b"\n") if not ln.startswith(b"# py"))
+    unnamed = perf_script.read(bare, source="no snapshots", thread_labels="threads", native_names=True)
+    assert not (unnamed.frames["kind"] == "python").any()
+    assert unnamed.meta["python_names"]["counts"]["off_named"] == 0
+    for col in ("wall", "cpu"):
+        by = [q.samples.groupby([q.samples["thread"].astype(str), q.samples["reason"].astype(str)])[col].sum()
+              for q in (prof, unnamed)]
+        assert by[0].to_dict() == by[1].to_dict(), col
     # Without the poller, perf alone sees only the interpreter: no Python frame at all.
     _, plain, ids2, _ = _record(pynames=False)
     assert _off_cpu_named(plain, ids2["main"], "blocked_on_lock")[0] == 0.0

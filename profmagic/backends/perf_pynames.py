@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import select
 import signal
+import struct
 import sys
 import time
 from urllib.parse import quote
@@ -56,14 +57,14 @@ def poll(pid: int, rate: float, out, stop_fd: int) -> None:
             entries = []
             try:
                 threads = py.threads()
-            except (OSError, ValueError) as e:   # the target exiting, or a list changing while read
+            except (OSError, ValueError, struct.error) as e:   # the target exiting, or a list changing while read
                 failed, last_error = failed + 1, str(e)
                 threads = {}
             for tid, ts in threads.items():
                 a = time.monotonic()
                 try:
                     groups = py.stack(ts)
-                except (OSError, ValueError, UnicodeDecodeError, KeyError):
+                except (OSError, ValueError, struct.error, UnicodeDecodeError, KeyError):
                     continue   # the thread moved while read: no snapshot of it this time
                 b = time.monotonic()
                 key = encode(groups)
