@@ -235,3 +235,41 @@ def test_a_poller_killed_mid_recording_leaves_its_snapshots_and_says_so():
     # The main thread blocked before the kill: its one long wait still has a snapshot inside it.
     named, off = _off_cpu_named(prof, ids["main"], "blocked_on_lock")
     assert off >= 1.0 and named >= 0.9 * off, (named, off, names)
+
+
+@pytest.mark.kernel
+@pytest.mark.requires("perf", "perf_event")
+def test_ctrl_c_in_a_311_kernel_reaps_the_poller_and_removes_its_files(kernel, tmp_path):
+    """A real Ctrl-C (SIGINT to the kernel) in a perf cell: the poller is gone and its folder with it."""
+    import glob
+    if kernel.value("__import__('sys').version_info[:2] == (3, 11)") is not True:
+        pytest.fail("this test needs the kernel on CPython 3.11 (the default .venv)")
+    kpid = kernel.value("__import__('os').getpid()")
+    assert kernel.run("%load_ext profmagic").error is None
+    seen = []
+
+    def polling():   # interrupt once the cell runs under perf with its poller
+        seen[:] = [p for p in os.listdir("/proc") if p.isdigit() and _is_poller_of(p, kpid)]
+        return bool(seen) and os.path.exists(marker)
+    tmp = kernel.value("__import__('tempfile').gettempdir()")
+    marker = str(tmp_path / "in-cell")
+    r = kernel.run("%%profile --backend perf --mode both -q\nimport time\n"
+                   f"open({marker!r}, 'w').close()\ntime.sleep(30)\n", timeout=120, interrupt_on=polling)
+    assert seen, "no poller while the cell ran"
+    assert r.error is not None and r.error["ename"] == "KeyboardInterrupt", r.error
+    assert [p for p in seen if os.path.exists(f"/proc/{p}")] == []
+    assert glob.glob(os.path.join(tmp, f"profmagic-perf-{kpid}-*")) == []
+    # And a cell recorded after it still gets its names: nothing was left half-stopped.
+    r = kernel.run("%%profile --backend perf --mode both -q\ndef napping():\n    time.sleep(0.5)\nnapping()\n",
+                   timeout=120)
+    assert r.error is None, r.error
+    assert kernel.value("_profile.chain()['function'].iloc[0]") == "napping"
+
+
+def _is_poller_of(pid: str, target: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+    except OSError:
+        return False
+    return any(a.endswith(b"perf_pynames.py") for a in argv) and str(target).encode() in argv
