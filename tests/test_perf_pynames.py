@@ -76,6 +76,10 @@ def test_off_cpu_time_gets_the_python_functions_it_waited_in():
     names = prof.meta["python_names"]
     assert "at 100 Hz" in names["from"] and "within 10 ms" in names["on_cpu"]
     assert names["counts"]["off_named"] >= 3 and "error" not in names
+    # The report's header says where the names came from and how far to trust them.
+    from profmagic.views.header import notes
+    said = [n for n in notes(prof) if n.startswith("Python names: ")]
+    assert len(said) == 1 and "at 100 Hz" in said[0] and "exact" in said[0] and "within 10 ms" in said[0], said
     # The snapshots are in the raw capture: the saved text reads back to the same names.
     assert b"\n# profmagic pyframes pid=" in cap.data and b"\n# py " in cap.data
     back = perf_script.read(prof.raw.data, source="saved", thread_labels="threads", native_names=True)
@@ -232,6 +236,9 @@ def test_a_poller_killed_mid_recording_leaves_its_snapshots_and_says_so():
     prof = perf.read(cap, o)
     names = prof.meta["python_names"]
     assert names["error"] == "the poller ended without its summary (exit -9)", names
+    from profmagic.views.header import notes
+    assert any(n.startswith("Python names: ") and n.endswith("(the poller ended without its summary (exit -9))")
+               for n in notes(prof))
     # The main thread blocked before the kill: its one long wait still has a snapshot inside it.
     named, off = _off_cpu_named(prof, ids["main"], "blocked_on_lock")
     assert off >= 1.0 and named >= 0.9 * off, (named, off, names)

@@ -42,6 +42,11 @@ def notes(profile: Profile) -> list[str]:
         out.append(f"Off-CPU reasons: {backend} cannot see {why['cannot_see']}")
     if m.get("cost"):
         out.append(f"Cost: {m['cost']}")
+    py = m.get("python_names")   # perf on 3.11: names from the poller's snapshots (formats/perf_pyframes.py)
+    if isinstance(py, dict) and (py.get("from") or py.get("error")):
+        out.append("Python names: " + ("; ".join(str(py[k]) for k in ("from", "off_cpu", "on_cpu", "unnamed") if py.get(k))
+                                       if py.get("from") else "none (perf sees interpreter frames only)")
+                   + (f" ({py['error']})" if py.get("error") else ""))
     return out
 
 
