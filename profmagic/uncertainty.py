@@ -108,6 +108,13 @@ def transitions(profile, metric: str, rows: np.ndarray | None = None):
     if metric == "cpu" and str(profile.meta.get("backend") or "") in SPLIT:
         g = period[1:] + period[:-1]   # the change's interval, part of it moved to the other sample
     s = profile.samples
+    if metric in ("wall", "off_cpu") and "change_width" in s:
+        # A change between two waits placed by the scheduler's stamp lies within its width
+        # (transforms/cpu_split.py); the others keep their interval.
+        o = np.lexsort((s["time"].to_numpy(np.float64), s["thread"].cat.codes.to_numpy(np.int64)))
+        cw = s["change_width"].to_numpy(np.float64)[o]
+        cw = cw if rows is None else cw[k]
+        g = np.where(np.isnan(cw[1:]), g, np.minimum(g, cw[1:]))
     if metric in ("cpu", "wall") and "wall" in s and "cpu" in s and str(profile.meta.get("backend") or "") in SWITCHED:
         # The thread ran between two samples for the gap less the first one's time off-CPU: a change
         # (made while running) lies in that, or in a cpu-clock sample's period (its CPU may have gone

@@ -18,7 +18,7 @@ import threading
 import time
 from time import perf_counter
 
-from .. import awaits, reasons
+from .. import awaits, lastran, reasons
 from ..errors import ProfilerError
 from ..model import Raw
 from ..sampling import Codes, ThreadClock, code_name, every
@@ -43,11 +43,12 @@ def available() -> tuple[bool, str]:
 READ_REASONS = True   # read /proc for each sample's reason (bench/bench_sampler.py turns it off to compare)
 FEW_OFF, READ_EVERY = reasons.FEW_OFF, reasons.READ_EVERY   # (shared with the child sampler)
 CPU = reasons.CPU
+PLACE_RUNS = 6   # a change is placed by the scheduler's stamp only if the thread went on a core at most this often since its last change
 
 
 class _Thread(ThreadClock):
     __slots__ = ("label", "proc", "off", "seen", "next_read", "memo",
-                 "frame", "lasti", "chain", "stack", "sid", "r", "wait", "tid", "key")
+                 "frame", "lasti", "chain", "stack", "sid", "r", "wait", "tid", "key", "nid", "off_before")
 
     def __init__(self, ident: int, native_id: int | None, label: str):
         super().__init__(ident, native_id)
@@ -64,6 +65,8 @@ class _Thread(ThreadClock):
         self.lasti = self.sid = -1
         self.tid = -1           # its id in the StackBuilder
         self.key = ()           # the stack as a tuple (with reasons)
+        self.nid = native_id
+        self.off_before = False   # the previous sample's interval was off-CPU
 
     def reason(self, f, wall: float, cpu: float, now: float) -> tuple[str, float]:
         """This interval's reason and run-queue seconds (``reasons.interval_reason``)."""
@@ -97,6 +100,9 @@ class Recorder:
         self._n = 0                        # samples added so far
         self._rows: dict[tuple, int] = {}  # (thread id, stack, reason) -> stack row, with reasons
         self._runq: dict[int, float] = {}  # sample -> its run-queue seconds, where a /proc read measured some
+        self._placed: dict[int, tuple] = {}  # sample -> (where its stack change was placed: seconds from the start, runs)
+        self._lastran = None   # lastran.LastRan, made on the sampling thread
+        self._calibrated = False
         self._t0 = self._t1 = 0.0
 
     # -- sampling thread -------------------------------------------------------
@@ -174,10 +180,37 @@ class Recorder:
             else:
                 st.stack = self._stack(chain, f)
                 sid = b.stack(st.tid, st.stack)
+            if self._lastran is not None:
+                self._place(st, sid, wall, cpu, now)
             b.add(sid, samples=1, time=t, wall=wall, cpu=cpu)
             self._n += 1
             st.frame, st.lasti, st.chain, st.sid = f, f.f_lasti, chain, sid
+        self._calibrated = False
         self.ticks += 1
+        if self._lastran is not None and len(self._lastran.readers) > 64 and not self.ticks % 100:
+            self._lastran.prune({getattr(live.get(i), "native_id", None) for i in frames})
+
+    def _place(self, st: _Thread, sid: int, wall: float, cpu: float, now: float) -> None:
+        """Where a stack change between two waits lies. The thread was off-CPU over its previous
+        interval and mostly over this one, and is blocked now: it woke, went on a core a few times
+        (a wake, waits for a lock or the GIL), changed stack holding the GIL and blocked at the
+        scheduler's stamp (lastran.py). So the change lies close before the stamp: within this
+        interval's CPU if it went on a core at most twice (a wake and the GIL); the split
+        (transforms/cpu_split.py) puts it there. A change the stamp cannot place keeps the split by
+        CPU rates."""
+        before = st.off_before
+        st.off_before = not (cpu == cpu and cpu > FEW_OFF * wall)
+        if st.nid is None or sid == st.sid or st.sid < 0:
+            return
+        if not (before and cpu == cpu and cpu < 0.5 * wall):
+            self._lastran.count(st.nid)   # its runs counted from this change
+            return
+        if not self._calibrated:
+            self._lastran.calibrate()
+            self._calibrated = True
+        got = self._lastran.blocked(st.nid)
+        if got is not None and got[1] <= PLACE_RUNS and now - wall <= got[0] <= now:
+            self._placed[self._n] = (max(got[0] - cpu, now - wall) - self._t0, got[1])
 
     def _reason_row(self, st: _Thread, f, chain, same: bool, wall: float, cpu: float, now: float) -> int:
         """The stack row of a sample with its reason (``_tick``; a wait seen again is decided there)."""
@@ -225,6 +258,10 @@ class Recorder:
         mark_own()
         me = threading.get_ident()
         try:
+            self._lastran = lastran.LastRan()
+            if not self._lastran.ok:   # no scheduler stamps: changes are split by CPU rates only
+                self._lastran.close()
+                self._lastran = None
             self._t0 = perf_counter()
             self._baseline(me)
             self._ready.set()
@@ -300,6 +337,14 @@ class Recorder:
         # Written with wall as the primary metric; read() restores the mode's metric.
         if READ_REASONS:
             self._reason_columns()
+        if self._placed:
+            import numpy as np
+            at, runs = np.full(self._n, np.nan), np.full(self._n, np.nan)
+            i = np.fromiter(self._placed, dtype=np.int64)
+            at[i] = [v[0] for v in self._placed.values()]
+            runs[i] = [v[1] for v in self._placed.values()]
+            self._builder.sample_column("change_at", at)
+            self._builder.sample_column("change_runs", runs)
         profile = split_cpu_at_stack_changes(self._builder.build(metric="wall", meta=meta))
         data = speedscope.write(profile)
         self._builder = None
@@ -334,6 +379,9 @@ class Recorder:
 
     def close(self) -> None:
         self._join()
+        if self._lastran is not None:
+            self._lastran.close()
+            self._lastran = None
         self._builder = None
         self._codes.clear()
         for st in self._threads.values():

@@ -612,6 +612,10 @@ def from_dict(doc, source: str = "<input>", metric: str = "wall", raw: Raw | Non
             if reason is not None and isinstance(runq, list) and len(runq) == len(ids) \
                     and all(x is None or type(x) in (int, float) for x in runq):
                 part["runq"] = np.asarray([np.nan if x is None else x for x in runq], dtype=np.float64)
+            cw = ext_block(prof).get("change_width")   # where a change was placed (transforms/cpu_split.py)
+            if isinstance(cw, list) and len(cw) == len(ids) \
+                    and all(x is None or (type(x) in (int, float) and x >= 0) for x in cw):
+                part["change_width"] = np.asarray([np.nan if x is None else x for x in cw], dtype=np.float64)
             part.update(_waker_ext(prof, pi, len(ids), source))
             s_parts.append(pd.DataFrame(part))
         base += nst
@@ -816,8 +820,9 @@ def to_dict(profile: Profile) -> dict:
                 ext["samples"] = sm["samples"].astype(float).tolist()
             if "reason" in sm:
                 ext["reason"] = _reasons_of(sm["reason"])
-            if "runq" in sm:
-                ext["runq"] = _clean(sm["runq"].to_numpy(dtype=np.float64))
+            for col in ("runq", "change_width"):
+                if col in sm:
+                    ext[col] = _clean(sm[col].to_numpy(dtype=np.float64))
             ext.update(_waker_cols(sm))
         else:
             ids = np.flatnonzero(row_threads == tid)

@@ -7,6 +7,9 @@ import numpy as np
 
 from ..model import Profile
 
+PLACED_SLACK = 3e-4   # seconds: the stamp's clock offset (lastran.py, 20-60 µs) and its drift
+NARROW_RUNS = 2       # a placed change whose thread went on a core at most this often lies in the CPU before the stamp
+
 
 def split_cpu_at_stack_changes(profile: Profile) -> Profile:
     """A sample's CPU delta covers the whole interval since the thread's previous sample; given all
@@ -29,6 +32,13 @@ def split_cpu_at_stack_changes(profile: Profile) -> Profile:
     wall = sm["wall"].to_numpy(np.float64)
     new_wall = wall.copy()
     stack = sm["stack"].to_numpy()
+    # Where the sampler placed a change between two waits by the scheduler's stamp (lastran.py),
+    # the wall before it stays with the previous stack; it is narrowed to the CPU before the stamp
+    # only where the thread went on a core at most NARROW_RUNS times.
+    at = sm["change_at"].to_numpy(np.float64) if "change_at" in sm else None
+    runs = sm["change_runs"].to_numpy(np.float64) if at is not None and "change_runs" in sm else None
+    t = sm["time"].to_numpy(np.float64) if at is not None else None
+    width = np.full(len(sm), np.nan) if at is not None else None
     c0 = np.nan_to_num(orig)
     rate = np.clip(np.divide(c0, wall, out=np.zeros_like(c0), where=wall > 0), 0.0, 1.0)
     for idx in sm.groupby("thread", sort=False).indices.values():  # each thread's rows, in time order
@@ -44,7 +54,12 @@ def split_cpu_at_stack_changes(profile: Profile) -> Profile:
             prev = orig[i] * (u * rp / den if den > 0 else u)
             new[j] += prev
             new[i] -= prev
-            # The same boundary splits the interval's wall time: u of it was still the previous stack.
+            # The same boundary splits the interval's wall time: u of it was still the previous stack,
+            # unless the sampler placed the change by the scheduler's stamp.
+            if at is not None and not math.isnan(at[i]) and wall[i] > 0:
+                u = min(max(1.0 - (t[i] - at[i]) / wall[i], 0.0), 1.0)
+                if runs is not None and runs[i] <= NARROW_RUNS:   # else its interval stays its bound
+                    width[i] = orig[i] + PLACED_SLACK   # the change lies in the CPU run before the stamp
             new_wall[j] += u * wall[i]
             new_wall[i] -= u * wall[i]
         # A CPU clock read a moment after the pass can exceed the pass's wall time: carry the excess
@@ -57,8 +72,10 @@ def split_cpu_at_stack_changes(profile: Profile) -> Profile:
             new[i], carry = (new_wall[i], c - new_wall[i]) if c > new_wall[i] else (c, 0.0)
     moved = np.nan_to_num(new - orig)
     moved_wall = new_wall - wall
+    if at is not None:   # the placements' widths stay for the intervals (uncertainty.py); the stamps go
+        sm = sm.drop(columns=[c for c in ("change_at", "change_runs") if c in sm]).assign(change_width=width)
     if not moved.any() and not moved_wall.any():
-        return profile
+        return profile.replace(samples=sm) if at is not None else profile
     stacks = profile.stacks.copy()
     for col, delta in (("cpu", moved), ("wall", moved_wall)):
         stacks[col] = stacks[col].to_numpy(np.float64) + np.bincount(stack, weights=delta, minlength=len(stacks))
