@@ -660,7 +660,9 @@ def interval_reason(st, f, wall: float, cpu: float, now: float) -> tuple[str, fl
     last = st.seen
     code, at = f.f_code, f.f_lasti
     if last is not None:
-        if last[0] is code and last[1] == at and cpu < 0.05 * wall:
+        # The same wait only if the thread never ran: a loop re-entering this call (a 10 ms sleep
+        # beside a spinning thread) kept its first read's reason, gil or sleep, for the whole cell.
+        if last[0] is code and last[1] == at and cpu == 0.0:
             return last[2], 0.0
         if now < st.next_read:
             return st.memo.get((code, at), last[2]), 0.0

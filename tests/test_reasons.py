@@ -249,7 +249,7 @@ def test_sampler_repeats_a_wait_without_reading_it_again():
     sm = p.samples
     label = dict(zip(p.thread_table["tid"], p.thread_table["label"]))
     waits = sm[sm["thread"] == label[t.native_id]]
-    assert len(waits) >= 40
+    assert len(waits) >= 20   # 60 passes asked; the spinning main thread holds the GIL (38 seen under load)
     assert waits["stack"].nunique() == 1 and set(waits["reason"].astype(str)) == {"lock"}
     # Read at the start (no run-queue read there), then only by the stop's last run-queue read.
     assert reads.count(f"/proc/{os.getpid()}/task/{t.native_id}/") == 1
@@ -389,3 +389,53 @@ def test_bad_reasons_in_files_are_refused_with_the_documented_messages():
     with pytest.raises(ValueError) as e:
         reasons.split(no)
     _documented("no-reasons", str(e.value))
+
+
+def test_sampler_a_sleep_loop_beside_a_spinner_waits_for_the_gil_as_it_measured():
+    """A thread sleeping 10 ms at a time beside a spinning one waits for the GIL after each sleep
+    (the spinner gives it up only at its switch interval). The sampler once kept the reason of its
+    first read for every later pass at the same call: all `sleep` (or all `gil`). Each sleep's
+    overrun is the GIL wait, measured by the thread itself: the sampler's gil share of the thread's
+    off-CPU time is within 15 points of it, and the rest is sleep."""
+    import time
+    stop, over = [False], [0.0, 0.0]
+
+    def spin():
+        x = 0
+        while not stop[0]:
+            x += 1
+
+    def naps():
+        while not stop[0]:
+            t0 = time.perf_counter()
+            time.sleep(0.01)
+            d = time.perf_counter() - t0
+            over[0] += d - 0.01
+            over[1] += d
+
+    ts = [threading.Thread(target=spin, name="spin"), threading.Thread(target=naps, name="naps")]
+    for t in ts:
+        t.start()
+    rec = sampler.Recorder(Options(pid=os.getpid(), rate=100, mode="both", all_threads=True))
+    try:
+        rec.start()
+        time.sleep(0.05)
+        over[0] = over[1] = 0.0
+        time.sleep(2.0)
+        measured = over[0] / over[1]
+        cap = rec.stop()
+    finally:
+        rec.close()
+        stop[0] = True
+        for t in ts:
+            t.join()
+    p = sampler.read(cap, Options(rate=100, mode="both"))
+    sm = p.samples
+    label = dict(zip(p.thread_table["tid"], p.thread_table["label"]))
+    x = sm[sm["thread"] == label[ts[1].native_id]]
+    off = (x["wall"] - x["cpu"]).clip(lower=0)
+    by = off.groupby(x["reason"].astype(str)).sum()
+    gil = float(by.get("gil", 0.0)) / float(off.sum())
+    assert measured > 0.1, measured   # the workload does wait for the GIL
+    assert abs(gil - measured) < 0.15, (gil, measured, by.to_dict())
+    assert set(by[by > 0.02 * off.sum()].index) <= {"gil", "sleep"}, by.to_dict()

@@ -164,9 +164,10 @@ class Recorder:
             same = f is st.frame and f.f_lasti == st.lasti and chain is st.chain and \
                 (chain is not None or not f.f_code.co_flags & _RESUMABLE)
             if on:
-                if same and st.wait is not None and cpu < 0.05 * wall:
-                    # Still in the wait whose reason was read here: interval_reason would give it again,
-                    # and the row is the previous sample's.
+                if same and st.wait is not None and cpu == 0.0:
+                    # Still in the wait whose reason was read here (it never ran: a loop that re-enters
+                    # the same call runs between): interval_reason would give it again, and the row
+                    # is the previous sample's.
                     st.off += wall - cpu
                     sid = st.sid
                 elif same and st.r is CPU and wall - cpu <= FEW_OFF * wall:   # (NaN: not <=)
