@@ -186,7 +186,18 @@ def python_mode(pid: int) -> str:
         return "perf_jit"
     if "perf" in [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "-X"] or env.get("PYTHONPERFSUPPORT"):
         return "trampoline"
-    return "trampoline" if os.path.exists(f"/tmp/perf-{pid}.map") else "native"
+    return "trampoline" if _own_map(pid) else "native"
+
+
+def _own_map(pid: int) -> bool:
+    """``/tmp/perf-PID.map`` exists and was written since ``pid`` started: an -X perf process that
+    ended leaves its map behind (1,215 of them in /tmp here), and its pid comes round again."""
+    fields = procfs.stat_fields(f"/proc/{pid}/stat")
+    try:
+        started = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME) + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+        return os.stat(f"/tmp/perf-{pid}.map").st_mtime >= started - 1.0
+    except (OSError, TypeError, ValueError, IndexError):
+        return False
 
 
 class Recorder:
