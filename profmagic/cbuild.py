@@ -1,4 +1,5 @@
-"""C extensions compiled at first use with the system C compiler and cached per Python version.
+"""C extensions and C++ libraries compiled at first use with the system compiler, cached per
+source, flags, compiler (and Python, for extensions).
 
 The cache is ``$PROFMAGIC_CACHE`` or ``~/.cache/profmagic``, one folder per use; a build's name carries
 a hash of its source, flags, compiler and Python, so a change rebuilds and builds never mix. Files are
@@ -40,12 +41,15 @@ def cache_dir(use: str) -> Path:
     return d
 
 
-def compiler() -> str:
-    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
-    if not cc:
-        raise BuildError("compiling profmagic's C extension needs a C compiler: install gcc "
-                         "(apt-get install gcc) or set $CC")
-    return cc
+def compiler(cxx: bool = False) -> str:
+    """The C (or C++) compiler: $CC ($CXX), else gcc/cc (g++/c++)."""
+    env, names, what = ("CXX", ("g++", "c++"), "a C++ compiler: install g++") if cxx else \
+        ("CC", ("gcc", "cc"), "a C compiler: install gcc")
+    found = os.environ.get(env) or shutil.which(names[0]) or shutil.which(names[1])
+    if not found:
+        raise BuildError(f"compiling profmagic's {'C++ library' if cxx else 'C extension'} needs {what} "
+                         f"(apt-get install build-essential) or set ${env}")
+    return found
 
 
 def python_headers() -> str:
@@ -58,21 +62,27 @@ def python_headers() -> str:
 
 def build_module(name: str, source: Path, use: str, extra: list[str] | None = None) -> Path:
     """Compile ``source`` into an extension module ``name`` importable by this Python; its path."""
-    cc = compiler()
-    flags = [*CFLAGS, "-I", python_headers(), *(extra or [])]
-    version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    return build(name, source, use, [*CFLAGS, "-I", python_headers(), *(extra or [])], suffix,
+                 (sys.version + suffix).encode(), libs=["-lm"])
+
+
+def build(name: str, source: Path, use: str, flags: list[str], suffix: str = ".so", salt: bytes = b"",
+          cxx: bool = False, libs: list[str] | None = None, force: bool = False) -> Path:
+    """Compile ``source`` with ``flags`` into ``<cache>/<use>/<name>-<key><suffix>``; its path."""
+    cc = compiler(cxx)
+    version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
     key = hashlib.sha256(source.read_bytes() + " ".join(flags).encode() + version.encode()
-                         + sys.version.encode() + suffix.encode()).hexdigest()[:16]
+                         + salt).hexdigest()[:16]
     out = cache_dir(use) / f"{name}-{key}{suffix}"
-    if out.exists():
+    if out.exists() and not force:
         if not _private(out):
             raise BuildError(f"{out} is not private (another user owns it or may write to it): remove it")
         return out
     fd, tmp = tempfile.mkstemp(suffix=suffix, dir=out.parent)
     os.close(fd)
     try:
-        r = subprocess.run([cc, *flags, "-o", tmp, str(source), "-lm"], capture_output=True, text=True)
+        r = subprocess.run([cc, *flags, "-o", tmp, str(source), *(libs or [])], capture_output=True, text=True)
         if r.returncode != 0:
             raise BuildError(f"compiling {source} failed:\n{r.stderr[-4000:]}")
         os.chmod(tmp, 0o755)   # whatever the umask: writable by this user only (``_private``)

@@ -13,15 +13,15 @@ during every call, so a waiting main thread is off-CPU and other threads run.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from .. import cbuild
 
 SOURCE = Path(__file__).with_name("worker.cpp")
 CXXFLAGS = ["-O2", "-g", "-fno-omit-frame-pointer", "-fno-optimize-sibling-calls", "-fPIC",
@@ -34,39 +34,17 @@ _lib = None
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("PROFMAGIC_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "profmagic")
-    d = Path(base) / "casestudy"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+    """The case study's private build folder (also its lock file's): cbuild refuses one another user may write."""
+    return cbuild.cache_dir("casestudy")
 
 
 def compiler() -> str:
-    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
-    if not cxx:
-        raise RuntimeError("the case study needs a C++ compiler: install g++ "
-                           "(apt-get install g++, or build-essential) or set $CXX")
-    return cxx
+    return cbuild.compiler(cxx=True)
 
 
 def build(force: bool = False) -> Path:
     """Compile worker.cpp once per (source, flags, compiler); return the path of the .so."""
-    cxx = compiler()
-    version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
-    key = hashlib.sha256(SOURCE.read_bytes() + " ".join(CXXFLAGS).encode() + version.encode()).hexdigest()[:16]
-    out = cache_dir() / f"libworker-{key}.so"
-    if out.exists() and not force:
-        return out
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
-    os.close(fd)
-    try:
-        r = subprocess.run([cxx, *CXXFLAGS, "-o", tmp, str(SOURCE)], capture_output=True, text=True)
-        if r.returncode != 0:
-            raise RuntimeError(f"compiling {SOURCE} failed:\n{r.stderr}")
-        os.replace(tmp, out)  # atomic: concurrent builders never load a half-written file
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return out
+    return cbuild.build("libworker", SOURCE, "casestudy", CXXFLAGS, cxx=True, force=force)
 
 
 def library() -> ctypes.CDLL:
