@@ -197,6 +197,7 @@ BACKENDS = [pytest.param("perf", marks=pytest.mark.requires("perf", "perf_event"
             "sampler"]
 
 
+@pytest.mark.timed   # shares of a live workload: run alone (CI's parallel phase moved eu-stack's lock wait 13 points)
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("scenario", list(reason_work.SCENARIOS))
 def test_each_thread_split_by_reason_as_it_measured(backend, scenario):
@@ -210,6 +211,7 @@ def test_each_thread_split_by_reason_as_it_measured(backend, scenario):
     assert p.meta["reasons"]["cannot_see"]
 
 
+@pytest.mark.timed
 def test_sampler_repeats_a_wait_without_reading_it_again():
     """A thread blocked in one Lock.acquire for the whole recording beside a spinning one: its
     samples are one row and one reason (its wait was read once, at the start, and repeated with
@@ -333,6 +335,7 @@ def _pyspy_record(scenario: str):
     return _child(scenario, rec, pyspy.read)
 
 
+@pytest.mark.timed
 @pytest.mark.requires("py-spy", "ptrace")
 @pytest.mark.parametrize("scenario", ["sleep", "lock"])
 def test_pyspy_reasons_from_the_leaf_line(scenario):
@@ -391,6 +394,7 @@ def test_bad_reasons_in_files_are_refused_with_the_documented_messages():
     _documented("no-reasons", str(e.value))
 
 
+@pytest.mark.timed
 def test_sampler_a_sleep_loop_beside_a_spinner_waits_for_the_gil_as_it_measured():
     """A thread sleeping 10 ms at a time beside a spinning one waits for the GIL after each sleep
     (the spinner gives it up only at its switch interval). The sampler once kept the reason of its

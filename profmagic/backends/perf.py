@@ -388,7 +388,9 @@ class Recorder:
                                      "off a core goes to the stack the thread left it in)"))
         if self.poller_error:
             meta["python_names"] = {"error": self.poller_error}
-        return Capture(data + pyframes, FORMAT, meta)
+        # Snapshots name samples: with none (a process that never ran), the capture stays empty, as
+        # an empty recording is read (Session: "recorded nothing").
+        return Capture(data + pyframes if data.strip() else data, FORMAT, meta)
 
     def _system_wakeups(self) -> bytes:
         """--system: the every-CPU wakeups as perf script text (appended to the per-process one)."""
