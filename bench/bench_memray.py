@@ -381,7 +381,7 @@ def recorded_run(f, make, read):
         fn = int(t["total"].get(KEEPER[CURRENT], 0))
         half = (p.meta.get("memory") or p.meta).get("memory_sampling")
         if half:   # the 95% half-width the profile states for this function's figure
-            from profmagic.backends import memsample
+            from profmagic.formats import memsample
             fn = (fn, float(memsample.halfwidth(fn, half["interval"])))
     RUN_EXTRA.append(fn)
     return t2 - t1, t3 - t2, t4 - t3, nbytes, t1 - t0

@@ -72,26 +72,28 @@ class LastRan:
         if e is not None and cpu is not None:
             self.offset[cpu] = (now - e, now)
 
-    def blocked(self, tid: int) -> tuple[float, int] | None:
+    def blocked(self, tid: int, reader: ProcReader | None = None) -> tuple[float, int] | None:
+        """``reader``: the caller's open files of this thread, if it keeps some (else LastRan's own)."""
         before = self.runs.pop(tid, None)
-        self.count(tid)
+        r = self.count(tid, reader)
         runs = self.runs.get(tid)
-        state, cpu = _state_cpu(self.readers[tid]._read("stat"))
+        state, cpu = _state_cpu(r._read("stat"))
         off = self.offset.get(cpu)
         # An offset drifts by about 0.1 ms a second: one older than STALE seconds is not used.
         if state not in ("S", "D") or runs is None or before is None or off is None or perf_counter() - off[1] > STALE:
             return None
-        e = _exec_start(self.readers[tid]._read("sched"))
+        e = _exec_start(r._read("sched"))
         return None if e is None else (e + off[0], runs - before)
 
-    def count(self, tid: int) -> None:
-        """Count this thread's runs from now."""
-        r = self.readers.get(tid)
+    def count(self, tid: int, reader: ProcReader | None = None) -> ProcReader:
+        """Count this thread's runs from now; the reader used."""
+        r = reader or self.readers.get(tid)
         if r is None:
             r = self.readers[tid] = ProcReader(os.getpid(), tid)
         runs = _runs(r._read("schedstat"))
         if runs is not None:
             self.runs[tid] = runs
+        return r
 
     def prune(self, alive) -> None:
         """Close the files of threads not in ``alive`` (native ids): ended threads keep none open."""

@@ -24,10 +24,10 @@ from urllib.parse import quote
 
 if __package__:
     from .perf_jitdump import perf_map
-    from .pyframes import PyFrames
+    from .pyframes import PyFrames, encode_groups
 else:  # run as a script by the recorder (backends/eustack.py): its own folder is on sys.path
     from perf_jitdump import perf_map
-    from pyframes import PyFrames
+    from pyframes import PyFrames, encode_groups
 
 MIN_SLEEP = 0.2  # the helper sleeps at least this share of the interval after every snapshot
 
@@ -388,8 +388,7 @@ def _facts(pid: int, stacks: dict, last_run: dict, in_syscall: SyscallCheck) -> 
 def _py_line(which: str, groups: list) -> str:
     """``# py-before|py-after <groups>``: groups innermost first, split by ``|``, frames by ``;``,
     each frame quote(qualname):quote(file):firstlineno."""
-    return f"# py-{which} " + "|".join(";".join(f"{quote(q, safe='')}:{quote(f, safe='/')}:{ln}" for q, f, ln in g)
-                                      for g in groups)
+    return f"# py-{which} " + encode_groups(groups)
 
 
 def write_capture(path: str, pid: int, snaps: list[Snapshot], header: str) -> None:

@@ -72,11 +72,6 @@ def available() -> tuple[bool, str]:
     return True, "profmagic's sampled allocation tracker (a C extension built at first use)"
 
 
-def halfwidth(nbytes, interval: float = INTERVAL):
-    """The 95% half-width of a sampled figure of ``nbytes`` (formats/memsample.py)."""
-    return fmt.halfwidth(nbytes, interval)
-
-
 def _names() -> dict[int, str]:
     return {t.native_id: t.name for t in threading.enumerate() if t.native_id is not None}
 

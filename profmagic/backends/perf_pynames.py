@@ -28,16 +28,12 @@ import time
 from urllib.parse import quote
 
 if __package__:
-    from .pyframes import PyFrames
+    from .pyframes import PyFrames, encode_groups
 else:  # run as a script by the recorder: its own folder is on sys.path
-    from pyframes import PyFrames
+    from pyframes import PyFrames, encode_groups
 
 HEADER = "# profmagic pyframes"
 MAX_RATE = 1000.0   # Hz: reads cost 0.1-0.6 ms each here
-
-
-def encode(groups: list) -> str:
-    return "|".join(";".join(f"{quote(q, safe='')}:{quote(f, safe='')}:{ln}" for q, f, ln in g) for g in groups)
 
 
 def poll(pid: int, rate: float, out, stop_fd: int) -> None:
@@ -67,7 +63,7 @@ def poll(pid: int, rate: float, out, stop_fd: int) -> None:
                 except (OSError, ValueError, struct.error, UnicodeDecodeError, KeyError):
                     continue   # the thread moved while read: no snapshot of it this time
                 b = time.monotonic()
-                key = encode(groups)
+                key = encode_groups(groups)
                 sid = ids.get(key)
                 if sid is None:
                     sid = ids[key] = len(ids)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import re
 import struct
+from urllib.parse import quote
 
 # minor version -> offsets (bytes). runtime_head: _PyRuntime.interpreters.head; threads_head:
 # PyInterpreterState.threads.head; ts_*: PyThreadState; cframe/current: where the current frame is
@@ -219,3 +220,9 @@ class PyFrames:
         if self.mem is not None:
             self.mem.close()
             self.mem = None
+
+
+def encode_groups(groups: list) -> str:
+    """Python stacks as the helpers write them (formats/eu_stack.py ``_py_groups`` reads them): groups
+    innermost first, split by ``|``, frames by ``;``, each quote(qualname):quote(file):first line."""
+    return "|".join(";".join(f"{quote(q, safe='')}:{quote(f, safe='/')}:{ln}" for q, f, ln in g) for g in groups)

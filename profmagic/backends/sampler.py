@@ -204,12 +204,12 @@ class Recorder:
         if st.nid is None or sid == st.sid or st.sid < 0:
             return
         if not (before and cpu == cpu and cpu < 0.5 * wall):
-            self._lastran.count(st.nid)   # its runs counted from this change
+            self._lastran.count(st.nid, st.proc)   # its runs counted from this change
             return
         if not self._calibrated:
             self._lastran.calibrate()
             self._calibrated = True
-        got = self._lastran.blocked(st.nid)
+        got = self._lastran.blocked(st.nid, st.proc)   # (the reasons' open files of the thread, if any)
         if got is not None and got[1] <= PLACE_RUNS and now - wall <= got[0] <= now:
             self._placed[self._n] = (max(got[0] - cpu, now - wall) - self._t0, got[1])
 

@@ -23,6 +23,7 @@ import numpy as np
 from ..errors import ProfileFormatError
 from ..model import Profile, Raw, StackBuilder
 from ..threads import thread_label
+from ..uncertainty import Z
 from .registry import Format
 
 NAME = "memsample"
@@ -30,7 +31,6 @@ FORMAT = Format(NAME, __name__, raw_suffix=".memsample", label="sampled allocati
                 opens="profmagic.load")
 MAGIC = b"profmagic-memsample 1\n"
 EVENT = np.dtype([("t_ns", "<i8"), ("size", "<i8"), ("weight", "<f8"), ("stack", "<u4"), ("tid", "<u4")])
-Z = 1.959963984540054
 MAX_HEADER = 256 << 20     # bytes of the JSON line
 MAX_STACKS = 1 << 22
 MAX_DEPTH = 128            # frames per stack (the tracker keeps at most this many)
