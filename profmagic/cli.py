@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 
+from . import interrupts
 from .formats import load
 from .errors import ProfileFormatError, ProfilerError
 from .terminal import escape
@@ -243,8 +244,10 @@ class Progress:
 
     def start(self) -> "Progress":
         if self.enabled:
-            self._thread = threading.Thread(target=self._run, name="profmagic-progress", daemon=True)
-            self._thread.start()
+            t = threading.Thread(target=self._run, name="profmagic-progress", daemon=True)
+            with interrupts.deferred():   # a Ctrl-C inside start() left a thread that stop() could not join
+                t.start()
+                self._thread = t
         return self
 
     def _run(self) -> None:

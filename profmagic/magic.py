@@ -426,8 +426,13 @@ def _run_async(backend, options, cell, ns, session_kw, box):
 
     ctx = contextvars.copy_context()
     t = threading.Thread(target=ctx.run, args=(work,), name="profmagic-await")
-    t.start()
     interrupted = None
+    try:
+        with interrupts.deferred():   # whole: a Ctrl-C inside start() is the cell's, handled as below
+            t.start()
+    except KeyboardInterrupt as e:
+        interrupted = e
+        box["interrupted"] = True
     while t.is_alive():
         try:
             t.join(0.05)

@@ -256,3 +256,24 @@ def test_cpu_split_where_the_stack_changes():
     mine = p.samples[p.samples["thread"] == "T"]["cpu"].tolist()
     assert mine == pytest.approx([0.010, 0.016, 0.0, 0.0, 0.0])
     assert p.samples["cpu"].sum() == pytest.approx(p.stacks["cpu"].sum())
+
+
+def test_ctrl_c_inside_thread_start_leaves_a_recorder_that_closes(monkeypatch):
+    """CI met this once: a SIGINT inside Thread.start() left the sampler's thread unstarted, and close()
+    raised "cannot join thread before it is started" in place of the KeyboardInterrupt. The SIGINT here
+    is real; the patched start() only places it at the one moment a random Ctrl-C rarely hits."""
+    import os
+    import signal
+    real = threading.Thread.start
+
+    def start(self):
+        os.kill(os.getpid(), signal.SIGINT)
+        return real(self)
+
+    rec = sampler.Recorder(Options(rate=100, mode="both"))
+    monkeypatch.setattr(threading.Thread, "start", start)
+    with pytest.raises(KeyboardInterrupt):
+        rec.start()
+    monkeypatch.undo()
+    rec.close()
+    assert not [t for t in threading.enumerate() if t.name == "profmagic-sampler"]

@@ -18,7 +18,7 @@ import threading
 import time
 from time import perf_counter
 
-from .. import awaits, lastran, reasons
+from .. import awaits, interrupts, lastran, reasons
 from ..errors import ProfilerError
 from ..model import Raw
 from ..sampling import Codes, ThreadClock, code_name, every
@@ -279,8 +279,10 @@ class Recorder:
         if self._thread is not None:
             raise ProfilerError("this sampler recorder was already started; make a new one")
         self._builder = StackBuilder()
-        self._thread = threading.Thread(target=self._run, name="profmagic-sampler", daemon=True)
-        self._thread.start()
+        t = threading.Thread(target=self._run, name="profmagic-sampler", daemon=True)
+        with interrupts.deferred():   # a Ctrl-C inside start() left a thread that close() could not join
+            t.start()
+            self._thread = t
         self._ready.wait()
         if self._error is not None:
             self.close()
