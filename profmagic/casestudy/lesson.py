@@ -23,12 +23,18 @@ def _rows(profile, thread=None):
     return st["thread"].isin(names).to_numpy()
 
 
-def seconds(profile, functions=None, thread=None, metric: str | None = None) -> float:
+def seconds(profile, functions=None, thread=None, metric: str | None = None, named: bool = False) -> float:
     """Weight (``metric``) of the stacks of ``thread`` that contain any of ``functions`` (names or
-    regexes); all stacks of the thread when ``functions`` is None."""
+    regexes); all stacks of the thread when ``functions`` is None. ``named``: only stacks with a
+    Python frame (a native profiler's stack that got no Python names has none)."""
     metric = metric or profile.metric
     rows = _rows(profile, thread)
     w = profile.weights(metric).fillna(0).to_numpy(dtype=float)
+    if named:
+        py = set(np.flatnonzero((profile.frames["kind"] == "python").to_numpy()).tolist())
+        py = {profile.frames.index[i] for i in py}
+        rows = rows & np.fromiter((any(f in py for f in s) for s in profile.stacks["stack"]), dtype=bool,
+                                  count=len(profile.stacks))
     if functions is not None:
         if isinstance(functions, str):
             functions = [functions]
