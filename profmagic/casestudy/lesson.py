@@ -31,8 +31,7 @@ def seconds(profile, functions=None, thread=None, metric: str | None = None, nam
     rows = _rows(profile, thread)
     w = profile.weights(metric).fillna(0).to_numpy(dtype=float)
     if named:
-        py = set(np.flatnonzero((profile.frames["kind"] == "python").to_numpy()).tolist())
-        py = {profile.frames.index[i] for i in py}
+        py = set(profile.frames.index[(profile.frames["kind"] == "python").to_numpy()])
         rows = rows & np.fromiter((any(f in py for f in s) for s in profile.stacks["stack"]), dtype=bool,
                                   count=len(profile.stacks))
     if functions is not None:
