@@ -431,6 +431,8 @@ def _run_async(backend, options, cell, ns, session_kw, box):
         with interrupts.deferred():   # whole: a Ctrl-C inside start() is the cell's, handled as below
             t.start()
     except KeyboardInterrupt as e:
+        if t.ident is None:   # before start(): nothing runs
+            raise
         interrupted = e
         box["interrupted"] = True
     while t.is_alive():
