@@ -297,3 +297,18 @@ def test_a_cache_others_may_write_is_refused(tmp_path, monkeypatch):
     with pytest.raises(cbuild.BuildError) as e:
         cbuild.build_module("_memsample", memsample.SOURCE, "memsample")
     assert "is not private" in str(e.value) and "remove it" in str(e.value)
+
+
+def test_without_a_compiler_memory_is_refused_before_anything_runs(monkeypatch):
+    """No C compiler on PATH (and no $CC): --memory says why and what records instead, before the cell
+    runs or the sampler starts."""
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    ran = []
+    with pytest.raises(ProfilerError) as e:
+        with profmagic.profile("sampler", memory=True, announce=None):
+            ran.append(1)
+    msg = str(e.value)
+    assert "sampled tracker cannot record here" in msg and "needs a C compiler" in msg
+    assert "--memory-exact" in msg and not ran
+    assert not [t for t in threading.enumerate() if t.name == "profmagic-sampler"]
