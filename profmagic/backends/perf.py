@@ -189,6 +189,21 @@ def python_mode(pid: int) -> str:
     return "trampoline" if _own_map(pid) else "native"
 
 
+def _drop_stale_map(pid: int) -> None:
+    """Remove ``/tmp/perf-PID.map`` when an ended process with this pid left it (ours to remove:
+    owned by this user; another user's is left alone, and its lines are never read as ours)."""
+    path = f"/tmp/perf-{pid}.map"
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return
+    if st.st_uid == os.geteuid() and not _own_map(pid):
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
 def _own_map(pid: int) -> bool:
     """``/tmp/perf-PID.map`` exists and was written since ``pid`` started: an -X perf process that
     ended leaves its map behind (1,215 of them in /tmp here), and its pid comes round again."""
@@ -271,6 +286,7 @@ class Recorder:
         self.mode = python_mode(o.pid)
         if (self.mode == "native" and o.pid == os.getpid() and o.extra.get("trampoline", True)
                 and hasattr(sys, "activate_stack_trampoline")):
+            _drop_stale_map(o.pid)   # before CPython appends to it: perf would read the old lines too
             try:
                 sys.activate_stack_trampoline("perf")
                 self.activated = True

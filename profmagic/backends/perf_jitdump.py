@@ -132,6 +132,23 @@ def perf_map(pid: int) -> list[tuple[int, int, str]]:
     return sorted(out)
 
 
+def readable_ranges() -> list[tuple[int, int]]:
+    """(start, end) of this process's readable mappings, in address order."""
+    out = []
+    with open("/proc/self/maps") as f:
+        for line in f:
+            span, perms = line.split(None, 2)[:2]
+            if perms.startswith("r"):
+                lo, hi = span.split("-")
+                out.append((int(lo, 16), int(hi, 16)))
+    return sorted(out)
+
+
+def _inside(ranges: list, los: list, addr: int, size: int) -> bool:
+    i = bisect.bisect_right(los, addr) - 1
+    return i >= 0 and addr + size <= ranges[i][1]
+
+
 class JitDump:
     """/tmp/jit-PID.dump for this process's trampolines. ``open()`` before perf starts (perf sees
     the executable mapping of the file, its cue to read it at ``perf inject --jit``); ``write()``
@@ -162,7 +179,13 @@ class JitDump:
     def write(self) -> int:
         """Unwind info and code for every run of trampolines in the map; returns how many trampolines."""
         import ctypes
-        entries = [e for e in perf_map(self.pid) if ctypes.string_at(e[0], len(TRAMPOLINE)) == TRAMPOLINE]
+        # Only what lies in this process's readable memory is read: the map may hold another
+        # process's lines (an ended one with this pid left its file) or freed arenas, and reading
+        # one of those crashed the kernel (a segfault in memcpy, seen on 3.12 in CI).
+        ranges = readable_ranges()
+        los = [lo for lo, _ in ranges]
+        entries = [e for e in perf_map(self.pid) if _inside(ranges, los, e[0], len(TRAMPOLINE))
+                   and ctypes.string_at(e[0], len(TRAMPOLINE)) == TRAMPOLINE]
         chunks = []
         for i, run in enumerate(runs(entries)):
             start, end = run[0][0], run[-1][0] + len(TRAMPOLINE)
