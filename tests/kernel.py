@@ -76,6 +76,10 @@ class Kernel:
             try:
                 msg = self.kc.get_iopub_msg(timeout=0.2)
             except queue.Empty:
+                if not self.km.is_alive():   # a crash, said at once, not after the timeout
+                    proc = getattr(self.km.provisioner, "process", None)
+                    raise RuntimeError(f"the kernel died (exit {proc.poll() if proc else '?'}; a negative "
+                                       f"exit is the signal) running {code[:80]!r}")
                 if time.monotonic() - t0 > timeout:
                     raise TimeoutError(f"cell did not finish in {timeout} s: {code[:80]!r}")
                 continue
