@@ -85,9 +85,9 @@ def record_child(child, idle):
 
 # Counted tries (tests/retries.py): py-spy's samples carry no time and jitter on a loaded machine.
 # Noise: `PROFMAGIC_MEASURE_NOISE=40 pytest tests/test_pyspy.py::test_record_child_idle` missed 0 of 40
-# (2026-12-01, load average 5 on 2 cores). Rule: at most 2 misses in 16 tries (false failure 0.6 %;
-# a regression making 30 % of tries miss passes 9.9 %).
-CHILD_IDLE = retries.plan(0, 40, "load 5 on 2 cores, 2026-12-01")
+# (2026-12-01, load average 5 on 2 cores), then 2 of 40 quiet (2026-12-05), and a fresh clone's serial
+# phase missed 3 of 13 (its rule then was 2 in 16): counted together, 5 of 93.
+CHILD_IDLE = retries.plan(5, 93, "0 of 40 at load 5 (2026-12-01), 2 of 40 quiet and 3 of 13 in CI (2026-12-05)")
 
 
 def test_record_child_idle():
