@@ -196,14 +196,7 @@ class Session:
             "children's memory" if self.options.subprocesses else None)
         if why:
             raise ProfilerError(f"--memory with --backend {self.name}: {why}")
-        if memray.sampled(self.options):   # sampling needs no memray, but a C compiler
-            from .backends import memsample
-            ok, reason = memsample.available()
-            if not ok:
-                raise ProfilerError(f"--memory's sampled tracker cannot record here: {reason}; "
-                                    "--memory-exact records with memray instead")
-            return memray
-        ok, reason = memray.available()
+        ok, reason = (True, "") if memray.sampled(self.options) else memray.available()   # sampling needs no memray
         if not ok:
             raise ProfilerError(f"backend memray cannot record here: {reason}")
         return memray
