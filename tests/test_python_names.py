@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import textwrap
+import threading
 import time
 
 import pytest
@@ -161,3 +162,33 @@ def test_perf_on_a_python_312_kernel_names_the_cells_functions(kernel312):
     names = [[n for n, k, _ in s if k == "python"] for s in busy]
     assert sum(n[:3] == ["<module>", "outer", "middle"] for n in names) >= 0.9 * len(busy), names
     assert f["wall"] == pytest.approx(f["cell_wall"], rel=0.05)
+
+
+def test_a_torn_thread_list_is_retried_not_the_end_of_the_reads(monkeypatch):
+    """A walk of the thread list can meet a thread that ended as it was read. Once, that stopped the
+    reads for the rest of a recording. The torn walk is injected here (a fake: the race cannot be
+    timed for real); the next read names the threads again, and only walks that fail time after time
+    stop the reads."""
+    from profmagic.backends import pyframes
+    pf = PyFrames(os.getpid())
+    assert pf.error is None
+    real = PyFrames.threads
+    torn = [1]
+
+    def threads(self):
+        if torn[0]:
+            torn[0] -= 1
+            raise OSError(5, "Input/output error")
+        return real(self)
+
+    monkeypatch.setattr(PyFrames, "threads", threads)
+    assert pf.read() == {} and pf.error is None
+    again = pf.read()
+    assert threading.get_native_id() in again and pf.error is None
+    assert any(q == "test_a_torn_thread_list_is_retried_not_the_end_of_the_reads"
+               for g in again[threading.get_native_id()] for q, _, _ in g)
+    torn[0] = pyframes.MAX_FAILED_WALKS
+    for _ in range(pyframes.MAX_FAILED_WALKS):
+        assert pf.read() == {}
+    assert pf.error and "failed 20 times in a row" in pf.error
+    pf.close()

@@ -41,6 +41,7 @@ OWNED_BY_CSTACK = 3  # 3.12+: the shim frame an eval loop pushes below its first
 MAX_FRAMES = 1024
 USER_SPACE_END = 1 << 47  # x86_64
 MAX_THREADS = 4096
+MAX_FAILED_WALKS = 20   # thread-list walks failed in a row before the reads stop (a torn walk is retried)
 _LIB = re.compile(r"/(lib)?python3\.\d+[^/]*$")
 
 
@@ -82,6 +83,7 @@ class PyFrames:
     def __init__(self, pid: int):
         self.pid = pid
         self.error: str | None = None
+        self.failures = 0   # thread-list walks failed in a row (``read``)
         self.version: tuple[int, int] | None = None
         self.off: dict | None = None
         self.runtime = 0
@@ -207,13 +209,21 @@ class PyFrames:
             return {}
         out = {}
         try:
-            for tid, ts in self.threads().items():
-                try:
-                    out[tid] = self.stack(ts)
-                except (OSError, ValueError, struct.error, UnicodeDecodeError, KeyError):
-                    continue  # a thread that moved while we read it: no Python stack this time
+            threads = self.threads()
         except (OSError, ValueError, struct.error) as e:
-            self.error = f"reading Python threads failed: {e}"
+            # A thread list torn by a thread that ended as we walked it: none this time. Only a list
+            # that cannot be read time after time stops the reads (one torn walk once left a whole
+            # eu-stack recording without Python names).
+            self.failures += 1
+            if self.failures >= MAX_FAILED_WALKS:
+                self.error = f"reading Python threads failed {self.failures} times in a row: {e}"
+            return out
+        self.failures = 0
+        for tid, ts in threads.items():
+            try:
+                out[tid] = self.stack(ts)
+            except (OSError, ValueError, struct.error, UnicodeDecodeError, KeyError):
+                continue  # a thread that moved while we read it: no Python stack this time
         return out
 
     def close(self) -> None:
