@@ -212,8 +212,8 @@ class PyFrames:
             threads = self.threads()
         except (OSError, ValueError, struct.error) as e:
             # A thread list torn by a thread that ended as we walked it: none this time. Only a list
-            # that cannot be read time after time stops the reads (one torn walk once left a whole
-            # eu-stack recording without Python names).
+            # that cannot be read time after time stops the reads (one failed walk used to stop them
+            # for the rest of the recording).
             self.failures += 1
             if self.failures >= MAX_FAILED_WALKS:
                 self.error = f"reading Python threads failed {self.failures} times in a row: {e}"
