@@ -239,8 +239,10 @@ def interleaved_cost(recordings: int, rate: float = 100.0) -> dict:
 
 
 def main_reasons(a) -> int:
-    r = reasons_cost(a.pairs)
-    i = interleaved_cost(2 * a.pairs)
+    rate = 100.0
+    r = reasons_cost(a.pairs, rate)
+    i = interleaved_cost(2 * a.pairs, rate)
+    per = 1e6 / rate / 100   # µs of sampler CPU per pass -> % of one core
     load0 = os.getloadavg()[0]
     over_with, over_without = r["with"] - 1, r["without"] - 1
     pct = lambda on, off: (on / off - 1) * 100   # noqa: E731
@@ -248,7 +250,7 @@ def main_reasons(a) -> int:
              f"Command: `nice -n 19 .venv/bin/python bench/bench_sampler.py --reasons --pairs {a.pairs}`  ",
              f"Measured with {os.cpu_count()} cores shared with other work (load average {load0:.1f} at the end), "
              "side by side in one run: the CPU-bound workload with a sleeping and a lock-blocked thread "
-             f"beside it, at 100 Hz, sampled with and without reasons (`sampler.READ_REASONS`), alternating "
+             f"beside it, at {rate:g} Hz, sampled with and without reasons (`sampler.READ_REASONS`), alternating "
              f"({a.pairs} pairs, the order flipped every pair), each recording beside its own bare run. "
              "Every sampling pass is timed where it is called (`Recorder._tick`, wrapped alike in both "
              "kinds of recording; nothing inside a pass is timed): by the clock and by the sampler "
@@ -288,9 +290,9 @@ def main_reasons(a) -> int:
              f"The overhead ratios differ by {(over_with - over_without) * 100:+.2f} points "
              f"(on {over_without * 100:.2f} % without reasons): this machine's noise is larger than that.", "",
              "As a share of the workload's time, from the passes: reasons add "
-             f"{r['mean_diff']:+.1f} ± {r['mean_ci']:.1f} µs of the sampler's CPU per {1e3 / 100:g} ms "
-             f"interval, {r['mean_diff'] / 1e2:+.2f} ± {r['mean_ci'] / 1e2:.2f} % of one core (per pair; "
-             f"{i['diff'] / 1e2:+.2f} ± {i['ci'] / 1e2:.2f} % from the interleaved passes, which take every "
+             f"{r['mean_diff']:+.1f} ± {r['mean_ci']:.1f} µs of the sampler's CPU per {1e3 / rate:g} ms "
+             f"interval, {r['mean_diff'] / per:+.2f} ± {r['mean_ci'] / per:.2f} % of one core (per pair; "
+             f"{i['diff'] / per:+.2f} ± {i['ci'] / per:.2f} % from the interleaved passes, which take every "
              "read). The sampler holds the GIL through a pass, so a Python-bound cell waits about as long: "
              "this is what the reasons add to its time.", ""]
     text = "\n".join(lines)
