@@ -93,8 +93,8 @@ def child(n: int, step: str) -> dict:
            "rss_start": start}
     t0, c0, k0 = time.perf_counter(), time.process_time(), kernel_seconds()
     if step == "flatten":      # the floor of every view: the stack tuples turned into one frame array
-        from profmagic.views import tree
-        tree.flat(p)
+        from profmagic import flatstacks
+        flatstacks.flat(p)
     elif step == "first view":   # what a Profile's display builds: the static twin, then the widget
         html = report.static_html(p)
         r = report.Report(p)

@@ -20,7 +20,7 @@ import pandas as pd
 
 from .reasons import REASONS
 
-from . import uncertainty
+from . import flatstacks, uncertainty
 
 KINDS = ("python", "native", "kernel", "other")
 TIME_METRICS = ("wall", "cpu")
@@ -916,27 +916,27 @@ class Profile:
         ``metric`` (``profmagic.uncertainty``; equal to the figure where it is exact).
         """
         metric = metric or self.metric
-        fn_of_frame = self.function_ids()
-        rows, fids, lengths = self._exploded()
+        fn_of_frame = flatstacks.function_ids(self)
+        f = flatstacks.flat(self)           # function id per frame (int32), stacks laid end to end
+        fn, lengths = f.fn, f.lengths
         nfn = int(fn_of_frame.max()) + 1 if len(fn_of_frame) else 0
-        fn = fn_of_frame[fids] if len(fids) else np.zeros(0, dtype=np.int64)
-        pairs = list(stack_functions(fn, lengths))    # (function, row) once per stack
-        nonempty = lengths > 0
-        leaf_fn = fn[np.cumsum(lengths)[nonempty] - 1] if len(fids) else np.zeros(0, dtype=np.int64)
-
-        def sums(m: str) -> tuple[np.ndarray, np.ndarray]:
-            w = self.weights(m).to_numpy(dtype=np.float64)
-            total = np.zeros(nfn)
-            for f, r in pairs:
-                total += np.bincount(f, weights=w[r], minlength=nfn)
-            selfw = np.bincount(leaf_fn, weights=w[nonempty], minlength=nfn) if nfn else np.zeros(0)
-            return selfw, total
-
+        both = "wall" in self.metrics and "cpu" in self.metrics
+        names = list(dict.fromkeys([metric, *(("wall", "cpu", "off_cpu") if both else ())]))
+        ws = [self.weights(m).to_numpy(dtype=np.float64) for m in names]
+        totals = [np.zeros(nfn) for _ in names]
         present = np.zeros(nfn, dtype=bool)
-        for f, _ in pairs:
-            present[f] = True
+        keep = uncertainty.kind(self, metric) == uncertainty.TIMED   # its intervals need every pair
+        pairs = []
+        for fs, rs in stack_functions(fn, lengths):    # (function, row) once per stack: one pass for all metrics
+            for t, w in zip(totals, ws):
+                t += np.bincount(fs, weights=w[rs], minlength=nfn)
+            present[fs] = True
+            if keep:
+                pairs.append((fs, rs))
+        leaf_rows, leaf_fn = f.leaves
+        selfs = [np.bincount(leaf_fn, weights=w[leaf_rows], minlength=nfn) for w in ws]
         ids, first = np.unique(fn_of_frame[self.frames.index.to_numpy()], return_index=True)  # a function's first frame
-        selfw, total = sums(metric)
+        selfw, total = selfs[0], totals[0]
         out = pd.DataFrame({"id": ids, "name": self.frames["name"].to_numpy()[first],
                             "file": self.frames["file"].to_numpy()[first],
                             "self": selfw[ids], "total": total[ids]})
@@ -944,16 +944,14 @@ class Profile:
             out["self"] = out["self"].astype(np.int64)
             out["total"] = out["total"].astype(np.int64)
         # 95% intervals from how the weights were sampled (profmagic.uncertainty, docs/uncertainty.md)
-        key_fn = np.concatenate([f for f, _ in pairs]) if pairs else np.zeros(0, np.int64)
-        key_row = np.concatenate([r for _, r in pairs]) if pairs else np.zeros(0, np.int64)
-        bounds = uncertainty.function_intervals(self, metric, fn, lengths, key_fn, key_row, selfw, total)
+        bounds = uncertainty.function_intervals(self, metric, fn, lengths, pairs, selfw, total)
         for c, v in zip(("self_lo", "self_hi", "total_lo", "total_hi"), bounds):
             out[c] = v[ids]
-        if "wall" in self.metrics and "cpu" in self.metrics:
+        if both:
             for m in ("wall", "cpu", "off_cpu"):
-                s_m, t_m = sums(m)
-                out[m] = t_m[ids]
-                out["self_" + m] = s_m[ids]
+                i = names.index(m)
+                out[m] = totals[i][ids]
+                out["self_" + m] = selfs[i][ids]
         out.index = pd.Index(_function_labels(out["name"], out["file"], ids), name="function")
         # Every function on some stack, even at 0 in this metric (a sleep has 0 s of CPU, not no row).
         out = out[present[ids]] if len(out) else out

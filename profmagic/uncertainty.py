@@ -217,11 +217,11 @@ def counted(value: np.ndarray, unit: float, n: float) -> tuple[np.ndarray, np.nd
     return np.maximum(centre - half, 0.0) * n * unit, (centre + half) * n * unit
 
 
-def function_intervals(profile, metric: str, fn: np.ndarray, lengths: np.ndarray, key_fn: np.ndarray,
-                       key_row: np.ndarray, self_w: np.ndarray, total_w: np.ndarray):
-    """Per function id: (self_lo, self_hi, total_lo, total_hi). ``key_fn``/``key_row``: every
-    distinct (function, stack row) pair (``model.stack_functions``); ``self_w``/``total_w``: the
-    functions' self and total in ``metric``."""
+def function_intervals(profile, metric: str, fn: np.ndarray, lengths: np.ndarray, pairs: list,
+                       self_w: np.ndarray, total_w: np.ndarray):
+    """Per function id: (self_lo, self_hi, total_lo, total_hi). ``pairs``: every distinct
+    (function, stack row) pair, as ``model.stack_functions`` yields them (needed only by a TIMED
+    metric); ``self_w``/``total_w``: the functions' self and total in ``metric``."""
     k = kind(profile, metric)
     nfn = len(total_w)
     if k == EXACT:
@@ -233,8 +233,9 @@ def function_intervals(profile, metric: str, fn: np.ndarray, lengths: np.ndarray
     nonempty = lengths > 0
     if len(fn):
         leaf[nonempty] = fn[np.cumsum(lengths)[nonempty] - 1]
-    hs, ht = _timed_functions(profile, metric, transitions(profile, metric), nfn, np.asarray(key_fn, np.int64),
-                              np.asarray(key_row, np.int64), leaf)
+    key_fn = np.concatenate([f for f, _ in pairs]).astype(np.int64) if pairs else np.zeros(0, np.int64)
+    key_row = np.concatenate([r for _, r in pairs]).astype(np.int64) if pairs else np.zeros(0, np.int64)
+    hs, ht = _timed_functions(profile, metric, transitions(profile, metric), nfn, key_fn, key_row, leaf)
     return (np.maximum(self_w - hs, 0.0), self_w + hs, np.maximum(total_w - ht, 0.0), total_w + ht)
 
 

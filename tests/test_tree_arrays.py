@@ -13,6 +13,7 @@ import pytest
 from profmagic.model import Profile, _function_labels, make_frames
 from profmagic.transforms import focus
 from profmagic.views import sandwich as S
+from profmagic import flatstacks as FS
 from profmagic.views import tree as T
 
 pytestmark = pytest.mark.timeout(300)
@@ -330,23 +331,23 @@ def test_flat_from_marshal_and_one_by_one():
     table = p.function_ids()
     want_fn = np.array([table[i] for st in stacks for i in st], np.int32)
     want_len = np.array([len(st) for st in stacks])
-    f = T._flat(p)
+    f = FS._flat(p)
     assert f.fn.tolist() == want_fn.tolist() and f.lengths.tolist() == want_len.tolist()
     assert f.starts.tolist() == (np.cumsum(want_len) - want_len).tolist()
     ident = np.arange(len(p.frames) + 1, dtype=np.int32)
-    got = T._marshalled(stacks, ident)
+    got = FS._marshalled(stacks, ident)
     assert got[0].tolist() == [i for st in stacks for i in st] and got[1].tolist() == want_len.tolist()
-    assert T._marshalled(stacks[:1500] + [st * 40 for st in stacks[1500:]], ident)[0].tolist() == \
+    assert FS._marshalled(stacks[:1500] + [st * 40 for st in stacks[1500:]], ident)[0].tolist() == \
         [i for st in stacks[:1500] + [st * 40 for st in stacks[1500:]] for i in st]   # grows past its guess
-    assert [len(x) for x in T._marshalled([], ident)] == [0, 0]
+    assert [len(x) for x in FS._marshalled([], ident)] == [0, 0]
 
     class Stack(tuple):
         pass
 
     for odd in ((np.int64(1), 2), Stack((1, 2)), (True, 2), (1, (2, 3)), (1, 2 ** 40), (1, -2 ** 40)):
-        assert T._marshalled(stacks[:5] + [odd] + stacks[5:9], ident) is None, odd
+        assert FS._marshalled(stacks[:5] + [odd] + stacks[5:9], ident) is None, odd
     odd = Profile(p.frames, p.stacks.assign(stack=pd.Series([tuple(np.int64(i) for i in st) for st in stacks],
                                                           dtype=object)), None, {"backend": "synthetic"}, None, "wall")
-    assert T._marshalled(odd.stacks["stack"].tolist(), ident) is None
-    g = T._flat(odd)
+    assert FS._marshalled(odd.stacks["stack"].tolist(), ident) is None
+    g = FS._flat(odd)
     assert g.fn.tolist() == want_fn.tolist() and g.lengths.tolist() == want_len.tolist()

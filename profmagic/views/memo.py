@@ -10,8 +10,3 @@ def functions(profile, metric: str, rows=None, thread=None):
     if thread is None:
         return memo(profile, ("functions", metric), lambda: profile.functions(metric))
     return memo(profile, ("functions", metric, thread), lambda: profile.subset(rows).functions(metric))
-
-
-def function_ids(profile):
-    """``profile.function_ids()``, once."""
-    return memo(profile, "function_ids", profile.function_ids)
