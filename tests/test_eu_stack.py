@@ -2,6 +2,7 @@
 and the recorder on a real pthread without Python state."""
 import os
 import pickle
+import signal
 import subprocess
 import sys
 import textwrap
@@ -383,3 +384,37 @@ def test_eu_stack_of_a_real_core_file(core, flags):
         libc = next(f for n, (f, _) in files.items() if "pause" in n)
         assert libc.endswith("libc.so.6") and (libc.startswith("/") == ("-l" in flags))
         assert os.path.basename(files["main"][0]) == "crash"
+
+
+def test_no_snapshot_until_the_launchers_exec_has_returned(monkeypatch):
+    """An eu-stack attach at any moment of execve gets the exec's SIGTRAP, which killed a recorded
+    `sleep` (status 133) in a fresh clone's run. After the first snapshot of the stopped launcher,
+    ``_exec_done`` holds the next until the command runs. A real launcher (launch._STOP_EXEC) gives
+    the stopped state and the one after exec; the moment inside execve, when /proc already names
+    the new exe, cannot be held for real, so that state is injected (its facts replaced)."""
+    from profmagic.backends import eustack_helper as H
+    from profmagic.launch import _STOP_EXEC
+    proc = subprocess.Popen([sys.executable, "-S", "-c", _STOP_EXEC, "sleep", "5"])
+    try:
+        assert wait_for(lambda: H._state(proc.pid) == b"T", 10)
+        launcher, waits = H._exe(proc.pid), {}
+        assert not H._exec_done(proc.pid, launcher, waits) and "resumed" not in waits   # stopped: wait
+        os.kill(proc.pid, signal.SIGCONT)
+        assert wait_for(lambda: H._exe(proc.pid) != launcher and H._state(proc.pid) == b"S", 10)
+        assert H._exec_done(proc.pid, launcher, {})   # asleep in clock_nanosleep: past execve
+        # Inside execve (injected): the new exe shows, the task reads "59" (execve) or "running".
+        for syscall in ("59", "running"):
+            real = H.thread_facts(proc.pid, str(proc.pid))
+            monkeypatch.setattr(H, "thread_facts", lambda pid, tid, s=syscall, r=real: dict(r, syscall=s))
+            waits = {}
+            assert not H._exec_done(proc.pid, launcher, waits), syscall
+            monkeypatch.setattr(H, "thread_facts", lambda pid, tid, s=syscall, r=real:
+                                dict(r, syscall=s, run_ns=r["run_ns"] + H.EXEC_CPU_NS))
+            assert H._exec_done(proc.pid, launcher, waits), syscall   # 2 ms of CPU since: past it
+            waits["resumed"] -= H.EXEC_WAIT
+            monkeypatch.setattr(H, "thread_facts", lambda pid, tid, s=syscall, r=real: dict(r, syscall=s))
+            assert H._exec_done(proc.pid, launcher, waits), syscall   # the last-resort bound
+    finally:
+        proc.kill()
+        proc.wait()
+    assert H._exec_done(proc.pid, launcher, {})   # it ended

@@ -264,6 +264,30 @@ def _state(pid: int) -> bytes | None:
 
 
 EXEC_WAIT = 2.0   # seconds a resumed launcher may take to exec its command
+EXEC_CPU_NS = 2_000_000   # CPU past which a task whose exe changed has left execve (its rest takes microseconds)
+_EXEC_CALLS = ("59", "322", "running", "?")   # in execve or execveat (x86_64), or unknown: maybe not past it
+
+
+def _exec_done(pid: int, launcher: str, waits: dict) -> bool:
+    """Whether the stopped launcher ``pid`` (its exe ``launcher``), let go after the first snapshot,
+    has exec'd its command and returned from execve, so that eu-stack may attach: an attach at any
+    moment of execve gets the exec's SIGTRAP, which killed a `sleep` (status 133). Until then there
+    is no snapshot (the launcher's stack is none of the command's). ``waits`` keeps what it saw."""
+    state = _state(pid)
+    if state in (None, b"Z", b"X"):
+        return True                  # it ended
+    now = time.monotonic()
+    if _exe(pid) == launcher:        # still ours: stopped until the recorder lets it go, or on its way
+        if state not in (b"T", b"t"):
+            waits.setdefault("resumed", now)
+        return now - waits.get("resumed", now) >= EXEC_WAIT
+    # The kernel names the new exe before execve returns: past it when the task sleeps in another
+    # syscall (a running one reads "running"), or has run EXEC_CPU_NS since.
+    waits.setdefault("resumed", now)
+    facts = thread_facts(pid, str(pid)) or {}
+    cpu = waits.setdefault("exec_cpu", facts.get("run_ns", 0))
+    return (facts.get("syscall", "?") not in _EXEC_CALLS or facts.get("run_ns", 0) - cpu >= EXEC_CPU_NS
+            or now - waits["resumed"] >= EXEC_WAIT)
 
 
 class Stop:
@@ -301,10 +325,9 @@ def sample(pid: int, interval: float, stop: Stop,
     Python stacks around it and each thread's facts. Returns (snapshots, duration, error).
 
     ``wait_exec``: the target is profmagic's stopped launcher, which execs the command once
-    continued. No snapshot between its resuming and its exec: exec under a ptrace attach raises
-    SIGTRAP, and eu-stack detaching meanwhile left it to kill the command (status 133)."""
+    continued. After the first snapshot, none until its execve has returned (``_exec_done``)."""
     launcher = _exe(pid) if wait_exec else None
-    resumed_at = None
+    waits: dict = {}
     in_syscall = SyscallCheck(pid)
     py = PyFrames(pid)
     task_dir = f"/proc/{pid}/task"
@@ -321,15 +344,10 @@ def sample(pid: int, interval: float, stop: Stop,
     try:
         while not stop.is_set():
             if launcher is not None and snaps:
-                state = _state(pid)
-                if _exe(pid) != launcher or state in (None, b"Z", b"X"):
-                    launcher = None      # it exec'd (or ended): sample as usual
-                elif state not in (b"T", b"t"):
-                    resumed_at = resumed_at or time.monotonic()
-                    if time.monotonic() - resumed_at < EXEC_WAIT:
-                        stop.wait(0.0005)
-                        continue
-                    launcher = None
+                if not _exec_done(pid, launcher, waits):
+                    stop.wait(0.0005)
+                    continue
+                launcher = None      # the command runs: sample as usual
             # Python stacks just before and just after the unwind: the reader keeps the one that
             # matches the native stack's eval-loop calls (eu-stack stops the threads in between).
             py_before = py.read()
