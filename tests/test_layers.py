@@ -23,6 +23,7 @@ ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 LAYERS = {
     "errors": 0, "threads": 0, "procfs": 0, "tempdirs": 0, "awaits": 0, "nested": 0, "sampling": 0, "terminal": 0,
     "interrupts": 0, "uncertainty": 0, "reasons": 0, "derived": 0, "cbuild": 0,
+    "flatstacks": 0.5,   # derived's memo of the flat stack arrays; the model's functions() and the trees read it
     "waits": 0.5,   # reads reasons; the model's chain() reads it
     "lastran": 0.5,   # reads /proc with reasons' ProcReader; the samplers use it
     "model": 1, "validate": 1, "launch": 1, "kernel": 1,
@@ -37,7 +38,7 @@ LAYERS = {
     "__init__": 10, "__main__": 11,
 }
 # What knows no recorder, view or user interface, and what does.
-BELOW = {"model", "uncertainty", "reasons", "waits", "lastran", "derived", "formats", "transforms", "multi", "errors", "threads", "procfs", "analysis", "boilerplate"}
+BELOW = {"model", "uncertainty", "reasons", "waits", "lastran", "derived", "flatstacks", "formats", "transforms", "multi", "errors", "threads", "procfs", "analysis", "boilerplate"}
 ABOVE = {u for u, layer in LAYERS.items() if layer >= 5} | {"childsampler", "cluster", "kernel", "launch"}
 # The cluster package's data modules (pandas only: a cluster profile's tasks and ranks) are no recorder.
 DATA_OF_ABOVE = {"profmagic.cluster.tasks", "profmagic.cluster.assemble"}
