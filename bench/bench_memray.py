@@ -128,6 +128,36 @@ def med(xs):
     return statistics.median(xs)
 
 
+def numpy_extra() -> None:
+    """Where memray's bytes at the peak of the numpy cell exceed tracemalloc's: the allocations alive
+    at memray's high-water mark, grouped by their native stack (every allocation recorded)."""
+    import collections
+    import tempfile
+    import tracemalloc
+    import memray
+    ns: dict = {}
+    exec(OPTIONS_SETUP, ns)   # the workloads the kernel runs, here in this process
+    numeric = ns["numeric"]
+    numeric()   # warm: numpy's and OpenBLAS's first-use allocations are not the cell's
+    tracemalloc.start()
+    numeric()
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    with tempfile.TemporaryDirectory() as d:
+        f = os.path.join(d, "capture.bin")
+        with memray.Tracker(f, native_traces=True, file_format=memray.FileFormat.ALL_ALLOCATIONS):
+            numeric()
+        r = memray.FileReader(f)
+        by = collections.Counter()
+        for rec in r.get_high_watermark_allocation_records(merge_threads=True):
+            st = rec.native_stack_trace()
+            by[" < ".join(fn for fn, _, _ in st[:4])] += rec.size
+        print(f"tracemalloc's peak {peak:,} B; memray's {r.metadata.peak_memory:,} B "
+              f"({r.metadata.peak_memory / peak - 1:+.1%}); alive at memray's peak, by native stack:")
+        for where, n in by.most_common(5):
+            print(f"  {n:>12,} B  {where}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
@@ -135,7 +165,11 @@ def main() -> None:
     ap.add_argument("--issue20", action="store_true", help="issue 20's tables instead of issue 27's")
     ap.add_argument("--sampled", action="store_true",
                     help="issue 27 item 5: profmagic's sampled allocation tracker beside memray and tracemalloc")
+    ap.add_argument("--numpy-extra", action="store_true",
+                    help="where memray's peak of the numpy cell exceeds tracemalloc's (native stacks)")
     a = ap.parse_args()
+    if a.numpy_extra:
+        return numpy_extra()
     if a.sampled:
         return sampled(a)
     if not a.issue20:
