@@ -45,11 +45,15 @@ static event_t *events = NULL;
 static size_t n_events = 0, cap_events = 0;
 static int64_t t0_ns = 0;
 static uint64_t lost = 0;    /* events not logged: no memory for the log */
+static uint64_t filter_misses = 0;   /* frees the filter let through for a pointer not live (under the lock) */
 /* live sampled pointers: open addressing, linear probing, backward-shift deletion */
 static live_t *live = NULL;
 static size_t live_cap = 0, live_n = 0;
-#define BLOOM_BITS (1u << 18)
-static uint64_t bloom[BLOOM_BITS / 64];
+/* A counting filter over the live sampled pointers: a free whose slot counts 0 was never sampled.
+ * Counting, so that a slot empties when its pointers are freed: pymalloc hands a freed block out
+ * again at once, and a hot address once sampled made every later free of it take the lock. */
+#define BLOOM_SLOTS (1u << 18)
+static uint8_t bloom[BLOOM_SLOTS];
 /* stacks: frames laid end to end, and a hash index over them */
 static frame_t *frames = NULL;
 static size_t n_frames = 0, cap_frames = 0;
@@ -177,7 +181,7 @@ static uint32_t capture_stack(void) {
 
 /* -- live table and log (under the lock) ----------------------------------------------------------- */
 static inline size_t slot(void *p, size_t m) { return (size_t)mix((uint64_t)(uintptr_t)p) & m; }
-static inline uint64_t bloom_bit(void *p) { return ((uint64_t)(uintptr_t)p >> 4) * 0x9E3779B97F4A7C15ULL >> 46; }
+static inline uint64_t bloom_slot(void *p) { return ((uint64_t)(uintptr_t)p >> 4) * 0x9E3779B97F4A7C15ULL >> 46; }
 
 static void log_event(int64_t size, double weight, uint32_t stack, uint32_t tid) {
     if (grow((void **)&events, &cap_events, n_events + 1, sizeof(event_t)) < 0) { lost++; return; }
@@ -202,15 +206,17 @@ static void live_insert(void *p, int64_t size, double w, uint32_t stack, uint32_
     while (live[i].ptr) i = (i + 1) & m;
     live[i].ptr = p; live[i].size = size; live[i].weight = w; live[i].stack = stack; live[i].tid = tid;
     live_n++;
-    uint64_t b = bloom_bit(p);
-    __atomic_or_fetch(&bloom[b >> 6], 1ULL << (b & 63), __ATOMIC_RELAXED);
+    uint8_t *c = &bloom[bloom_slot(p)];
+    if (*c != UINT8_MAX) __atomic_store_n(c, (uint8_t)(*c + 1), __ATOMIC_RELAXED);   /* a full slot stays full */
 }
 
 static void live_remove(void *p) {
     if (!live_cap) return;
     size_t m = live_cap - 1, i = slot(p, m);
     while (live[i].ptr && live[i].ptr != p) i = (i + 1) & m;
-    if (!live[i].ptr) return;
+    if (!live[i].ptr) { filter_misses++; return; }
+    uint8_t *c = &bloom[bloom_slot(p)];
+    if (*c != UINT8_MAX) __atomic_store_n(c, (uint8_t)(*c - 1), __ATOMIC_RELAXED);
     live_t e = live[i];
     log_event(-e.size, -e.weight, e.stack, e.tid);
     /* backward-shift deletion */
@@ -232,8 +238,7 @@ static void live_remove(void *p) {
 /* -- the hooks --------------------------------------------------------------------------------- */
 static inline void on_free(void *p) {
     if (!p) return;
-    uint64_t b = bloom_bit(p);
-    if (!(__atomic_load_n(&bloom[b >> 6], __ATOMIC_RELAXED) & (1ULL << (b & 63)))) return;
+    if (!__atomic_load_n(&bloom[bloom_slot(p)], __ATOMIC_RELAXED)) return;
     lock(); live_remove(p); unlock();
 }
 
@@ -332,7 +337,7 @@ static void clear_log(void) {
     free(frames); frames = NULL; n_frames = cap_frames = 0;
     free(stacks); stacks = NULL; n_stacks = cap_stacks = 0;
     free(stack_index); stack_index = NULL; index_cap = 0;
-    n_calls = n_samples = lost = 0;
+    n_calls = n_samples = lost = filter_misses = 0;
 }
 
 static PyObject *ms_start(PyObject *self, PyObject *args, PyObject *kw) {
@@ -429,9 +434,10 @@ static PyObject *ms_stop(PyObject *self, PyObject *unused) {
             PyList_SET_ITEM(fl, k, t);
         }
     }
-    PyObject *info = Py_BuildValue("{s:d,s:K,s:K,s:K,s:n,s:L,s:L}", "interval", interval, "calls",
+    PyObject *info = Py_BuildValue("{s:d,s:K,s:K,s:K,s:K,s:n,s:L,s:L}", "interval", interval, "calls",
                                    (unsigned long long)n_calls, "samples", (unsigned long long)n_samples,
-                                   "lost", (unsigned long long)lost, "live_at_stop", (Py_ssize_t)live_n,
+                                   "lost", (unsigned long long)lost, "filter_misses", (unsigned long long)filter_misses,
+                                   "live_at_stop", (Py_ssize_t)live_n,
                                    "event_size", (long long)sizeof(event_t), "t0_ns", (long long)t0_ns);
     if (!info) goto fail;
     clear_log();
