@@ -158,6 +158,42 @@ def numpy_extra() -> None:
             print(f"  {n:>12,} B  {where}")
 
 
+HOOK_LOOP = r'''
+import sys, time
+sys.path.insert(0, sys.argv[2])
+from profmagic.backends import memsample
+m = memsample.module()
+def loop():      # the bench's Python-loop cell: an int made and freed at every step
+    s = 0.0
+    for i in range(1_500_000):
+        s += i * 0.5
+    return s
+on = sys.argv[1] == "on"
+if on:
+    m.start(interval=32768.0, raw=False, numpy=False)
+t = time.perf_counter()
+for _ in range(20):
+    loop()
+print((time.perf_counter() - t) / 20)
+if on:
+    m.stop()
+'''
+
+
+def hook_cost(runs: int = 5) -> None:
+    """The sampled tracker's own cost on the Python-loop cell, outside a kernel: the loop timed 20
+    times in one process with the tracker on, and in another without, ``runs`` pairs alternating."""
+    import subprocess
+    root = os.path.dirname(HERE)
+    times = {"off": [], "on": []}
+    for _ in range(runs):
+        for side in ("off", "on"):
+            out = subprocess.run([sys.executable, "-c", HOOK_LOOP, side, root], capture_output=True, text=True, check=True)
+            times[side].append(float(out.stdout))
+    off, on = statistics.median(times["off"]), statistics.median(times["on"])
+    print(f"loop alone {off * 1e3:.1f} ms, with the tracker {on * 1e3:.1f} ms: {on / off:.3f}x (medians of {runs})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
@@ -167,7 +203,11 @@ def main() -> None:
                     help="issue 27 item 5: profmagic's sampled allocation tracker beside memray and tracemalloc")
     ap.add_argument("--numpy-extra", action="store_true",
                     help="where memray's peak of the numpy cell exceeds tracemalloc's (native stacks)")
+    ap.add_argument("--hook-cost", action="store_true",
+                    help="the sampled tracker's cost on the Python-loop cell, outside a kernel")
     a = ap.parse_args()
+    if a.hook_cost:
+        return hook_cost()
     if a.numpy_extra:
         return numpy_extra()
     if a.sampled:
@@ -553,8 +593,8 @@ def sampled(a) -> None:
     load1 = os.getloadavg()[0]
     configs = list(next(iter(res.values())))
     tm = "tracemalloc (1 frame), for reference"
-    lines = [f"Python {sys.version.split()[0]}, memray {version}, a real ipykernel, 2 cores shared with four other "
-             f"helpers' work (load average {load0:.1f} at the start, {load1:.1f} at the end). Each round runs, for "
+    lines = [f"Python {sys.version.split()[0]}, memray {version}, a real ipykernel, 2 shared cores "
+             f"(load average {load0:.1f} at the start, {load1:.1f} at the end). Each round runs, for "
              "every configuration, the bare cell, the recorded cell, the bare cell again; the ratio is the recorded "
              f"cell's time over the mean of the two bare runs around it; {a.rounds} rounds, median (min–max). "
              "Workloads as in \"memray: cost per option\" (the bench's OPTIONS_SETUP).", "",
