@@ -161,7 +161,9 @@ def test_lean_switches_keep_the_kernel_leaf_of_an_on_cpu_sample():
     finally:
         child.kill()
         child.wait()
-    kernel = set(p.frames.index[p.frames["kind"] == "kernel"])
+    # The kernel's own functions: a sample in the vDSO (time.perf_counter's clock_gettime) ran in user
+    # mode, and its unwind may stop there (the test above; 2 of 20 loaded recordings met one).
+    kernel = set(p.frames.index[(p.frames["kind"] == "kernel") & (p.frames["file"] != "[vdso]")])
     on = p.samples[p.samples["reason"] == "cpu"]
     stacks = [p.stacks["stack"][s] for s in on["stack"]]
     in_kernel = [st for st in stacks if st and st[-1] in kernel]
