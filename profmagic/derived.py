@@ -1,7 +1,7 @@
 """Values derived from a Profile, computed once per profile (a Profile never changes) and dropped
 with it. Only plain tables and arrays are kept, never anything that refers back to the Profile, so
 a profile that is deleted is freed with everything derived from it. The views' tables
-(views/memo.py) and the downloads' frame count share this one cache.
+(views/memo.py), the flat stack arrays (flatstacks.py) and the downloads' frame count share this one cache.
 """
 from __future__ import annotations
 
