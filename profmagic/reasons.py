@@ -596,6 +596,13 @@ _said: dict = {}   # (syscall name, len(RULES)) -> its rule's reason: match() re
 GIL_WORDS: set[str] = set()   # futex addresses a thread between bytecodes waited on: the GIL's (this process)
 
 
+def forget_gil_words() -> None:
+    """Learn the GIL's futex words again (a sampler recorder's start). Only the first word is learnt
+    (a thread between bytecodes then reads as ``gil`` without a read), so a word learnt wrongly
+    would otherwise stay for the life of the process."""
+    GIL_WORDS.clear()
+
+
 def sampled_reason(off: float, runq: float, facts, leaf) -> str:
     """``sampled_reason`` with ``facts`` a ProcReader: its files read only as far as needed
     (schedstat was read for ``runq``; then state and syscall; wchan only when the call says nothing)."""

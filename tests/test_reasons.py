@@ -104,6 +104,19 @@ def test_python_leaf_names_the_call():
     assert got[4] == (f"{mod}.test_python_leaf_names_the_call.<locals>.spinner", reasons.BETWEEN_BYTECODES)
 
 
+def test_a_sampler_recording_learns_the_gils_futex_word_afresh():
+    """The GIL's futex word is learnt once, from the first thread seen between bytecodes in a futex,
+    and it names later futex waits on that word ``gil``. A word learnt in an earlier recording (here
+    a made-up one) does not carry over into the next."""
+    reasons.GIL_WORDS.add("0xdead0")
+    rec = sampler.Recorder(Options(pid=os.getpid(), rate=100))
+    try:
+        rec.start()
+        assert "0xdead0" not in reasons.GIL_WORDS
+    finally:
+        rec.close()
+
+
 def test_user_rules_extend_the_table():
     rule = reasons.Rule("lock", "native", r"my_spinlock_wait")
     reasons.RULES.append(rule)

@@ -279,6 +279,7 @@ class Recorder:
         if self._thread is not None:
             raise ProfilerError("this sampler recorder was already started; make a new one")
         self._builder = StackBuilder()
+        reasons.forget_gil_words()
         t = threading.Thread(target=self._run, name="profmagic-sampler", daemon=True)
         with interrupts.deferred():   # a Ctrl-C inside start() left a thread that close() could not join
             t.start()
