@@ -158,22 +158,15 @@ def numpy_extra() -> None:
             print(f"  {n:>12,} B  {where}")
 
 
-HOOK_LOOP = r'''
-import sys, time
-sys.path.insert(0, sys.argv[2])
+HOOK_TIMING = r'''
 from profmagic.backends import memsample
 m = memsample.module()
-def loop():      # the bench's Python-loop cell: an int made and freed at every step
-    s = 0.0
-    for i in range(1_500_000):
-        s += i * 0.5
-    return s
 on = sys.argv[1] == "on"
 if on:
     m.start(interval=32768.0, raw=False, numpy=False)
 t = time.perf_counter()
 for _ in range(20):
-    loop()
+    loop()      # the Python-loop cell of OPTIONS_SETUP: an int made and freed at every step
 print((time.perf_counter() - t) / 20)
 if on:
     m.stop()
@@ -188,7 +181,8 @@ def hook_cost(runs: int = 5) -> None:
     times = {"off": [], "on": []}
     for _ in range(runs):
         for side in ("off", "on"):
-            out = subprocess.run([sys.executable, "-c", HOOK_LOOP, side, root], capture_output=True, text=True, check=True)
+            code = f"import sys; sys.path.insert(0, {root!r})\n" + OPTIONS_SETUP + HOOK_TIMING
+            out = subprocess.run([sys.executable, "-c", code, side], capture_output=True, text=True, check=True)
             times[side].append(float(out.stdout))
     off, on = statistics.median(times["off"]), statistics.median(times["on"])
     print(f"loop alone {off * 1e3:.1f} ms, with the tracker {on * 1e3:.1f} ms: {on / off:.3f}x (medians of {runs})")

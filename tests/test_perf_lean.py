@@ -84,6 +84,13 @@ def _work_share(p) -> float:
     return 100 * work / (work + wait)
 
 
+def _kernel_functions(p) -> set:
+    """Frame ids of the kernel's own functions. Not the vDSO's: it runs in user mode, so a user stack
+    preempted in clock_gettime (time.perf_counter) ends in it, and its unwind may stop there; its
+    module "[vdso]" makes it kernel-kind, as FlameGraph's [k] does (2 of 20 loaded recordings met one)."""
+    return set(p.frames.index[(p.frames["kind"] == "kernel") & (p.frames["file"] != "[vdso]")])
+
+
 @PERF
 def test_lean_switches_keep_the_wall_split_and_say_what_they_leave_out():
     p, own = _record(lean_switches=True)
@@ -99,9 +106,7 @@ def test_lean_switches_keep_the_wall_split_and_say_what_they_leave_out():
     assert p.samples["woken_by"].isna().all() and not waits.has_wakers(p)
     assert waits.NO_WAKERS in waits.sentence(p) and "--lean-switches" in waits.NO_WAKERS
     # Kernel frames: at most the leaf of an on-CPU sample (the sample's own IP), none in a switch-out stack.
-    # (The vDSO runs in user mode, so a user stack preempted in clock_gettime ends in it; its module's
-    # "[vdso]" makes it kernel-kind, as FlameGraph's [k] does. A CI run under load met it.)
-    kernel = set(p.frames.index[(p.frames["kind"] == "kernel") & (p.frames["file"] != "[vdso]")])
+    kernel = _kernel_functions(p)
     leaf_first = [tuple(reversed(st)) for st in p.stacks["stack"]]
     assert all(not (set(st[1:]) & kernel) for st in leaf_first)
     off = p.samples[p.samples["reason"] != "cpu"]
@@ -161,9 +166,7 @@ def test_lean_switches_keep_the_kernel_leaf_of_an_on_cpu_sample():
     finally:
         child.kill()
         child.wait()
-    # The kernel's own functions: a sample in the vDSO (time.perf_counter's clock_gettime) ran in user
-    # mode, and its unwind may stop there (the test above; 2 of 20 loaded recordings met one).
-    kernel = set(p.frames.index[(p.frames["kind"] == "kernel") & (p.frames["file"] != "[vdso]")])
+    kernel = _kernel_functions(p)
     on = p.samples[p.samples["reason"] == "cpu"]
     stacks = [p.stacks["stack"][s] for s in on["stack"]]
     in_kernel = [st for st in stacks if st and st[-1] in kernel]
