@@ -48,7 +48,7 @@ PLACE_RUNS = 6   # a change is placed by the scheduler's stamp only if the threa
 
 class _Thread(ThreadClock):
     __slots__ = ("label", "proc", "off", "seen", "next_read", "memo",
-                 "frame", "lasti", "chain", "stack", "sid", "r", "wait", "tid", "key", "nid", "off_before")
+                 "where", "chain", "stack", "sid", "r", "wait", "tid", "key", "nid", "off_before")
 
     def __init__(self, ident: int, native_id: int | None, label: str):
         super().__init__(ident, native_id)
@@ -58,11 +58,11 @@ class _Thread(ThreadClock):
         self.seen = None        # (leaf frame's code, instruction, reason) of the last /proc read
         self.next_read = 0.0    # perf_counter time before which no /proc read is made
         self.memo: dict = {}    # (code, instruction) -> the reason the last read there gave
-        # The previous sample: its leaf frame object and instruction, the awaits chain, the stack's
-        # frame ids, its stack row, its reason, and that reason again if it was read at this leaf
-        # instruction (so the same wait repeats it: Recorder._tick).
-        self.frame = self.chain = self.stack = self.r = self.wait = None
-        self.lasti = self.sid = -1
+        # The previous sample: where it was (_where), the awaits chain, the stack's frame ids, its
+        # stack row, its reason, and that reason again if it was read at this leaf instruction (so
+        # the same wait repeats it: Recorder._tick).
+        self.where = self.chain = self.stack = self.r = self.wait = None
+        self.sid = -1
         self.tid = -1           # its id in the StackBuilder
         self.key = ()           # the stack as a tuple (with reasons)
         self.nid = native_id
@@ -72,16 +72,18 @@ class _Thread(ThreadClock):
         """This interval's reason and run-queue seconds (``reasons.interval_reason``)."""
         return reasons.interval_reason(self, f, wall, cpu, now)
 
-    def forget(self) -> None:
-        """Drop the previous sample's frame (it holds the thread's locals alive)."""
-        self.frame = self.chain = self.stack = self.r = self.wait = None
-        self.lasti = self.sid = -1
-        self.key = ()
 
-
-# A generator's or coroutine's frame can be suspended and resumed under another caller: the same
-# leaf frame object does not mean the same stack.
-_RESUMABLE = 0x20 | 0x80 | 0x100 | 0x200   # CO_GENERATOR, CO_COROUTINE, CO_ITERABLE_COROUTINE, CO_ASYNC_GENERATOR
+def _where(f) -> list:
+    """Code object and instruction of frame ``f`` and each caller, leaf first: two samples with equal
+    lists recorded the same stack. No frame is kept: a frame object held past its return keeps its
+    locals alive, which the sampler's own reference did for a tick (an array freed up to 10 ms late
+    raised a cell's peak memory by that array)."""
+    out = []
+    while f is not None:
+        out.append(f.f_code)
+        out.append(f.f_lasti)
+        f = f.f_back
+    return out
 
 
 class Recorder:
@@ -158,11 +160,10 @@ class Recorder:
             st = self._state(ident, live)
             chain = awaits.waiting(ident)
             cpu = st.delta()
-            # The same leaf frame object at the same instruction (and the same awaits chain) is the
-            # same stack: a frame that is not a generator's cannot leave and come back, so its
-            # callers have not moved. The previous sample's row is reused without a walk.
-            same = f is st.frame and f.f_lasti == st.lasti and chain is st.chain and \
-                (chain is not None or not f.f_code.co_flags & _RESUMABLE)
+            # Every frame at the same instruction (and the same awaits chain): the same stack, whose
+            # previous row is reused.
+            where = _where(f)
+            same = where == st.where and chain is st.chain
             if on:
                 if same and st.wait is not None and cpu == 0.0:
                     # Still in the wait whose reason was read here (it never ran: a loop that re-enters
@@ -185,7 +186,7 @@ class Recorder:
                 self._place(st, sid, wall, cpu, now)
             b.add(sid, samples=1, time=t, wall=wall, cpu=cpu)
             self._n += 1
-            st.frame, st.lasti, st.chain, st.sid = f, f.f_lasti, chain, sid
+            st.where, st.chain, st.sid = where, chain, sid
         self._calibrated = False
         self.ticks += 1
         if self._lastran is not None and len(self._lastran.readers) > 64 and not self.ticks % 100:
@@ -267,8 +268,6 @@ class Recorder:
             self._baseline(me)
             self._ready.set()
             self._t1 = every(self.interval, self._stop, lambda now, wall: self._tick(me, now, wall), self._t0)
-            for st in self._threads.values():
-                st.forget()
         except BaseException as e:  # handed to the recording thread by stop()
             self._error = e
             self._ready.set()
@@ -280,10 +279,8 @@ class Recorder:
             raise ProfilerError("this sampler recorder was already started; make a new one")
         self._builder = StackBuilder()
         reasons.forget_gil_words()
-        t = threading.Thread(target=self._run, name="profmagic-sampler", daemon=True)
-        with interrupts.deferred():   # a Ctrl-C inside start() left a thread that close() could not join
-            t.start()
-            self._thread = t
+        interrupts.start_thread(threading.Thread(target=self._run, name="profmagic-sampler", daemon=True),
+                                self, "_thread")
         self._ready.wait()
         if self._error is not None:
             self.close()
