@@ -85,10 +85,8 @@ def _work_share(p) -> float:
 
 
 def _kernel_functions(p) -> set:
-    """Frame ids of the kernel's own functions. Not the vDSO's: it runs in user mode, so a user stack
-    preempted in clock_gettime (time.perf_counter) ends in it, and its unwind may stop there; its
-    module "[vdso]" makes it kernel-kind, as FlameGraph's [k] does (2 of 20 loaded recordings met one)."""
-    return set(p.frames.index[(p.frames["kind"] == "kernel") & (p.frames["file"] != "[vdso]")])
+    """Frame ids of the kernel's own functions (the vDSO's run in user mode: kind native)."""
+    return set(p.frames.index[p.frames["kind"] == "kernel"])
 
 
 @PERF

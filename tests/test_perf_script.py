@@ -178,6 +178,11 @@ def test_frame_kinds(corpus):
     assert (f[f["file"] == "[kernel.kallsyms]"]["kind"] == "kernel").all()
     assert (f["kind"] == "kernel").sum() > 10
     assert "tcp_sendmsg" in set(f[f["kind"] == "kernel"]["name"])
+    # The vDSO runs in user mode: native, though FlameGraph's --kernel names it _[k] as every [module].
+    vdso = f[f["file"] == "[vdso]"]
+    assert list(vdso["name"]) == ["__vdso_gettimeofday"] and (vdso["kind"] == "native").all()
+    assert "__vdso_gettimeofday_[k]" in profmagic.to_folded(
+        perf_script.read(_input(corpus, "perf-iperf-stacks-pidtid-01"), kernel=True))
     js = perf_script.read(_input(corpus, "perf-js-stacks-01")).frames
     jit = js[js["file"].str.match(r"/tmp/perf-\d+\.map")]
     assert len(jit) and (jit["kind"] == "other").all()

@@ -73,6 +73,9 @@ _JIT_MAP = re.compile(r"/tmp/perf-\d+\.map", re.A)
 # perf inject --jit writes Python 3.13's perf_jit code into these; frames there are named py::func:file too.
 _JITTED_SO = re.compile(r"/jitted-\d+-\d+\.so$", re.A)
 _KERNEL_MOD = re.compile(r"^\[|vmlinux$")
+# Bracketed maps of user space: their frames run in user mode (kind native), though FlameGraph's
+# --kernel marks them _[k] as it does every bracketed module.
+_USER_MAPS = frozenset(("[vdso]", "[vsyscall]", "[vvar]", "[heap]", "[stack]", "[anon]"))
 # Sniffing: a frame line proper (hex address, symbol, module in parentheses).
 _SNIFF_FRAME = re.compile(r"\s*[0-9a-fA-F]+\s+\S.* \(.*\)\s*$", re.A)
 _SIDE_BAND = re.compile(r"PERF_RECORD_(\w+)(.*)$")
@@ -182,7 +185,8 @@ def _frame_parts(pc: str, rawfunc: str, mod: str, java: bool, o: _Opts) -> list[
         func = _tidy(func)
         if java and "/" in func and func.startswith("L"):
             func = func[1:]
-        kind = "kernel" if kernel_mod else ("other" if jit_mod or mod == "[unknown]" else "native")
+        kind = "kernel" if kernel_mod and mod not in _USER_MAPS else (
+            "other" if jit_mod or mod == "[unknown]" else "native")
         file = mod
         if o.python_names and func.startswith("py::") and (jit_mod or _JITTED_SO.search(mod)):
             qual, _, pyfile = func[4:].partition(":")
