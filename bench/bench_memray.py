@@ -351,6 +351,18 @@ WORKLOADS = {"alloc-heavy: issue 20's cell": cell, "small objects": small, "reco
 # Runs of each workload per timed cell (the previous result dropped before the next), for cells of
 # 0.1 s or more: the peak is one run's.
 REPEAT = {"alloc-heavy: issue 20's cell": 8, "small objects": 3, "compute: Python calls": 4}
+# The compute cells are timed against a 1.2x bound, so they run as many times as makes the bare cell
+# last MIN_COMPUTE s (counted once per workload): at 20-60 ms a cell, this machine's noise was +-0.1.
+# Not the allocating cells: their peak is the highest of the runs' estimates, which leans high with more.
+MIN_COMPUTE = 0.5
+
+def repeats(workload):
+    n = REPEAT.get(workload, 1)
+    if workload.startswith("compute:"):
+        f = WORKLOADS[workload]
+        f(); t = time.perf_counter(); f(); one = time.perf_counter() - t
+        n = max(n, -(-MIN_COMPUTE // max(one, 1e-6)))
+    return int(n)
 
 def repeated(f, n):
     def run():
@@ -456,6 +468,7 @@ def recorded_run(f, make, read):
 
 CURRENT = None
 RUN_EXTRA = []
+REPEATS = {}   # workload -> runs per timed cell, as option_costs chose them
 
 def option_costs(workload, rounds, configs="OPTION_CONFIGS"):
     """Per config: [(cell / mean of the bare runs around it, stop s, read s, bytes at the peak, bare s,
@@ -463,7 +476,9 @@ def option_costs(workload, rounds, configs="OPTION_CONFIGS"):
     global CURRENT
     CURRENT = workload
     cfgs = globals()[configs]
-    f = repeated(WORKLOADS[workload], REPEAT.get(workload, 1))
+    n = repeats(workload)
+    REPEATS[workload] = n
+    f = repeated(WORKLOADS[workload], n)
     bare_run(f)
     out = {name: [] for name in cfgs}
     for _ in range(rounds):
@@ -489,6 +504,13 @@ def reader_profile():
 '''
 
 
+def cell_runs(runs: tuple) -> str:
+    """The tables' words for how many runs of its workload each timed cell made (the kernel's choice)."""
+    n, least = runs
+    return ("runs of its workload per timed cell: " + ", ".join(f"{w} {k}" for w, k in n.items())
+            + f" (the compute cells: as many as make the bare cell last {least} s).")
+
+
 def options(a) -> None:
     from kernel import Kernel
     load0 = os.getloadavg()[0]
@@ -507,6 +529,7 @@ def options(a) -> None:
         res = {w: value(f"option_costs({w!r}, {a.rounds})") for w in names}
         version = value("mb.fmt.version()")
         read_total, read_top = value("reader_profile()")
+        runs = value("(REPEATS, MIN_COMPUTE)")
     finally:
         k.close()
     load1 = os.getloadavg()[0]
@@ -516,8 +539,7 @@ def options(a) -> None:
              f"load from other work (load average {load0:.1f} at the start, {load1:.1f} at the end). Each round "
              "runs, for every configuration, the bare cell, the recorded cell, the bare cell again: the ratio is "
              f"the recorded cell's time over the mean of the two bare runs around it; {a.rounds} rounds, "
-             "median (min–max). Workloads in the bench's OPTIONS_SETUP; a cell runs its workload "
-             "several times (REPEAT) where one run is shorter than 0.1 s.", "",
+             "median (min–max). Workloads in the bench's OPTIONS_SETUP; " + cell_runs(runs), "",
              "### Cell time recorded / cell time alone", "",
              "| recording | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
     for c in configs:
@@ -582,6 +604,7 @@ def sampled(a) -> None:
         res = {w: value(f"option_costs({w!r}, {a.rounds}, 'SAMPLED_CONFIGS')") for w in names}
         truth = {w: value(f"kept({w!r})") for w in value("list(KEEPER)")}
         version = value("mb.fmt.version()")
+        runs = value("(REPEATS, MIN_COMPUTE)")
     finally:
         k.close()
     load1 = os.getloadavg()[0]
@@ -591,7 +614,7 @@ def sampled(a) -> None:
              f"(load average {load0:.1f} at the start, {load1:.1f} at the end). Each round runs, for "
              "every configuration, the bare cell, the recorded cell, the bare cell again; the ratio is the recorded "
              f"cell's time over the mean of the two bare runs around it; {a.rounds} rounds, median (min–max). "
-             "Workloads as in \"memray: cost per option\" (the bench's OPTIONS_SETUP).", "",
+             "Workloads as in \"memray: cost per option\" (the bench's OPTIONS_SETUP); " + cell_runs(runs), "",
              "### Cell time recorded / cell time alone", "",
              "| recording | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
     for c in configs:
