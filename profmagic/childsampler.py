@@ -31,6 +31,7 @@ import time
 
 try:
     from . import reasons
+    from .interrupts import start_thread
     from .sampling import Codes, ThreadClock, code_name, every
 except ImportError:  # loaded by path from a child's sitecustomize, outside the package
     import importlib.util as _u
@@ -44,6 +45,7 @@ except ImportError:  # loaded by path from a child's sitecustomize, outside the 
         return mod
     _sampling = _load("sampling")
     reasons = _load("reasons")
+    start_thread = _load("interrupts").start_thread
     Codes, ThreadClock, code_name, every = _sampling.Codes, _sampling.ThreadClock, _sampling.code_name, _sampling.every
 
 ENV_DIR = "PROFMAGIC_CHILD_DIR"
@@ -98,8 +100,7 @@ class ChildSampler:
         self.stop = threading.Event()
         self.write({"v": 1, "pid": os.getpid(), "image": self.image, "ppid": os.getppid(), "argv": _argv(),
                     "t0": time.perf_counter(), "rate": self.rate, "python": sys.version.split()[0]})
-        self.thread = threading.Thread(target=self.run, name="profmagic-child-sampler", daemon=True)
-        self.thread.start()
+        start_thread(threading.Thread(target=self.run, name="profmagic-child-sampler", daemon=True), self, "thread")
 
     def write(self, *records) -> None:
         os.write(self.fd, "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records).encode())

@@ -244,10 +244,8 @@ class Progress:
 
     def start(self) -> "Progress":
         if self.enabled:
-            t = threading.Thread(target=self._run, name="profmagic-progress", daemon=True)
-            with interrupts.deferred():   # a Ctrl-C inside start() left a thread that stop() could not join
-                t.start()
-                self._thread = t
+            interrupts.start_thread(threading.Thread(target=self._run, name="profmagic-progress", daemon=True),
+                                    self, "_thread")
         return self
 
     def _run(self) -> None:

@@ -4,7 +4,7 @@ shows as one line, never a traceback through profmagic, the profiler or a half-d
 The step an interrupt landed in is noted on the exception where it is caught first (the innermost
 ``at`` block); the magic prints the note and raises the exception as ``one_line``. Cleanup that must
 finish (ending a tracker, reaping a child, removing a folder) runs under ``deferred``: a Ctrl-C that
-arrives meanwhile is raised once it is done.
+arrives meanwhile is raised once it is done; ``start_thread`` starts a helper thread so too.
 """
 from __future__ import annotations
 
@@ -108,3 +108,13 @@ def deferred():
         signal.signal(signal.SIGINT, previous)
     if got:
         raise KeyboardInterrupt
+
+
+def start_thread(thread: threading.Thread, owner: object, attr: str) -> None:
+    """Start ``thread`` and set it as ``owner.<attr>``, both under ``deferred``: a Ctrl-C inside
+    ``start()`` can leave a thread never started (joining it raises), one just after it a running
+    thread the owner does not hold. Here the owner holds the started thread, then the interrupt is
+    raised. The store is made here, not by the caller, so it cannot fall outside the deferral."""
+    with deferred():
+        thread.start()
+        setattr(owner, attr, thread)

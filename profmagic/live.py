@@ -97,10 +97,8 @@ class Live:
             self.companion.start()
         self._t0 = time.perf_counter()
         ctx = contextvars.copy_context()   # the kernel's parent message: updates go to this cell
-        t = threading.Thread(target=ctx.run, args=(self._run,), name="profmagic-live", daemon=True)
-        with interrupts.deferred():   # a Ctrl-C inside start() left a thread that stop() could not join
-            t.start()
-            self._thread = t
+        interrupts.start_thread(threading.Thread(target=ctx.run, args=(self._run,), name="profmagic-live", daemon=True),
+                                self, "_thread")
 
     def start_and_stop(self):
         """Start; return ``stop`` (what session.run's ``started`` wants)."""

@@ -3,22 +3,32 @@ at the first profiled cell's imports, while memray starts, in the cell, while st
 Every outcome is a normal report or a one-line KeyboardInterrupt (with at most one documented
 ``profmagic: interrupted while …`` line on stderr), the cell stops at once, nothing is left behind,
 and the kernel profiles the next cell. The interrupts are real SIGINTs at random moments, not a fake
-slow import; which step each one hit is read from what the kernel printed."""
+slow import; which step each one hit is read from what the kernel printed.
+
+In this process: a SIGINT inside a helper thread's ``start()`` (``interrupts.start_thread``) leaves
+the thread started and held by its owner, whose stop joins it."""
 from __future__ import annotations
 
 import os
 import random
 import re
 import shutil
+import signal
+import sys
 import tempfile
 import threading
 import time
+from contextlib import contextmanager
 
 import faults.conftest as F
 import pytest
 import workloads
 
-pytestmark = [pytest.mark.kernel, pytest.mark.timed, pytest.mark.timeout(900)]
+from profmagic import interrupts
+from profmagic.childsampler import STOP, ChildSampler
+from profmagic.cluster.assemble import decode
+from profmagic.cluster.worker import WorkerSampler, profmagic_threads
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -114,6 +124,13 @@ def assert_profiles_next(k):
     assert got == ("sampler", True), got
 
 
+def in_a_kernel(test):
+    """The marks of a test that drives a real kernel."""
+    for mark in (pytest.mark.kernel, pytest.mark.timed, pytest.mark.timeout(900)):
+        test = mark(test)
+    return test
+
+
 def fresh_kernel():
     from kernel import Kernel
     tmp = tempfile.mkdtemp(prefix="test-interrupts-")
@@ -123,6 +140,7 @@ def fresh_kernel():
     return k
 
 
+@in_a_kernel
 def test_ctrl_c_while_loading_and_at_the_first_profiled_cell():
     """A fresh kernel per try: SIGINT at a random moment of %load_ext (pandas, plotly: most of a
     second), then of the first %%profile cell (its backend, reader and report imports). Each is a
@@ -169,6 +187,7 @@ def clean(k):
     assert_profiles_next(k)
 
 
+@in_a_kernel
 @pytest.mark.parametrize("option", ["--backend memray", "--memory"])
 def test_memray_interrupted_at_once_in_the_cell(clean, option, tmp_path):
     """0.05 s into the cell (a marker it writes): the interrupt is not swallowed: the cell stopped
@@ -186,6 +205,7 @@ def test_memray_interrupted_at_once_in_the_cell(clean, option, tmp_path):
         assert late < base + 1.0, (late, base)   # its output came as soon as a 0.05 s cell's would
 
 
+@in_a_kernel
 @pytest.mark.parametrize("option", ["--backend memray", "--memory"])
 def test_memray_interrupted_at_random_steps(clean, option):
     """SIGINTs at random moments from the cell's submission (preparing, starting memray, the cell),
@@ -212,3 +232,100 @@ def test_memray_interrupted_at_random_steps(clean, option):
     r = k.run(f"%%profile {option}\nx = cell()\n", timeout=120)
     assert r.status == "ok" and shown_report(r) and "could not start" not in r.stderr, r.text()
     assert k.value("'bytes' in _profile.metrics and bool((_profile.frames['name'] == 'alloc').any())")
+
+
+# -- a Ctrl-C while a helper thread starts, in this process -------------------------------------------
+@contextmanager
+def sigint_in_start(event: str):
+    """A real SIGINT raised in this thread when a ``Thread.start()`` call begins (``"call"``: no thread
+    runs yet) or returns (``"return"``: it runs, its owner does not hold it yet). A profile hook picks
+    the moment, as a Ctrl-C could not be timed; the signal and Python's handling of it are real.
+    Yields the events it fired at."""
+    assert threading.current_thread() is threading.main_thread(), "signals reach the main thread only"
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, "deferred() leaves other handlers"
+    fired = []
+
+    def hook(frame, ev, arg):
+        if ev == event and frame.f_code is threading.Thread.start.__code__ and not fired:
+            fired.append(ev)
+            signal.raise_signal(signal.SIGINT)
+
+    previous = sys.getprofile()
+    sys.setprofile(hook)
+    try:
+        yield fired
+    finally:
+        sys.setprofile(previous)
+
+
+class Owner:
+    """Holds a helper thread that waits until ``stop()``."""
+
+    def __init__(self):
+        self.done = threading.Event()
+        self.thread = None
+
+    def make(self) -> threading.Thread:
+        return threading.Thread(target=self.done.wait, name="profmagic-test-owned", daemon=True)
+
+    def stop(self) -> None:
+        self.done.set()
+        self.thread.join(10)
+
+
+@pytest.mark.parametrize("event", ["call", "return"])
+def test_sigint_while_a_thread_starts_leaves_it_started_and_held(event):
+    """Started bare, the SIGINT leaves the owner nothing to join: the thread not started ("call") or
+    running unheld ("return"). Through ``start_thread`` the owner holds the started thread, its stop
+    joins it, and the KeyboardInterrupt is raised after."""
+    bare = Owner()
+    t = bare.make()
+    with sigint_in_start(event) as fired, pytest.raises(KeyboardInterrupt):
+        t.start()
+        bare.thread = t
+    assert fired == [event] and bare.thread is None
+    assert (t.ident is None) if event == "call" else t.is_alive()
+    bare.done.set()
+    if t.ident is not None:
+        t.join(10)
+
+    owner = Owner()
+    t = owner.make()
+    with sigint_in_start(event) as fired, pytest.raises(KeyboardInterrupt):
+        interrupts.start_thread(t, owner, "thread")
+    assert fired == [event]
+    assert owner.thread is t and t.ident is not None and t.is_alive()
+    owner.stop()
+    assert not t.is_alive()
+
+
+@pytest.mark.parametrize("event", ["call", "return"])
+def test_sigint_while_the_worker_sampler_starts(event):
+    """A real WorkerSampler interrupted as its thread starts: the sampler runs and ``stop()`` joins it
+    (a thread held but never started made ``join()`` raise) and returns its payload."""
+    s = WorkerSampler(200.0, threads="all")
+    with sigint_in_start(event) as fired, pytest.raises(KeyboardInterrupt):
+        s.start()
+    assert fired == [event] and s.running
+    doc = decode(s.stop())
+    assert not s.running and profmagic_threads() == []
+    assert doc["pid"] == os.getpid() and doc["ended"] == "stopped" and doc["error"] is None
+
+
+@pytest.mark.parametrize("event", ["call", "return"])
+def test_sigint_while_the_child_sampler_starts(event, tmp_path):
+    """A real ChildSampler (here in this process) interrupted as its thread starts: the thread runs, so
+    the STOP file ends it and it closes its file (a thread never started left the file open)."""
+    with sigint_in_start(event) as fired, pytest.raises(KeyboardInterrupt):
+        ChildSampler(str(tmp_path), 200.0)
+    assert fired == [event]
+    running = [t for t in threading.enumerate() if t.name == "profmagic-child-sampler"]
+    assert len(running) == 1 and running[0].is_alive()
+    (tmp_path / STOP).touch()
+    running[0].join(10)
+    assert not running[0].is_alive()
+    path = tmp_path / f"{os.getpid()}.jsonl"
+    open_here = {os.path.realpath(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")}
+    assert str(path) not in open_here
+    head = path.read_text().splitlines()[0]
+    assert f'"pid":{os.getpid()},' in head and '"rate":200.0' in head

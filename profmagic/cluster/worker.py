@@ -31,6 +31,7 @@ import zlib
 from array import array
 from typing import Callable
 
+from ..interrupts import start_thread
 from ..sampling import Codes, ThreadClock, code_name, every
 from .channel import THREADS, private_dir, write_new
 
@@ -240,8 +241,7 @@ class WorkerSampler:
             except OSError as e:
                 self.error = f"no spill file: {e}"
                 self.spill = None
-        self._thread = threading.Thread(target=self._run, name="profmagic-worker-sampler", daemon=True)
-        self._thread.start()
+        start_thread(threading.Thread(target=self._run, name="profmagic-worker-sampler", daemon=True), self, "_thread")
         self._ready.wait()
 
     @property
