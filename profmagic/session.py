@@ -133,6 +133,7 @@ class Session:
         self.child_t0 = 0.0
         self.cluster = self._cluster_recording(cluster)   # cluster.Recording of the workers, or None
         self.cluster_error: str | None = None
+        self.scope: tempdirs.Scope | None = None   # the temp dirs made while it records
 
     def _cluster_recording(self, target):
         """The workers' Recording for ``cluster=``, checked now (ProfilerError before anything runs)."""
@@ -181,7 +182,9 @@ class Session:
 
     def start(self) -> None:
         self.prepare()
+        self.scope = tempdirs.Scope()
         try:
+            self.scope.open()   # every temp dir made from here, in this context, is removed by close()
             self.target.start(self)
         except BaseException:
             with interrupts.deferred():
@@ -205,8 +208,13 @@ class Session:
         print(f"profmagic: {text}", file=sys.stderr)
 
     def close(self) -> None:
-        """Stop and remove everything the recording started (idempotent; always called)."""
-        self.target.close(self)
+        """Stop and remove everything the recording started (idempotent; always called). ``finish``
+        calls it once the capture is read: a capture may be a file in a recorder's temp dir."""
+        try:
+            self.target.close(self)
+        finally:
+            if self.scope is not None:   # also the temp dirs no recorder got to hold (a Ctrl-C as one was made)
+                self.scope.close()
 
     def _at(self, step: str, outcome: str):
         """``interrupts.at`` for a target whose interrupts are noted per step (a cell's); else the

@@ -203,8 +203,7 @@ class Recorder:
     def start(self) -> None:
         if binary() is None:
             raise ProfilerError("py-spy is not installed: `pip install py-spy`; or use --backend sampler")
-        with interrupts.deferred():   # a Ctrl-C between mkdtemp and the assignment would leave the folder
-            self.tmp = TempDir()
+        self.tmp = TempDir()   # a Ctrl-C before it is held: the recording's tempdirs.Scope removes it
         self.output = self.tmp.file("py-spy.trace.json" if self.timed else "py-spy.speedscope.json")
         self.spawned_at = time.monotonic()
         with interrupts.deferred():   # a Ctrl-C between Popen and the assignment would orphan py-spy
