@@ -197,3 +197,32 @@ def test_a_failed_ray_hook_is_one_line_and_the_worker_lives():
     assert out.stderr.count("\n") == 1, out.stderr
     documented("cluster-worker-not-recorded", out.stderr)
     assert "OSError: [Errno 24] Too many open files" in out.stderr
+
+
+def test_a_returned_functions_locals_are_freed_at_once():
+    """The worker sampler's tick once kept sys._current_frames()' dict in a cycle with its own frame,
+    so each sampled frame, and the locals of a function that had since returned, lived until gc ran."""
+    import gc
+    import weakref
+
+    class Big:
+        pass
+
+    def hold(seconds):
+        big = Big()
+        ref = weakref.ref(big)
+        time.sleep(seconds)   # sampled in here
+        return ref
+
+    s = WorkerSampler(1000.0, threads="all")
+    gc.disable()   # no collection may free what a cycle keeps
+    try:
+        s.start()
+        alive = [hold(0.03)() is not None for _ in range(10)]
+        data = s.stop()
+    finally:
+        gc.enable()
+    assert alive == [False] * 10
+    doc = decode(data)
+    names = {f[0].rsplit(".", 1)[-1] for f in doc["frames"]}
+    assert "hold" in names and doc["passes"] >= 100

@@ -30,6 +30,7 @@ import tempfile
 import threading
 import time
 
+from ..interrupts import start_thread
 from . import channel
 from .worker import WorkerSampler, samples_per_worker
 
@@ -217,8 +218,7 @@ class Agent:
         else:
             raise OSError(errno.EADDRINUSE, f"no free socket name after {BIND_TRIES} tries")
         self.sock.listen(16)
-        self.thread = threading.Thread(target=self.serve, name="profmagic-ray-agent", daemon=True)
-        self.thread.start()
+        start_thread(threading.Thread(target=self.serve, name="profmagic-ray-agent", daemon=True), self, "thread")
 
     def serve(self) -> None:
         while True:

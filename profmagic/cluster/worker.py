@@ -144,14 +144,13 @@ class WorkerSampler:
 
     def _tick(self, me: int, now: float, wall: float) -> bool:
         frames = sys._current_frames()
+        frames.pop(me, None)   # this call's frame holds the dict: a cycle, keeping every frame (and its locals) until gc
         live = {t.ident: t for t in threading.enumerate()}
         running = self.task_of() if self.task_of is not None else {}
         t = now - self.t0
         keep = self.passes % self.stride == 0
         with self._lock:
             for ident, f in frames.items():
-                if ident == me:
-                    continue
                 tidx, clock = self._thread_state(ident, live)
                 cpu = clock.delta()
                 key = running.get(ident)
