@@ -3,6 +3,7 @@ distinct stacks takes to build, its Sandwich and Table tabs, and whether memory 
 
     .venv/bin/python bench/bench_display.py [--stacks 2000000] [--no-write]
     .venv/bin/python bench/bench_display.py --stacks 200000,2000000 --before REV   # issue 27 item 1
+    .venv/bin/python bench/bench_display.py --line-table [--before REV]   # the Source view's table; prints only
 
 
 The profile is made in memory (no file): STACKS distinct (thread, stack) rows over 8 threads and
@@ -36,6 +37,14 @@ def rss_mb() -> float:
     with open("/proc/self/status") as f:
         for line in f:
             if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def hwm_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
                 return int(line.split()[1]) / 1024
     return float("nan")
 
@@ -108,6 +117,21 @@ def child(n: int, step: str) -> dict:
         r = report.Report(p)
         t0, c0, k0 = time.perf_counter(), time.process_time(), kernel_seconds()
         r.tabs.selected_index = r.TABS.index("Table")
+    elif step == "line_table":   # analysis.line_table four times: two files, one thread, one function
+        from profmagic import analysis
+        files = p.frames["file"].value_counts().index          # the files of most frames first
+        fid = int(p.function_ids()[p.frames.index[p.frames["file"] == files[0]][0]])
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")                                         # VmHWM from here: the calls' peak
+        calls = (("first", (files[0],)), ("other file", (files[1],)), ("thread", (files[0], p.threads[0])),
+                 ("function", (files[0], None, fid)))
+        for name, args in calls:
+            t, c = time.perf_counter(), time.process_time()
+            analysis.line_table(p, *args)
+            out[name] = (time.perf_counter() - t, time.process_time() - c)
+        out["peak_mb"] = hwm_mb() - base
+        gc.collect()
+        out["kept_mb"] = rss_mb() - base
     out["seconds"], out["cpu"], out["sys"] = time.perf_counter() - t0, time.process_time() - c0, kernel_seconds() - k0
     if step == "del":   # as the display of a profile held in a variable: its report holds it weakly
         html = report.static_html(p)
@@ -127,6 +151,7 @@ def main() -> int:
     ap.add_argument("--stacks", default="2000000", help="stacks of the profile; a comma-separated list with --before")
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--before", metavar="REV", help="also measure git revision REV's profmagic")
+    ap.add_argument("--line-table", action="store_true", help="time analysis.line_table and its peak RSS; prints only")
     ap.add_argument("--child", nargs=2, metavar=("N", "STEP"))
     ap.add_argument("--root", help=argparse.SUPPRESS)   # a child imports profmagic from here
     a = ap.parse_args()
@@ -138,6 +163,8 @@ def main() -> int:
         out["profmagic"] = os.path.dirname(profmagic.__file__)
         print(json.dumps(out))
         return 0
+    if a.line_table:
+        return line_table(a)
     if a.before:
         return compare(a)
     a.stacks = int(a.stacks)
@@ -252,6 +279,25 @@ def compare(a) -> int:
     if not a.no_write:
         from results import write_section
         write_section(text)
+    return 0
+
+
+def line_table(a) -> int:
+    """``analysis.line_table`` on the profile of STACKS stacks, in fresh processes: each call's
+    seconds, the peak RSS above the built profile over the four calls and what stays after them;
+    with ``--before REV`` that revision's too, alternating. Printed, not written."""
+    n = int(a.stacks)
+    with tempfile.TemporaryDirectory(prefix="profmagic-bench-before-") as old:
+        sides = [("now", None)]
+        if a.before:
+            sides.insert(0, (f"before ({export(a.before, old)})", old))
+        for _ in range(2):
+            for side, root in sides:
+                r = run_child(n, "line_table", root)
+                print(f"{side}: {r['rows']:,} stacks, {r['entries']:,} frames; wall (CPU) seconds: "
+                      + ", ".join(f"{k} {r[k][0]:.2f} ({r[k][1]:.2f})" for k in ("first", "other file", "thread",
+                                                                                 "function"))
+                      + f"; peak +{r['peak_mb']:.0f} MB, kept +{r['kept_mb']:.0f} MB", flush=True)
     return 0
 
 

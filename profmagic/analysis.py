@@ -10,6 +10,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from . import flatstacks
 from .boilerplate import FOLDED_FILE
 from .cluster.tasks import missing, straggler
 from .model import MEMORY_METRICS, METRIC_LABELS, Profile, unique_ints
@@ -254,28 +255,30 @@ def line_table(profile: Profile, file: str, thread: str | None = None,
     through a frame at that line, once per stack) and self (stacks whose leaf is at that line, as
     ``self_<metric>``). ``function``: only frames of that function id. Hottest line first."""
     fr = profile.frames
-    rows, fids, lengths = profile._exploded()
+    f = flatstacks.frame_ids(profile)
     nfr = int(fr.index.max()) + 1 if len(fr) else 0
-    in_file = np.zeros(nfr, bool)
-    in_file[fr.index.to_numpy()] = (fr["file"].astype(str) == str(file)).to_numpy()
-    if function is not None:
-        in_file &= profile.function_ids() == function
     line_of = np.full(nfr, -1, np.int64)
     line_of[fr.index.to_numpy()] = fr["line"].fillna(-1).to_numpy(dtype=np.int64)
+    want = np.zeros(nfr, bool)   # per frame id: of the file (and function), at a line
+    want[fr.index.to_numpy()] = (fr["file"].astype(str) == str(file)).to_numpy()
+    if function is not None:
+        want &= flatstacks.function_ids(profile) == function
+    want &= line_of >= 0
     if thread is not None:
         keep = np.zeros(len(profile.stacks), bool)
         keep[(profile.stacks["thread"] == thread).to_numpy()] = True
     else:
         keep = np.ones(len(profile.stacks), bool)
-    hit = in_file[fids] & keep[rows] & (line_of[fids] >= 0)
-    r, ln = rows[hit], line_of[fids[hit]]
+    at = np.flatnonzero(want[f.fn])
+    r = np.searchsorted(f.starts + f.lengths, at, side="right")   # the stack row of each such frame
+    k = keep[r]
+    at, r = at[k], r[k]
+    ln = line_of[f.fn[at]]
     span = int(ln.max()) + 1 if len(ln) else 1
     pair = unique_ints(r * span + ln)               # one entry per (stack row, line)
     prow, pline = pair // span, pair % span
-    nonempty = lengths > 0
-    leaf = fids[np.cumsum(lengths)[nonempty] - 1]
-    leaf_rows = np.flatnonzero(nonempty)
-    leaf_hit = in_file[leaf] & keep[leaf_rows] & (line_of[leaf] >= 0)
+    leaf_rows, leaf = f.leaves
+    leaf_hit = want[leaf] & keep[leaf_rows]
     lines = unique_ints(pline)
     out = pd.DataFrame(index=pd.Index(lines, name="line"))
 

@@ -1,6 +1,8 @@
-"""Every stack of a Profile in one integer array, built once per profile: the function id of each
-frame, root first, stack after stack, with each stack row's offset and length. The call trees, the
-function table and the views read their stacks from here (``derived.memo`` keeps it with the profile).
+"""Every stack of a Profile in one integer array: the function id of each frame (``flat``, built
+once per profile) or its frame id (``frame_ids``, built per call), root first, stack after stack,
+with each stack row's offset and length. The call trees, the function table and the views read
+their stacks from here (``derived.memo`` keeps the function ids with the profile); the per-line
+table reads the frame ids.
 """
 from __future__ import annotations
 
@@ -21,8 +23,9 @@ def function_ids(profile) -> np.ndarray:
 
 @dataclass
 class Flat:
-    """Every stack of a profile in one array: ``fn`` (the function id of each frame, root first,
-    stack after stack; int32), and per stack row its ``starts`` offset into ``fn`` and its length."""
+    """Every stack of a profile in one array: ``fn`` (the function id of each frame, or with
+    ``frame_ids`` its frame id; root first, stack after stack; int32), and per stack row its
+    ``starts`` offset into ``fn`` and its length."""
     fn: np.ndarray
     starts: np.ndarray
     lengths: np.ndarray
@@ -42,19 +45,27 @@ class Flat:
 
     @property
     def leaves(self) -> tuple[np.ndarray, np.ndarray]:
-        """(rows with a frame, the function id of their leaf)."""
+        """(rows with a frame, the ``fn`` of their leaf)."""
         rows = np.flatnonzero(self.lengths > 0)
         return rows, self.fn[self.starts[rows] + self.lengths[rows] - 1]
 
 
 def flat(profile) -> Flat:
-    """The profile's stacks as a ``Flat``, built once per profile."""
-    return memo(profile, "flat", lambda: _flat(profile))
+    """The profile's stacks as a ``Flat`` of function ids, built once per profile."""
+    return memo(profile, "flat", lambda: _laid(profile, function_ids(profile).astype(np.int32)))
 
 
-def _flat(profile) -> Flat:
+def frame_ids(profile) -> Flat:
+    """The profile's stacks as a ``Flat`` of frame ids (``fn`` holds frame ids) for the per-line
+    table, built per call: a Source view asks once a click, and keeping it would hold 4 bytes a
+    frame more for the profile's life (bench/bench_display.py --line-table)."""
+    n = int(profile.frames.index.max()) + 1 if len(profile.frames) else 0
+    return _laid(profile, np.arange(n, dtype=np.int32 if n <= 1 << 31 else np.int64))
+
+
+def _laid(profile, table: np.ndarray) -> Flat:
+    """The profile's stacks laid end to end, each frame id ``f`` as ``table[f]`` (of table's dtype)."""
     stacks = profile.stacks["stack"].to_numpy()
-    table = function_ids(profile).astype(np.int32)
     got = _marshalled(stacks.tolist(), table)
     if got is not None:
         fn, lengths = got
@@ -62,11 +73,11 @@ def _flat(profile) -> Flat:
         return Flat(fn, ends - lengths, lengths)
     lengths = np.fromiter(map(len, stacks), dtype=np.int64, count=len(stacks))
     ends = np.cumsum(lengths)
-    fn = np.empty(int(ends[-1]) if len(ends) else 0, np.int32)
+    fn = np.empty(int(ends[-1]) if len(ends) else 0, table.dtype)
     frames = itertools.chain.from_iterable(stacks)
-    for a in range(0, len(fn), 1 << 20):   # frame ids to function ids a piece at a time: one frame-wide array
+    for a in range(0, len(fn), 1 << 20):   # through the table a piece at a time: one frame-wide array
         b = min(a + (1 << 20), len(fn))
-        fn[a:b] = table[np.fromiter(itertools.islice(frames, b - a), dtype=np.int32, count=b - a)]
+        fn[a:b] = table[np.fromiter(itertools.islice(frames, b - a), dtype=table.dtype, count=b - a)]
     return Flat(fn, ends - lengths, lengths)
 
 
@@ -110,7 +121,7 @@ def _marshalled(stacks: list, table: np.ndarray) -> tuple[np.ndarray, np.ndarray
             return None
         k = r - len(pos)
         if fn is None or at + k > len(fn):   # room for the frames of all stacks at this block's mean, and more
-            more = _lazy(max(2 * (at + k), int(1.25 * (at + k) * len(stacks) / (a + len(chunk)))) + 1024, np.int32)
+            more = _lazy(max(2 * (at + k), int(1.25 * (at + k) * len(stacks) / (a + len(chunk)))) + 1024, table.dtype)
             if fn is not None:
                 more[:at] = fn[:at]
             fn = more
@@ -118,5 +129,5 @@ def _marshalled(stacks: list, table: np.ndarray) -> tuple[np.ndarray, np.ndarray
         at += k
         lens.append(n)
     if fn is None:
-        return np.zeros(0, np.int32), np.zeros(0, np.int64)
+        return np.zeros(0, table.dtype), np.zeros(0, np.int64)
     return fn[:at], np.concatenate(lens).astype(np.int64)

@@ -881,17 +881,6 @@ class Profile:
         return " · ".join(parts)
 
     # -- function table (sandwich) ----------------------------------------------------------------
-    def _exploded(self):
-        """(row index per entry, frame id per entry, stack lengths) for every frame of every stack."""
-        stacks = self.stacks["stack"].to_numpy()
-        lengths = np.fromiter((len(s) for s in stacks), dtype=np.int64, count=len(stacks))
-        rows = np.repeat(np.arange(len(stacks), dtype=np.int64), lengths)
-        if lengths.sum():
-            fids = np.fromiter(itertools.chain.from_iterable(stacks), dtype=np.int64, count=int(lengths.sum()))
-        else:
-            fids = np.zeros(0, dtype=np.int64)
-        return rows, fids, lengths
-
     def function_ids(self) -> np.ndarray:
         """Function id per frame id: frames that share (name, file) are one function, numbered in
         the order of their first frame."""
@@ -944,7 +933,7 @@ class Profile:
             out["self"] = out["self"].astype(np.int64)
             out["total"] = out["total"].astype(np.int64)
         # 95% intervals from how the weights were sampled (profmagic.uncertainty, docs/uncertainty.md)
-        bounds = uncertainty.function_intervals(self, metric, fn, lengths, pairs, selfw, total)
+        bounds = uncertainty.function_intervals(self, metric, (leaf_rows, leaf_fn), pairs, selfw, total)
         for c, v in zip(("self_lo", "self_hi", "total_lo", "total_hi"), bounds):
             out[c] = v[ids]
         if both:

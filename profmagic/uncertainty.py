@@ -217,11 +217,11 @@ def counted(value: np.ndarray, unit: float, n: float) -> tuple[np.ndarray, np.nd
     return np.maximum(centre - half, 0.0) * n * unit, (centre + half) * n * unit
 
 
-def function_intervals(profile, metric: str, fn: np.ndarray, lengths: np.ndarray, pairs: list,
-                       self_w: np.ndarray, total_w: np.ndarray):
-    """Per function id: (self_lo, self_hi, total_lo, total_hi). ``pairs``: every distinct
-    (function, stack row) pair, as ``model.stack_functions`` yields them (needed only by a TIMED
-    metric); ``self_w``/``total_w``: the functions' self and total in ``metric``."""
+def function_intervals(profile, metric: str, leaves: tuple, pairs: list, self_w: np.ndarray, total_w: np.ndarray):
+    """Per function id: (self_lo, self_hi, total_lo, total_hi). ``leaves``: (stack rows with a
+    frame, their leaf's function id), as ``flatstacks.Flat.leaves``; ``pairs``: every distinct
+    (function, stack row) pair, as ``model.stack_functions`` yields them (``leaves`` and ``pairs``
+    needed only by a TIMED metric); ``self_w``/``total_w``: the functions' self and total in ``metric``."""
     k = kind(profile, metric)
     nfn = len(total_w)
     if k == EXACT:
@@ -229,10 +229,8 @@ def function_intervals(profile, metric: str, fn: np.ndarray, lengths: np.ndarray
     if k == COUNTED:
         unit, n = per_sample(profile, metric)
         return (*counted(self_w, unit, n), *counted(total_w, unit, n))
-    leaf = np.full(len(lengths), -1, np.int64)
-    nonempty = lengths > 0
-    if len(fn):
-        leaf[nonempty] = fn[np.cumsum(lengths)[nonempty] - 1]
+    leaf = np.full(len(profile.stacks), -1, np.int64)   # per stack row; -1: no frame
+    leaf[leaves[0]] = leaves[1]
     key_fn = np.concatenate([f for f, _ in pairs]).astype(np.int64) if pairs else np.zeros(0, np.int64)
     key_row = np.concatenate([r for _, r in pairs]).astype(np.int64) if pairs else np.zeros(0, np.int64)
     hs, ht = _timed_functions(profile, metric, transitions(profile, metric), nfn, key_fn, key_row, leaf)

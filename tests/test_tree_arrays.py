@@ -1,6 +1,6 @@
 """The array call tree (issue 27 item 1) against slow, obviously-correct references written here in
 plain Python: function ids, ``Profile.functions()``, ``tree.function_sums``, call trees (whole and
-pruned, with and without the early cut) and Sandwich trees. Weights are multiples of 1/64, so every
+pruned, with and without the early cut), Sandwich trees and ``analysis.line_table``. Weights are multiples of 1/64, so every
 sum is exact in any order and totals are compared with ``==``."""
 from __future__ import annotations
 
@@ -323,15 +323,15 @@ def test_stack_functions_in_pieces(piece):
 
 
 def test_flat_from_marshal_and_one_by_one():
-    """``flat`` reads the stack tuples through marshal's bytes; a stack marshal writes otherwise
-    (an int object that is no plain int, a tuple subclass) is read one frame at a time, with the
-    same result, and a frame id over 2**31 is never read as a 5-byte record."""
+    """``flat`` and ``frame_ids`` read the stack tuples through marshal's bytes; a stack marshal
+    writes otherwise (an int object that is no plain int, a tuple subclass) is read one frame at a
+    time, with the same result, and a frame id over 2**31 is never read as a 5-byte record."""
     p = make(5, nstacks=3000, maxdepth=30, empty=True)   # 3000 stacks: blocks of 1024 and a short one
     stacks = p.stacks["stack"].tolist()
     table = p.function_ids()
     want_fn = np.array([table[i] for st in stacks for i in st], np.int32)
     want_len = np.array([len(st) for st in stacks])
-    f = FS._flat(p)
+    f = FS.flat(p)
     assert f.fn.tolist() == want_fn.tolist() and f.lengths.tolist() == want_len.tolist()
     assert f.starts.tolist() == (np.cumsum(want_len) - want_len).tolist()
     ident = np.arange(len(p.frames) + 1, dtype=np.int32)
@@ -349,5 +349,68 @@ def test_flat_from_marshal_and_one_by_one():
     odd = Profile(p.frames, p.stacks.assign(stack=pd.Series([tuple(np.int64(i) for i in st) for st in stacks],
                                                           dtype=object)), None, {"backend": "synthetic"}, None, "wall")
     assert FS._marshalled(odd.stacks["stack"].tolist(), ident) is None
-    g = FS._flat(odd)
+    g = FS.flat(odd)
     assert g.fn.tolist() == want_fn.tolist() and g.lengths.tolist() == want_len.tolist()
+    want_fr = [i for st in stacks for i in st]
+    for q in (p, odd):   # frame ids: the same layout, through an identity table
+        h = FS.frame_ids(q)
+        assert h.fn.dtype == np.int32 and h.fn.tolist() == want_fr and h.lengths.tolist() == want_len.tolist()
+        assert h.starts.tolist() == f.starts.tolist()
+        rows, leaf = h.leaves
+        assert rows.tolist() == [r for r, st in enumerate(stacks) if st]
+        assert leaf.tolist() == [st[-1] for st in stacks if st]
+
+
+def ref_line_table(p: Profile, file: str, thread=None, function=None) -> pd.DataFrame:
+    """Per line of ``file``: every stack through a frame at it once (total), stacks whose leaf is
+    at it (self), over the frames of ``function`` only when given."""
+    fid = ref_function_ids(p)
+    line = {int(i): (None if pd.isna(n) else int(n)) for i, n in zip(p.frames.index, p.frames["line"])}
+    of = dict(zip(p.frames.index, p.frames["file"]))
+    mine = lambda f: of[f] == file and line[f] is not None and (function is None or fid[f] == function)  # noqa: E731
+    ms = [m for m in p.metrics if m != "samples"]
+    w = {m: weights(p, m) for m in ["samples"] + ms}
+    got: dict = defaultdict(lambda: defaultdict(float))
+    stacks = p.stacks["stack"].tolist()
+    for i in rows_of(p, thread):
+        for n in {line[f] for f in stacks[i] if mine(f)}:
+            for m in w:
+                got[n][m] += w[m][i]
+        if stacks[i] and mine(stacks[i][-1]):
+            for m in ms:
+                got[line[stacks[i][-1]]]["self_" + m] += w[m][i]
+    lines = sorted(got)
+    out = pd.DataFrame(index=pd.Index(np.array(lines, np.int64), name="line"))
+    out["samples"] = [got[n]["samples"] for n in lines]
+    for m in ms:
+        out[m] = [got[n][m] for n in lines]
+        out["self_" + m] = [got[n]["self_" + m] for n in lines]
+    return out.sort_values(p.metric, ascending=False, kind="stable")
+
+
+def _no_line_on_every_third_frame(p: Profile) -> Profile:
+    line = p.frames["line"].copy()
+    line.iloc[::3] = pd.NA
+    return p.replace(frames=p.frames.assign(line=line))
+
+
+LINE_PROFILES = {**PROFILES, "lines unknown": _no_line_on_every_third_frame(PROFILES["recursion"])}
+
+
+@pytest.mark.parametrize("name", list(LINE_PROFILES))
+def test_line_table(name):
+    """``analysis.line_table`` per file, thread and function, against the reference."""
+    from profmagic import analysis
+    p = LINE_PROFILES[name]
+    fid = ref_function_ids(p)
+    checked = 0
+    for file in p.frames["file"].value_counts().index[:3]:
+        fns = sorted({int(fid[f]) for f in p.frames.index[p.frames["file"] == file]})
+        for thread in (None, "t1"):
+            for function in (None, fns[0], fns[-1]):
+                got = analysis.line_table(p, file, thread, function)
+                # dtype aside: a column with nothing to count is np.bincount's int64 zeros
+                pd.testing.assert_frame_equal(got, ref_line_table(p, file, thread, function), check_exact=True,
+                                              check_dtype=False)
+                checked += len(got) > 0
+    assert checked >= 12
