@@ -192,9 +192,10 @@ def test_300_memray_cells_keep_rss_bounded(clean):
     by less than issue 27's 150 MB, and open fds and threads stay flat; the clean fixture checks that
     no temp file is left.
 
-    Not flat, most likely because filling pymalloc's free space before each recording (fill_pymalloc) puts
-    what the kernel keeps of each cell (its history, the held reports) in fresh arenas, which it then
-    pins. Measured 2026-12-05 at 20/50/100/200/300/400 cells: 164, 174, 192, 209, 219, 228 MB, so
+    Not flat, because filling pymalloc's free space before each recording (fill_pymalloc) puts what the
+    kernel keeps of each cell in fresh arenas, which it then pins: `bench_long_session.py --memray` grows
+    +94 MB over 300 cells with the fill and +1.2 MB with it off (RESULTS, "Long sessions: memray cells").
+    Measured 2026-12-05 at 20/50/100/200/300/400 cells: 164, 174, 192, 209, 219, 228 MB, so
     0.35 MB a cell at first and 0.09 at the end; five more runs to 300 cells grew 47-65 MB from the
     20th, 4-15 MB over the last 100. From 20 to 200 cells, 39-59 MB over six runs: this test's old
     bound there, 50 MB, failed half of them."""
