@@ -129,7 +129,7 @@ def run(a) -> tuple[list[dict], dict]:
             missing[name] = f"no {cfg['child_python'][0]}"
         if name in missing:
             names.remove(name)
-    scen = list(gt.SCENARIOS)
+    scen = a.scenarios.split(",")
     rows = []
     t0 = time.perf_counter()
     load0 = os.getloadavg()[0]
@@ -175,13 +175,18 @@ def report(rows, a, info) -> str:
         cmd += f" --duration {a.duration:g}"
     if a.backends != ",".join(BACKENDS):
         cmd += f" --backends '{a.backends}'"
-    L = ["## Interval coverage against ground truth (issue 25 item 5)", "",
+    scenarios = a.scenarios
+    default = scenarios == ",".join(gt.SCENARIOS)
+    if not default:
+        cmd += f" --scenarios {scenarios}"
+    heading = "## Interval coverage against ground truth (issue 25 item 5)"
+    L = [heading if default else heading[:-1] + f", scenarios {scenarios})", "",
          f"Command: `{cmd}` ({info['elapsed']:.0f} s; {info['when']} UTC; measured under load from other work "
          f"on 2 shared cores: load average {info['load_start']:.1f} at the start, {info['load_end']:.1f} at the end; "
          f"python {info['python']}"
          + (f"; recordings kept with --save and scored again with the interval model of {info['rescored']} UTC "
             f"by `--report-from JSON --rescore DIR`" if info.get("rescored") else "") + f"). Each run records groundtruth.py's workload ({a.duration:g} s at {a.rate:g} Hz "
-         "asked, the scenario rotating cpu-heavy / balanced / wait-heavy) in a fresh child; 'loaded' adds "
+         f"asked, the scenario rotating {' / '.join(scenarios.split(','))}) in a fresh child; 'loaded' adds "
          f"{a.load} spinning processes; backends and loads interleaved run by run. A pair is (function, run): "
          "inside when the function's own measured total (seconds) lies in `functions()`'s "
          "`total_lo`..`total_hi`. Half-width: (total_hi − total_lo)/2, in seconds and in points of the "
@@ -245,6 +250,8 @@ def main(argv=None) -> int:
     ap.add_argument("--load", type=int, default=2, help="spinning processes for the 'loaded' runs")
     ap.add_argument("--loads", default="quiet,loaded")
     ap.add_argument("--backends", default=",".join(BACKENDS))
+    ap.add_argument("--scenarios", default=",".join(gt.SCENARIOS),
+                    help="rotated over the runs; 'phases' is issue 25's job of a few long phases (its own section)")
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--json", help="also save every row here")
     ap.add_argument("--report-from", metavar="JSON", help="write the section again from a run saved with --json")
@@ -266,7 +273,7 @@ def main(argv=None) -> int:
         if a.json:
             with open(a.json, "w") as f:
                 json.dump({"rows": rows, "info": info, "args": {k: getattr(a, k) for k in (
-                    "runs", "duration", "rate", "load", "loads", "backends")}}, f, indent=1, default=str)
+                    "runs", "duration", "rate", "load", "loads", "backends", "scenarios")}}, f, indent=1, default=str)
     text = report(rows, a, info)
     print(text)
     if not a.no_write:

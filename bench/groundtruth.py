@@ -47,6 +47,9 @@ SCENARIOS = {
     "balanced": ((0.0317, 0.0293, 0.0289), (0.0097, 0.0103)),
     "wait-heavy": ((0.0131, 0.0413, 0.0371), (0.0049, 0.0151)),
 }
+# Issue 25's known job, a few long phases (each function entered once or twice in 5 s): not run by
+# default; bench_coverage.py --scenarios phases.
+PHASES = {"phases": ((1.5, 0.9, 1.2), (0.5, 0.3))}
 THREAD_ROOTS = {"main": "main_loop", "holder": "holder_loop", "c": "c_worker"}
 PY313 = os.path.expanduser("~/.pyenv/versions/3.13.0/bin/python3.13")
 FUNCTIONS = {"main": ["spin", "nap", "wait_lock"], "holder": ["hold", "wait_turn"], "c": ["c_busy", "c_sleep"]}
@@ -133,7 +136,7 @@ def holder_loop(state, lock_s, out):
 
 
 def main_loop(scenario: str, duration: float):
-    (spin_s, nap_s, lock_s), (busy_s, sleep_s) = SCENARIOS[scenario]
+    (spin_s, nap_s, lock_s), (busy_s, sleep_s) = {**SCENARIOS, **PHASES}[scenario]
     lib = ctypes.CDLL(build_cworker())
     lib.cw_start.argtypes = [ctypes.c_double] * 3
     state = {"lock": threading.Lock(), "go": threading.Event(), "held": threading.Event(), "stop": False}
