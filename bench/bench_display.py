@@ -33,20 +33,21 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
 
-def rss_mb() -> float:
+def _status_mb(field: str) -> float:
+    """A size line of /proc/self/status ("VmRSS", "VmHWM"), in MB."""
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def rss_mb() -> float:
+    return _status_mb("VmRSS")
 
 
 def hwm_mb() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
+    return _status_mb("VmHWM")
 
 
 def kernel_seconds() -> float:

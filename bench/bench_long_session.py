@@ -99,6 +99,15 @@ def growth(res: dict, start: int) -> float:
     return rss[res["rows"][-1][0]] - rss[start]
 
 
+def emit(lines: list[str], a) -> int:
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if not a.no_write:
+        from results import write_section
+        write_section(text)
+    return 0
+
+
 def memray_sessions(a, argv) -> int:
     runs = [(name, session(a.cells, a.every, a.live, MEMRAY_SETUP + extra, MEMRAY_CELL))
             for name, extra in (("fill as shipped", ""), ("fill off", NO_FILL))]
@@ -118,12 +127,7 @@ def memray_sessions(a, argv) -> int:
         last = res["rows"][-1][0]
         lines.append(f"- {name}: {rows[last] - rows[0]:+.1f} MB over {last} cells, {rows[last] - rows[last - 100]:+.1f} MB "
                      f"over the last 100; {res['seconds'] / last:.2f} s per cell.")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if not a.no_write:
-        from results import write_section
-        write_section(text)
-    return 0
+    return emit(lines, a)
 
 
 def main(argv=None) -> int:
@@ -160,12 +164,7 @@ def main(argv=None) -> int:
                      f"`gc.collect()` {res['after_gc'] - rows[0][1]:+.1f} MB; Profile objects alive "
                      f"{res['uncollected']} before that collection, {res['profiles']} after; "
                      f"{res['seconds'] / (len(rows) - 1) / a.every:.2f} s per cell.")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if not a.no_write:
-        from results import write_section
-        write_section(text)
-    return 0
+    return emit(lines, a)
 
 
 if __name__ == "__main__":
