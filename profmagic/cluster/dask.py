@@ -20,7 +20,6 @@ import asyncio
 import hashlib
 import os
 import re
-import shutil
 import socket
 import tempfile
 
