@@ -32,7 +32,7 @@ SETUP = workloads.MEMORY_SOURCE + r'''
 import time, tracemalloc, os, glob, re
 import profmagic
 from profmagic import backends
-from profmagic.backends import memray as mb, sampler, pyspy
+from profmagic.backends import memory, memray as mb, sampler, pyspy
 from profmagic.session import make_options
 
 def bare():
@@ -61,8 +61,8 @@ def time_only(module, **kw):
 
 def time_and_memory(module, **kw):
     o = make_options(**kw)
-    return (lambda: mb.TimeAndMemory(module.NAME, backends.recorder(module, o), o),
-            lambda cap: mb.read_both(module, cap, o))
+    return (lambda: memory.TimeAndMemory(module.NAME, backends.recorder(module, o), o),
+            lambda cap: memory.read_both(module, cap, o))
 
 CONFIGS = {
     "memray (aggregated, the default)": memray_only(memory_exact=True),
@@ -314,7 +314,7 @@ OPTIONS_SETUP = workloads.MEMORY_SOURCE + r'''
 import gc, sys, time, tracemalloc
 import numpy as np
 from profmagic import backends
-from profmagic.backends import memray as mb, sampler
+from profmagic.backends import memory, memray as mb, sampler
 from profmagic.session import make_options
 
 def small():     # 200,000 tuples of an int and a short str, kept
@@ -394,8 +394,8 @@ def memray_cfg(**extra):
 
 def both_cfg(**extra):
     o = make_options(mode="both", memory=True, **extra)
-    return (lambda: mb.TimeAndMemory("sampler", backends.recorder(sampler, o), o),
-            lambda cap: mb.read_both(sampler, cap, o))
+    return (lambda: memory.TimeAndMemory("sampler", backends.recorder(sampler, o), o),
+            lambda cap: memory.read_both(sampler, cap, o))
 
 def time_cfg():
     o = make_options(mode="both")

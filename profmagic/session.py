@@ -191,18 +191,18 @@ class Session:
                 self.close()
             raise
 
-    def _memray(self):
-        """backends.memray, once it is known that it can go with this backend (``memory``)."""
-        from .backends import memray
-        why = memray.refusal(self.name) or (
+    def _memory(self):
+        """backends.memory, once it is known that it can go with this backend (``memory``)."""
+        from .backends import memory, memray
+        why = memory.refusal(self.name) or (
             "--memory records the parent process only; --backend memray --subprocesses records forked "
             "children's memory" if self.options.subprocesses else None)
         if why:
             raise ProfilerError(f"--memory with --backend {self.name}: {why}")
-        ok, reason = (True, "") if memray.sampled(self.options) else memray.available()   # sampling needs no memray
+        ok, reason = (True, "") if memory.sampled(self.options) else memray.available()   # sampling needs no memray
         if not ok:
             raise ProfilerError(f"backend memray cannot record here: {reason}")
-        return memray
+        return memory
 
     def warn(self, text: str) -> None:
         print(f"profmagic: {text}", file=sys.stderr)
@@ -324,7 +324,7 @@ class CellTarget(_Target):
     def check(self, s: Session) -> None:
         o, caps = s.options, s.module.CAPS
         if s.memory:
-            s._memray()
+            s._memory()
         for k, why in caps.both_excludes.items():
             if o.mode == "both" and getattr(o, k, False):
                 raise ProfilerError(f"{s.name} cannot give --mode both with --{k}: {why}. "
@@ -339,7 +339,7 @@ class CellTarget(_Target):
     def start(self, s: Session) -> None:
         o = s.options
         clocked = bool(s.module.CAPS.clocks)
-        memray = s._memray() if s.memory else None
+        memory = s._memory() if s.memory else None
         o.pid = os.getpid()
         o.thread_native_id = threading.get_native_id()
         o.thread_ident = threading.get_ident()
@@ -350,8 +350,8 @@ class CellTarget(_Target):
         s.before = kernel.not_users_threads()
         if s.announce:
             what = f"{s.name} at {o.rate:g} Hz" if clocked else f"{s.name} ({memray_mode(o)})"
-            if memray is not None:
-                what += (f", and memory by sampling allocations ({memray.sampled_mode(o)})" if memray.sampled(o)
+            if memory is not None:
+                what += (f", and memory by sampling allocations ({memory.sampled_mode(o)})" if memory.sampled(o)
                          else f", and memory with memray ({memray_mode(o)})")
             workers = f" and every {s.cluster.engine} worker" if s.cluster is not None else ""
             s.announce(f"recording with {what} (pid {o.pid}){workers}…")
@@ -361,8 +361,8 @@ class CellTarget(_Target):
             s.children = Children(o.rate)
             backend_options = replace(o, subprocesses=False, extra=dict(o.extra))
         s.recorder = backends.recorder(s.module, backend_options)
-        if memray is not None:
-            s.recorder = memray.TimeAndMemory(s.name, s.recorder, backend_options)
+        if memory is not None:
+            s.recorder = memory.TimeAndMemory(s.name, s.recorder, backend_options)
         if s.cluster is not None:   # first: the workers sample from the code's first moment
             s.cluster.start()
         if s.children is not None:
@@ -393,7 +393,7 @@ class CellTarget(_Target):
 
     def read(self, s: Session, capture) -> Profile:
         if s.memory:
-            return s._memray().read_both(s.module, capture, s.options)
+            return s._memory().read_both(s.module, capture, s.options)
         return s.module.read(capture, s.options)
 
     def close(self, s: Session) -> None:

@@ -21,7 +21,7 @@ import workloads
 from workloads import busy, spin
 from profmagic import backends, multi, procfs
 from profmagic.transforms.memory import MEMORY_EXACT_SLOWS
-from profmagic.backends import memray as mb, sampler
+from profmagic.backends import memory, memray as mb, sampler
 from profmagic.errors import ProfileFormatError, ProfilerError
 from profmagic.formats import container, memray as mf
 from profmagic.session import make_options
@@ -356,13 +356,13 @@ def test_sampler_time_beside_memray_memory():
     # Threads earlier tests left (distributed's Dask-Offload pool thread, Ray's): the recorders see every
     # thread (a Session drops these, tests/test_session.py); here they are told apart by native id.
     earlier = set(procfs.threads()) - {me}
-    rec = mb.TimeAndMemory("sampler", backends.recorder(sampler, o), o)
+    rec = memory.TimeAndMemory("sampler", backends.recorder(sampler, o), o)
     rec.start()
     try:
         keep = ns["cell"]()
         busy(0.3)
         cap = rec.stop()
-        p = mb.read_both(sampler, cap, o)
+        p = memory.read_both(sampler, cap, o)
     finally:
         rec.close()
     assert leftovers() == []
@@ -406,13 +406,13 @@ def test_out_of_process_time_beside_memray_memory(backend, opts):
     ok, why = module.available()
     assert ok, why
     o = make_options(rate=100, memory_tracker="memray", **opts)   # memray, not --memory's sampled default
-    rec = mb.TimeAndMemory(module.NAME, backends.recorder(module, o), o)
+    rec = memory.TimeAndMemory(module.NAME, backends.recorder(module, o), o)
     rec.start()
     try:
         keep = ns["alloc"]()
         spin(0.3)  # 0.3 s of CPU time, however loaded the machine is
         cap = rec.stop()
-        p = mb.read_both(module, cap, o)
+        p = memory.read_both(module, cap, o)
     finally:
         rec.close()
     assert leftovers() == []
@@ -463,21 +463,21 @@ def test_setprofile_backends_conflict_with_memray_and_are_refused(backend):
     r = subprocess.run([sys.executable, "-c", CONFLICT, backend], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     at_alloc = int(r.stdout.strip())
-    refused = mb.refusal(backend)
+    refused = memory.refusal(backend)
     if refused:
         assert at_alloc == 0, "memray kept its stacks: the refusal is no longer needed"
         module = __import__(f"profmagic.backends.{backend}", fromlist=["x"])
         with pytest.raises(ProfilerError, match="PyEval_SetProfile") as e:
-            mb.TimeAndMemory(module.NAME, None, make_options())
+            memory.TimeAndMemory(module.NAME, None, make_options())
         F.documented("memory-with-setprofile", "profmagic: " + str(e.value))
     else:  # cProfile on 3.12+: sys.monitoring, memray keeps its stacks
         assert at_alloc > 2_000_000
 
 
 def test_refusals():
-    assert mb.refusal("sampler") is None and mb.refusal("py-spy") is None and mb.refusal("perf") is None
-    assert mb.refusal("cprofile", (3, 11)) and mb.refusal("cprofile", (3, 12)) is None
-    assert "only one can have it" in mb.refusal("pyinstrument", (3, 13))
+    assert memory.refusal("sampler") is None and memory.refusal("py-spy") is None and memory.refusal("perf") is None
+    assert memory.refusal("cprofile", (3, 11)) and memory.refusal("cprofile", (3, 12)) is None
+    assert "only one can have it" in memory.refusal("pyinstrument", (3, 13))
 
 
 def test_memray_missing_is_one_line_with_the_install_command():

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import profmagic
-from profmagic.backends import memray as mb, memsample, sampler
+from profmagic.backends import memory, memsample, sampler
 from profmagic import backends
 from profmagic.errors import ProfileFormatError, ProfilerError
 from profmagic.formats import memsample as fmt
@@ -184,8 +184,8 @@ def test_one_recording_at_a_time():
 
 def test_sampler_time_beside_sampled_memory_and_the_raw_loads_back():
     o = make_options(mode="both", memory=True)
-    assert mb.sampled(o) and not mb.sampled(make_options(memory=True, memory_exact=True))
-    rec = mb.TimeAndMemory("sampler", backends.recorder(sampler, o), o)
+    assert memory.sampled(o) and not memory.sampled(make_options(memory=True, memory_exact=True))
+    rec = memory.TimeAndMemory("sampler", backends.recorder(sampler, o), o)
     rec.start()
     try:
         kept = keep()
@@ -193,7 +193,7 @@ def test_sampler_time_beside_sampled_memory_and_the_raw_loads_back():
         while time.perf_counter() < end:
             pass
         cap = rec.stop()
-        p = mb.read_both(sampler, cap, o)
+        p = memory.read_both(sampler, cap, o)
     finally:
         rec.close()
     assert {"wall", "cpu", "bytes", "allocated", "allocations"} <= set(p.metrics)
