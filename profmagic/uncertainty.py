@@ -234,7 +234,28 @@ def function_intervals(profile, metric: str, leaves: tuple, pairs: list, self_w:
     key_fn = np.concatenate([f for f, _ in pairs]).astype(np.int64) if pairs else np.zeros(0, np.int64)
     key_row = np.concatenate([r for _, r in pairs]).astype(np.int64) if pairs else np.zeros(0, np.int64)
     hs, ht = _timed_functions(profile, metric, transitions(profile, metric), nfn, key_fn, key_row, leaf)
-    return (np.maximum(self_w - hs, 0.0), self_w + hs, np.maximum(total_w - ht, 0.0), total_w + ht)
+    self_lo, self_hi, total_lo, total_hi = self_w - hs, self_w + hs, total_w - ht, total_w + ht
+    moved = _moved(profile, metric)
+    if moved is not None:   # CPU the reader moved off a stack may be that stack's; CPU it moved on, another's
+        given, got = moved
+        on = leaf >= 0
+        self_lo -= np.bincount(leaf[on], got[on], nfn)
+        self_hi += np.bincount(leaf[on], given[on], nfn)
+        total_lo -= np.bincount(key_fn, got[key_row], nfn)
+        total_hi += np.bincount(key_fn, given[key_row], nfn)
+    return np.maximum(self_lo, 0.0), self_hi, np.maximum(total_lo, 0.0), total_hi
+
+
+def _moved(profile, metric: str):
+    """Per stack row, (CPU the reader moved off its samples, CPU it moved onto them) away from any
+    stack change, where the reader says so (``cpu_moved``: eu-stack's CPU of a thread seen only
+    asleep between two snapshots, shared among its running stacks); None elsewhere."""
+    s = profile.samples
+    if metric != "cpu" or s is None or "cpu_moved" not in s:
+        return None
+    net = np.nan_to_num(s["cpu_moved"].to_numpy(np.float64))
+    rows, n = s["stack"].to_numpy(np.int64), len(profile.stacks)
+    return np.bincount(rows, np.clip(-net, 0, None), n), np.bincount(rows, np.clip(net, 0, None), n)
 
 
 # -- call paths (icicle boxes) ------------------------------------------------------------------------

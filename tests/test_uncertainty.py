@@ -288,3 +288,24 @@ def test_refusal_and_warning_are_documented():
     same = profmagic.compare(p, p, metric="wall")
     assert not same.table["significant"].any() and (same.table["noise"] > 0).all()
     assert same.warnings == []
+
+
+def test_eu_stack_cpu_moved_off_a_sleeping_stack_stays_inside_its_interval():
+    """eu-stack's reader puts no CPU on a stack the thread is mostly seen asleep in: a waiting function's
+    own small deltas (wakes, the ptrace stops themselves) go to the thread's running stack. A function
+    that waited 1.2 s between two runs read 0 ms of CPU against 1.8-5.1 ms measured (bench_coverage.py
+    --scenarios phases), outside its interval. Its interval now reaches the CPU moved off it, and the
+    running stack's reaches down by what it received."""
+    from profmagic.formats import eu_stack
+    lines = ["# profmagic eu-stack sampler pid=1 interval=0.01 duration=1.0 snapshots=100"]
+    for k in range(100):   # 20 running snapshots in spin, 60 asleep in wait (1 ms of CPU each), 20 in spin
+        waiting = 20 <= k < 80
+        state, ns, fn = ("S", 1_000_000, "wait") if waiting else ("R", 10_000_000, "spin")
+        lines += [f"# t={0.01 * (k + 1):.6f}", "PID 1 - app", f"TID 1: state={state} cpu_ns={ns} comm=app",
+                  f"#0  0x0000000000001000 {fn} - /lib/x.so", "#1  0x0000000000002000 main - /lib/x.so"]
+    p = eu_stack.read(("\n".join(lines) + "\n").encode())
+    f = p.functions("cpu").set_index("name")
+    assert f.at["wait", "total"] == 0.0 and f.at["spin", "total"] == pytest.approx(0.46)
+    assert f.at["wait", "total_hi"] >= 0.060 - 1e-12   # its 60 deltas of 1 ms could be its own
+    assert f.at["spin", "total_lo"] <= 0.400 + 1e-12   # and are not surely spin's
+    assert f.at["main", "total_lo"] <= f.at["main", "total"] <= f.at["main", "total_hi"]

@@ -34,8 +34,8 @@ snapshot and facts after each ``TID n:``::
 
 A sampled capture has wall time (each sample weighs the time since its thread's previous
 snapshot) and CPU time (each snapshot's measured CPU delta, given to an on-CPU end of its interval:
-see ``_weigh``), per-sample ``state``, ``on_cpu`` and ``cpu_delta`` columns, and a stack ``on_cpu``
-column.
+see ``_weigh``), per-sample ``state``, ``on_cpu``, ``cpu_delta`` and ``cpu_moved`` columns, and a
+stack ``on_cpu`` column.
 """
 from __future__ import annotations
 
@@ -187,11 +187,13 @@ def _weigh(blocks: list, fids: list, snap_times: list[float], interval: float | 
     on-CPU the thread ran only between them, in a stack not seen; that CPU is shared by the thread's
     on-CPU stacks' samples by wall time (by all its samples if none is on-CPU). CPU so never lands on
     a stack the thread is mostly seen asleep in, unless the thread is never seen running.
+    ``cpu_moved``: per sample, the CPU so shared onto it, less its own delta shared out (uncertainty.py
+    widens a function's CPU by it: that CPU was spent away from any stack change).
     """
     n = len(blocks)
     on_cpu = _label_on_cpu(blocks)
     prev_snap = {t: (snap_times[i - 1] if i else None) for i, t in enumerate(snap_times)}
-    wall, cpu, delta, prev = [0.0] * n, [0.0] * n, [0.0] * n, [None] * n
+    wall, cpu, delta, prev, moved = [0.0] * n, [0.0] * n, [0.0] * n, [None] * n, [0.0] * n
     last: dict[str, int] = {}
     runs: dict[tuple, list[int]] = {}
     for i, bl in enumerate(blocks):
@@ -227,12 +229,15 @@ def _weigh(blocks: list, fids: list, snap_times: list[float], interval: float | 
             cpu[j] += delta[i]
         else:
             unseen[bl.tid] = unseen.get(bl.tid, 0.0) + delta[i]
+            moved[i] -= delta[i]
     for tid, d in unseen.items():
         share = [i for i in mine[tid] if cpu_stack[i]] or mine[tid]
         total = sum(wall[i] for i in share)
         for i in share:
-            cpu[i] += d * (wall[i] / total if total else 1.0 / len(share))
-    return {"wall": wall, "cpu": cpu, "cpu_delta": delta, "on_cpu": on_cpu}
+            part = d * (wall[i] / total if total else 1.0 / len(share))
+            cpu[i] += part
+            moved[i] += part
+    return {"wall": wall, "cpu": cpu, "cpu_delta": delta, "on_cpu": on_cpu, "cpu_moved": moved}
 
 
 def _reasons(blocks: list, on_cpu: list, source: str) -> tuple[list, np.ndarray]:
@@ -528,6 +533,7 @@ def read(data: bytes, source: str = "<input>", raw_names: bool = False, fold: bo
                   columns={"state": [bl.facts.get("state", "?") for bl in blocks],
                            "on_cpu": np.asarray(w["on_cpu"], dtype=bool),
                            "cpu_delta": np.asarray(w["cpu_delta"], dtype=np.float64),
+                           "cpu_moved": np.asarray(w["cpu_moved"], dtype=np.float64),
                            "reason": why, "runq": runq})
     # The header's other facts, typed (what this read computes is not taken from the file).
     out.update({k: v for k, v in text_meta(header, source, 1).items()
