@@ -155,8 +155,6 @@ class Recorder:
         t = now - self._t0
         on = READ_REASONS
         for ident, f in frames.items():
-            if ident == me:
-                continue
             st = self._state(ident, live)
             chain = awaits.waiting(ident)
             cpu = st.delta()
