@@ -289,9 +289,16 @@ def calibrated(p, truth: dict, metric: str):
     n = float(p.stacks["samples"].to_numpy()[sel & has].sum())
     if not n:
         return None
-    per = truth["main"]["thread"][0 if metric == "wall" else 1] / n
-    st = p.stacks.assign(**{metric: p.stacks["samples"].to_numpy(float) * per})
-    return p.replace(stacks=st, meta=p.meta.replace(calibrated=True), metric=metric)
+    seconds = truth["main"]["thread"][0 if metric == "wall" else 1]
+    st = p.stacks.assign(**{metric: p.stacks["samples"].to_numpy(float) * seconds / n})
+    return p.replace(stacks=st, meta=p.meta.replace(**calibration_meta(p, n, seconds, metric)), metric=metric)
+
+
+def calibration_meta(p, n: float, seconds: float, metric: str) -> dict:
+    """The meta calibrate_to_cell writes: the thread's reached rate, the asked one and (wall) its seconds."""
+    asked = float(p.meta.get("requested_rate") or p.meta.get("rate") or RATE)
+    return dict(calibrated=True, rate=n / seconds, requested_rate=asked,
+                **({"calibrated_wall": float(seconds)} if metric == "wall" else {}))
 
 
 def derived(profiles: dict, truth: dict) -> dict:

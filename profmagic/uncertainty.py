@@ -205,6 +205,24 @@ def per_sample(profile, metric: str) -> tuple[float, float]:
     return (tot / n if n else 0.0), n
 
 
+def catch_up(profile) -> float:
+    """Seconds a calibrated py-spy recording may have put on the wrong stacks by catching up: behind
+    its timer (no core, a long stop), py-spy takes the missed samples back to back, all at the stack
+    of that moment. A lag from before the cell leaves the cell's thread with more samples than the
+    asked rate gives over its measured time; the excess beyond Poisson chance (z·sqrt(expected))
+    is that many samples, each worth one calibrated time per sample, that may belong to any function.
+    A lag caught up within the cell keeps the count and cannot be seen here (docs/uncertainty.md)."""
+    m = profile.meta
+    if str(m.get("backend") or "") != "py-spy" or not m.get("calibrated"):
+        return 0.0
+    asked, eff, wall = m.get("requested_rate"), m.get("rate"), m.get("calibrated_wall")
+    if not asked or not eff or not wall:
+        return 0.0
+    expect = float(asked) * float(wall)
+    excess = float(eff) * float(wall) - expect - Z * np.sqrt(expect)
+    return max(excess, 0.0) / float(eff)
+
+
 def counted(value: np.ndarray, unit: float, n: float) -> tuple[np.ndarray, np.ndarray]:
     """Wilson's 95% interval for a count k = value / unit of n samples, as (lo, hi) in value's unit."""
     value = np.asarray(value, np.float64)
@@ -228,7 +246,9 @@ def function_intervals(profile, metric: str, leaves: tuple, pairs: list, self_w:
         return self_w.copy(), self_w.copy(), total_w.copy(), total_w.copy()
     if k == COUNTED:
         unit, n = per_sample(profile, metric)
-        return (*counted(self_w, unit, n), *counted(total_w, unit, n))
+        c = catch_up(profile)
+        (sl, sh), (tl, th) = counted(self_w, unit, n), counted(total_w, unit, n)
+        return np.maximum(sl - c, 0.0), sh + c, np.maximum(tl - c, 0.0), th + c
     leaf = np.full(len(profile.stacks), -1, np.int64)   # per stack row; -1: no frame
     leaf[leaves[0]] = leaves[1]
     key_fn = np.concatenate([f for f, _ in pairs]).astype(np.int64) if pairs else np.zeros(0, np.int64)
@@ -338,7 +358,8 @@ def node_intervals(profile, metric: str, fn: np.ndarray, starts: np.ndarray, len
     unit, n = per_sample(profile, metric)
     lo, hi = counted(total, unit, n)
     if k == COUNTED:
-        return lo, hi
+        c = catch_up(profile)
+        return np.maximum(lo - c, 0.0), hi + c
     u, half, root = path_halves(profile, metric, fn, starts, lengths, rows) if halves is False else halves
     nh = node_hashes(parent, key, depth)
     j = np.minimum(np.searchsorted(u, nh), max(len(u) - 1, 0))

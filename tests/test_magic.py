@@ -122,6 +122,8 @@ def test_pyspy_idle_shares_trim_threads_calibration(k):
         # Seconds that add up: the cell thread's calibrated seconds equal the measured wall time.
         assert abs(s["cell_seconds"] - s["cell_wall"]) <= 0.05 * s["cell_wall"], s
         assert s["requested_rate"] == 100.0 and s["meta_rate"] == pytest.approx(s["samples"] / s["cell_wall"])
+        # What uncertainty.catch_up weighs the count against.
+        assert k.value("_profile.meta['calibrated_wall']") == pytest.approx(s["cell_wall"])
         assert any(f.startswith("In[") for f in s["files"])
         assert_clean(k)
         overloaded = retries.waited(k.value("_profile.meta['cell_run_delay']"), s["cell_wall"])

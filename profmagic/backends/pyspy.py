@@ -578,7 +578,7 @@ def calibrate_to_cell(p: Profile, cell: Cell) -> Profile:
             "too little CPU to calibrate on (it mostly waited); weights are 1/requested rate"))
     p = calibrate(p, thread, against)
     if p.meta.get("calibrated"):
-        return p.with_meta(timing=CALIBRATED)
+        return p.with_meta(timing=CALIBRATED, **({"calibrated_wall": float(against)} if p.metric == "wall" else {}))
     return p.with_meta(rate=requested, calibration_note=(
         f"not calibrated: the cell's thread has {n} samples (under 5); weights are 1/requested rate"))
 
