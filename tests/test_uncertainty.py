@@ -339,3 +339,5 @@ def test_a_calibrated_pyspy_count_above_its_rate_widens_by_the_excess():
     assert fw.at["nap", "total_lo"] <= 1.5 <= fw.at["nap", "total_hi"]
     assert not lo[0] <= 1.5
     assert fp.at["nap", "total_lo"] <= 1.5 <= fp.at["nap", "total_hi"]
+    assert f"every interval is {U.catch_up(wide) * 1e3:,.0f} ms wider each way" in U.resolution(wide, "wall")
+    assert "catching up" not in U.resolution(plain, "wall")
