@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import profmagic
+import retries
 from workloads import nap, spin
 from profmagic.model import StackBuilder
 from profmagic.views import cpuwall as C
@@ -133,32 +134,41 @@ def test_sampler_mode_both_spin_and_sleep():
     assert nap_row["off-CPU s"] == pytest.approx(nap_row["wall s"], rel=0.05)
 
 
+# Counted tries (tests/retries.py): py-spy's samples carry no time stamps, each weighs 1/effective rate,
+# and on a loaded 2-core machine its sample times jitter: nap got 0.32-0.75 s for 0.6 s in about 15
+# single recordings at load 4-8, and a median of three once read 1.18x (a fresh clone's CI, 2026-12-05).
+# Noise: `PROFMAGIC_MEASURE_NOISE=40 pytest -s tests/test_cpu_wall.py::test_pyspy_two_recordings_combined`,
+# 2026-12-05: 3 of 40 tries missed at load 1.4, 6 of 40 beside 2 spinning processes (0.81-1.24x).
+PYSPY_PAIR = retries.plan(9, 80, "load 1.4 and beside 2 spinners on 2 cores, 2026-12-05")
+
+
 @pytest.mark.requires("py-spy", "ptrace")
 def test_pyspy_two_recordings_combined():
-    """Method (a): py-spy --idle and py-spy without --idle at once, combined per stack.
-
-    py-spy's samples carry no time stamps: each weighs 1/effective rate, and on this loaded 2-core
-    machine its sample times jitter (nap got 0.32-0.75 s for 0.6 s in about 15 single recordings at
-    load 4-8). So wall(nap) is the median of three recordings, within 15 %; the CPU split, which
-    calibration ties to the measured CPU time, is checked on every recording within 10 %."""
+    """Method (a): py-spy --idle and py-spy without --idle at once, combined per stack. The CPU split,
+    which calibration ties to the measured CPU time, is checked on every try within 10%; wall(nap),
+    within 15% of its measured time, is counted under the rule above."""
+    from profmagic.procfs import run_delay
     from profmagic.transforms import combine_idle
     quiet = dict(announce=lambda s: None, rate=100)
-    naps = []
-    for _ in range(3):
+
+    def once():
         with profmagic.profile("py-spy", idle=True, **quiet) as wall_rec:
             with profmagic.profile("py-spy", idle=False, **quiet) as cpu_rec:
+                w0, d0 = time.perf_counter(), run_delay()
                 spin(0.3)
-                w0 = time.perf_counter()
+                n0 = time.perf_counter()
                 nap(0.6)
-                nap_s = time.perf_counter() - w0
+                nap_s, wall_s, delay = time.perf_counter() - n0, time.perf_counter() - w0, run_delay() - d0
         p = combine_idle(wall_rec.profile, cpu_rec.profile)
         assert p.meta["mode"] == "both" and "two py-spy recordings" in p.meta["cpu_method"]
         assert (p.weights("off_cpu") >= 0).all()
         cpu, wall = _fn_totals(p, "cpu"), _fn_totals(p, "wall")
         assert cpu.get("spin", 0.0) == pytest.approx(0.3, rel=0.10), "py-spy combined: cpu(spin)"
         assert cpu.get("nap", 0.0) < 0.03, "py-spy combined: cpu(nap) should be about 0"
-        naps.append(wall.get("nap", 0.0) / nap_s)
-    assert float(np.median(naps)) == pytest.approx(1.0, rel=0.15), f"wall(nap)/measured: {naps}"
+        ratio = wall.get("nap", 0.0) / nap_s
+        overloaded = retries.waited(delay, wall_s)
+        return overloaded or (None if abs(ratio - 1.0) <= 0.15 else f"wall(nap)/measured {ratio:.2f}")
+    retries.run(PYSPY_PAIR, once)
 
 
 def _both_profile(n_wall, n_cpu):
