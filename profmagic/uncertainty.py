@@ -416,9 +416,10 @@ def resolution(profile, metric: str | None = None, functions=None) -> str:
         pts = 100 * Z * np.sqrt(0.25 * 0.75 / n)
         c = catch_up(profile)
         late = (f"; py-spy took more samples than its rate gives, catching up after it fell behind, so "
-                f"every interval is {c * 1e3:,.0f} ms wider each way" if c else "")
+                f"every interval is {c * 1e3:,.0f} ms wider each way (--timing timed weighs each sample by "
+                "its own interval, so a catch-up weighs nothing)" if c else "")
         return (f"Resolution: ±{pts:.2g} points at 95% for a 25% share ({n:,} samples, each a count)"
-                + late + (how if pts > WIDE or c else ""))
+                + late + (how if pts > WIDE else ""))
     f = profile.functions(metric) if functions is None else functions
     total = float(np.nansum(profile.weights(metric).to_numpy(np.float64)))
     if not total or not len(f):
