@@ -188,6 +188,91 @@ def hook_cost(runs: int = 5) -> None:
     print(f"loop alone {off * 1e3:.1f} ms, with the tracker {on * 1e3:.1f} ms: {on / off:.3f}x (medians of {runs})")
 
 
+FILL_TIMING = r'''
+import statistics, tempfile
+import memray
+from profmagic.backends.base import Options
+rounds = int(sys.argv[1])
+
+def timed(f, n):
+    gc.collect()
+    t = time.perf_counter()
+    for _ in range(n):
+        keep = f(); del keep
+    return time.perf_counter() - t
+
+def tracker_alone(f, n):   # memray's own default: untraced, aggregated, nothing filled
+    d = tempfile.mkdtemp()
+    try:
+        with memray.Tracker(d + "/c.bin", file_format=memray.FileFormat.AGGREGATED_ALLOCATIONS):
+            return timed(f, n)
+    finally:
+        os.remove(d + "/c.bin"); os.rmdir(d)
+
+def recorder(fill):
+    def run(f, n):
+        r = mb.Recorder(Options(rate=100, extra={"fill": fill}))
+        r.start()
+        try:
+            return timed(f, n)
+        finally:
+            r.stop(); r.close()
+    return run
+
+def no_op_profile(f, n):
+    sys.setprofile(lambda *a: None)
+    try:
+        return timed(f, n)
+    finally:
+        sys.setprofile(None)
+
+WAYS = {"memray's Tracker alone (no fill)": tracker_alone, "profmagic's memray recorder, filled (the default)": recorder(True),
+        "profmagic's memray recorder, fill off": recorder(False), "a no-op profile function": no_op_profile}
+for name in ("alloc-heavy: issue 20's cell", "small objects", "records (dicts)", "compute: Python loop"):
+    f, n = WORKLOADS[name], REPEAT.get(name, 1)
+    timed(f, n)
+    ratios = {w: [] for w in WAYS}
+    for _ in range(rounds):
+        for w, way in WAYS.items():
+            b1 = timed(f, n); t = way(f, n); b2 = timed(f, n)
+            ratios[w].append(t / ((b1 + b2) / 2))
+    print(json.dumps({"workload": name, "bare": timed(f, n),
+                      "ratios": {w: sorted(v) for w, v in ratios.items()}}), flush=True)
+'''
+
+
+def fill_cost(a) -> None:
+    """memray's default outside a kernel: its Tracker alone, our recorder with and without filling
+    pymalloc's free space, and a no-op profile function, each paired with bare runs around it."""
+    import json
+    import subprocess
+    root = os.path.dirname(HERE)
+    python = a.python or sys.executable
+    code = f"import sys, os, json; sys.path.insert(0, {root!r})\n" + OPTIONS_SETUP + FILL_TIMING
+    load0 = os.getloadavg()[0]
+    out = subprocess.run([python, "-c", code, str(a.rounds)], capture_output=True, text=True, check=True)
+    rows = [json.loads(ln) for ln in out.stdout.splitlines() if ln.startswith("{")]
+    version = subprocess.run([python, "-c", "import sys; print(sys.version.split()[0])"], capture_output=True,
+                             text=True, check=True).stdout.strip()
+    ways = list(rows[0]["ratios"])
+    lines = [f"Python {version}, a plain process (no kernel), 2 shared cores (load average {load0:.1f} at the start, "
+             f"{os.getloadavg()[0]:.1f} at the end). Each round times, for every way, the bare workload, the way, the "
+             f"bare workload again; the ratio is over the mean of the two bare runs; {a.rounds} rounds, median "
+             "(min–max). Runs per timing as in the kernel bench (REPEAT).", "",
+             "| way | " + " | ".join(r["workload"] for r in rows) + " |", "|---|" + "---|" * len(rows)]
+    for w in ways:
+        lines.append(f"| {w} | " + " | ".join(
+            f"{statistics.median(r['ratios'][w]):.2f} ({min(r['ratios'][w]):.2f}–{max(r['ratios'][w]):.2f})"
+            for r in rows) + " |")
+    lines.append("| (bare s) | " + " | ".join(f"{r['bare']:.3f}" for r in rows) + " |")
+    table = "\n".join(lines)
+    print(table)
+    if a.write:
+        write_section(f"\n## memray outside a kernel: what the fill costs (issue 27 item 5, Python {version})\n\n"
+                      f"Command: `.venv/bin/python bench/bench_memray.py --fill-cost --rounds {a.rounds}"
+                      f"{' --python ' + a.python if a.python else ''} --write`.\n\n{table}\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
@@ -199,7 +284,12 @@ def main() -> None:
                     help="where memray's peak of the numpy cell exceeds tracemalloc's (native stacks)")
     ap.add_argument("--hook-cost", action="store_true",
                     help="the sampled tracker's cost on the Python-loop cell, outside a kernel")
+    ap.add_argument("--fill-cost", action="store_true",
+                    help="memray's default outside a kernel: its Tracker alone, ours filled and not, a no-op profile function")
+    ap.add_argument("--python", help="with --fill-cost: the interpreter to measure (memray installed in it)")
     a = ap.parse_args()
+    if a.fill_cost:
+        return fill_cost(a)
     if a.hook_cost:
         return hook_cost()
     if a.numpy_extra:
