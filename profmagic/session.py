@@ -192,7 +192,8 @@ class Session:
             raise
 
     def _memory(self):
-        """backends.memory, once it is known that it can go with this backend (``memory``)."""
+        """backends.memory, once it is known that it can go with this backend (``memory``): checked
+        by ``prepare``, so later steps import the module."""
         from .backends import memory, memray
         why = memory.refusal(self.name) or (
             "--memory records the parent process only; --backend memray --subprocesses records forked "
@@ -339,7 +340,8 @@ class CellTarget(_Target):
     def start(self, s: Session) -> None:
         o = s.options
         clocked = bool(s.module.CAPS.clocks)
-        memory = s._memory() if s.memory else None
+        from .backends import memory as memory_backend
+        memory = memory_backend if s.memory else None   # checked in check()
         o.pid = os.getpid()
         o.thread_native_id = threading.get_native_id()
         o.thread_ident = threading.get_ident()
@@ -393,7 +395,8 @@ class CellTarget(_Target):
 
     def read(self, s: Session, capture) -> Profile:
         if s.memory:
-            return s._memory().read_both(s.module, capture, s.options)
+            from .backends import memory
+            return memory.read_both(s.module, capture, s.options)
         return s.module.read(capture, s.options)
 
     def close(self, s: Session) -> None:

@@ -235,6 +235,15 @@ def counted(value: np.ndarray, unit: float, n: float) -> tuple[np.ndarray, np.nd
     return np.maximum(centre - half, 0.0) * n * unit, (centre + half) * n * unit
 
 
+def _counted_of(profile, metric: str, value: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The counting rule's (lo, hi) for ``value`` in ``metric``: Wilson's interval on the profile's
+    samples, widened by a calibrated py-spy recording's catch-up."""
+    unit, n = per_sample(profile, metric)
+    lo, hi = counted(value, unit, n)
+    c = catch_up(profile)
+    return np.maximum(lo - c, 0.0), hi + c
+
+
 def function_intervals(profile, metric: str, leaves: tuple, pairs: list, self_w: np.ndarray, total_w: np.ndarray):
     """Per function id: (self_lo, self_hi, total_lo, total_hi). ``leaves``: (stack rows with a
     frame, their leaf's function id), as ``flatstacks.Flat.leaves``; ``pairs``: every distinct
@@ -245,10 +254,7 @@ def function_intervals(profile, metric: str, leaves: tuple, pairs: list, self_w:
     if k == EXACT:
         return self_w.copy(), self_w.copy(), total_w.copy(), total_w.copy()
     if k == COUNTED:
-        unit, n = per_sample(profile, metric)
-        c = catch_up(profile)
-        (sl, sh), (tl, th) = counted(self_w, unit, n), counted(total_w, unit, n)
-        return np.maximum(sl - c, 0.0), sh + c, np.maximum(tl - c, 0.0), th + c
+        return (*_counted_of(profile, metric, self_w), *_counted_of(profile, metric, total_w))
     leaf = np.full(len(profile.stacks), -1, np.int64)   # per stack row; -1: no frame
     leaf[leaves[0]] = leaves[1]
     key_fn = np.concatenate([f for f, _ in pairs]).astype(np.int64) if pairs else np.zeros(0, np.int64)
@@ -355,11 +361,9 @@ def node_intervals(profile, metric: str, fn: np.ndarray, starts: np.ndarray, len
     total = np.asarray(total, np.float64)
     if k == EXACT:
         return total.copy(), total.copy()
-    unit, n = per_sample(profile, metric)
-    lo, hi = counted(total, unit, n)
+    lo, hi = _counted_of(profile, metric, total)
     if k == COUNTED:
-        c = catch_up(profile)
-        return np.maximum(lo - c, 0.0), hi + c
+        return lo, hi
     u, half, root = path_halves(profile, metric, fn, starts, lengths, rows) if halves is False else halves
     nh = node_hashes(parent, key, depth)
     j = np.minimum(np.searchsorted(u, nh), max(len(u) - 1, 0))

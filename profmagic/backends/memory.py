@@ -4,22 +4,15 @@ memray.py, with --memory-exact, --allocated, --leaks or --native), and ``read_bo
 Profile (``transforms.time_and_memory``), its raw a container of both captures."""
 from __future__ import annotations
 
-import os
 import sys
-import threading
 import time
 
+from .. import procfs
 from ..errors import ProfilerError
 from ..formats import container
 from ..model import Profile, Raw
 from . import memray
 from .base import Capture, Options
-
-def _tasks() -> set[int]:
-    try:
-        return {int(t) for t in os.listdir("/proc/self/task")}
-    except OSError:
-        return {t.native_id for t in threading.enumerate() if t.native_id is not None}
 
 
 # Backends whose recorder cannot run with memray's Tracker, and the measured reason.
@@ -92,7 +85,7 @@ class TimeAndMemory:
         return getattr(self.time, "live", None)
 
     def start(self) -> None:
-        before = _tasks()
+        before = set(procfs.threads())
         self.time_started = time.time()  # memray's snapshots count from its own start (memory_timeline)
         self.time.start()
         try:
@@ -100,7 +93,7 @@ class TimeAndMemory:
         except BaseException:
             self.close()
             raise
-        self.helpers = _tasks() - before
+        self.helpers = set(procfs.threads()) - before
 
     def stop(self) -> Capture:
         try:

@@ -364,6 +364,3 @@ def read(capture: Capture, options: Options) -> Profile:
     if costs:
         meta["cost"] = "; ".join(costs)
     return p.replace(meta=p.meta.replace(**meta), raw=raw)
-
-
-# -- memory beside time ------------------------------------------------------------------------------
