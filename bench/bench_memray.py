@@ -189,55 +189,33 @@ def hook_cost(runs: int = 5) -> None:
 
 
 FILL_TIMING = r'''
-import statistics, tempfile
+import shutil, statistics, tempfile
 import memray
-from profmagic.backends.base import Options
 rounds = int(sys.argv[1])
 
-def timed(f, n):
-    gc.collect()
-    t = time.perf_counter()
-    for _ in range(n):
-        keep = f(); del keep
-    return time.perf_counter() - t
+class TrackerAlone:
+    """memray's own default (untraced, aggregated, pymalloc not filled) as a recorder, for its cost."""
+    def start(self):
+        self.dir = tempfile.mkdtemp()
+        self.tracker = memray.Tracker(self.dir + "/c.bin", file_format=memray.FileFormat.AGGREGATED_ALLOCATIONS)
+        self.tracker.__enter__()
+    def stop(self):
+        self.tracker.__exit__(None, None, None); return 0
+    def close(self): shutil.rmtree(self.dir, ignore_errors=True)
 
-def tracker_alone(f, n):   # memray's own default: untraced, aggregated, nothing filled
-    d = tempfile.mkdtemp()
-    try:
-        with memray.Tracker(d + "/c.bin", file_format=memray.FileFormat.AGGREGATED_ALLOCATIONS):
-            return timed(f, n)
-    finally:
-        os.remove(d + "/c.bin"); os.rmdir(d)
-
-def recorder(fill):
-    def run(f, n):
-        r = mb.Recorder(Options(rate=100, extra={"fill": fill}))
-        r.start()
-        try:
-            return timed(f, n)
-        finally:
-            r.stop(); r.close()
-    return run
-
-def no_op_profile(f, n):
-    sys.setprofile(lambda *a: None)
-    try:
-        return timed(f, n)
-    finally:
-        sys.setprofile(None)
-
-WAYS = {"memray's Tracker alone (no fill)": tracker_alone, "profmagic's memray recorder, filled (the default)": recorder(True),
-        "profmagic's memray recorder, fill off": recorder(False), "a no-op profile function": no_op_profile}
+WAYS = {"memray's Tracker alone (no fill)": (TrackerAlone, lambda _: None),
+        "profmagic's memray recorder, filled (the default)": memray_cfg(),
+        "profmagic's memray recorder, fill off": memray_cfg(fill=False),
+        "a no-op profile function": (NoopProfile, lambda _: None)}
 for name in ("alloc-heavy: issue 20's cell", "small objects", "records (dicts)", "compute: Python loop"):
-    f, n = WORKLOADS[name], REPEAT.get(name, 1)
-    timed(f, n)
+    f = repeated(WORKLOADS[name], REPEAT.get(name, 1))
+    bare_run(f)
     ratios = {w: [] for w in WAYS}
     for _ in range(rounds):
-        for w, way in WAYS.items():
-            b1 = timed(f, n); t = way(f, n); b2 = timed(f, n)
+        for w, (make, read) in WAYS.items():
+            b1 = bare_run(f); t = recorded_run(f, make, read)[0]; b2 = bare_run(f)
             ratios[w].append(t / ((b1 + b2) / 2))
-    print(json.dumps({"workload": name, "bare": timed(f, n),
-                      "ratios": {w: sorted(v) for w, v in ratios.items()}}), flush=True)
+    print(json.dumps({"workload": name, "bare": bare_run(f), "ratios": ratios}), flush=True)
 '''
 
 
@@ -248,7 +226,7 @@ def fill_cost(a) -> None:
     import subprocess
     root = os.path.dirname(HERE)
     python = a.python or sys.executable
-    code = f"import sys, os, json; sys.path.insert(0, {root!r})\n" + OPTIONS_SETUP + FILL_TIMING
+    code = f"import sys, json; sys.path.insert(0, {root!r})\n" + OPTIONS_SETUP + FILL_TIMING
     load0 = os.getloadavg()[0]
     out = subprocess.run([python, "-c", code, str(a.rounds)], capture_output=True, text=True, check=True)
     rows = [json.loads(ln) for ln in out.stdout.splitlines() if ln.startswith("{")]
